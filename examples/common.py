@@ -1,0 +1,102 @@
+"""Shared pieces of the example scenarios: a tiny model, a synthetic dataset with planted costs.
+
+Each scenario script defines ``run(**settings) -> Report`` with keyword arguments for the knobs a
+StallScope suggestion names (``num_workers``, ``every_n_steps``, ...), so ``benchmarks/whatif.py``
+can apply a suggestion and run it again, and a ``main()`` that runs it at demo size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+FEATURES = 64
+CLASSES = 10
+
+
+class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Random samples whose ``__getitem__`` burns CPU (``cpu_ms``) and/or waits (``latency_ms``)."""
+
+    def __init__(self, size: int, *, cpu_ms: float = 0.0, latency_ms: float = 0.0, seed: int = 0) -> None:
+        self.size = size
+        self.cpu_ms = cpu_ms
+        self.latency_ms = latency_ms
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, FEATURES, generator=gen)
+        self.y = torch.randint(0, CLASSES, (size,), generator=gen)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cpu_ms > 0:
+            burn_cpu(self.cpu_ms / 1e3)
+        if self.latency_ms > 0:
+            time.sleep(self.latency_ms / 1e3)  # a read from slow storage: waiting, not computing
+        return self.x[i], self.y[i]
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy CPU work for about ``seconds`` (decoding, augmenting...)."""
+    end = time.perf_counter() + seconds
+    data = b"x" * 256
+    while time.perf_counter() < end:
+        data = hashlib.sha256(data).digest() * 8
+
+
+def make_model(hidden: int = 256) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(FEATURES, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, CLASSES),
+    )
+
+
+class Trainer:
+    """The minimal training step every scenario shares."""
+
+    def __init__(self, hidden: int = 256, lr: float = 0.01) -> None:
+        torch.manual_seed(0)
+        self.model = make_model(hidden)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.loss_fn = nn.CrossEntropyLoss()
+
+    def step(self, batch: tuple[torch.Tensor, torch.Tensor], repeat: int = 1) -> torch.Tensor:
+        x, y = batch
+        loss = torch.zeros(())
+        for _ in range(repeat):
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.model(x), y)
+            loss.backward()
+            self.opt.step()
+        return loss.detach()
+
+
+def loader(dataset: Dataset[Any], *, batch_size: int = 32, num_workers: int = 0, **kwargs: Any) -> DataLoader[Any]:
+    if num_workers == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, **kwargs)
+
+
+def cli(run: Callable[..., Any], description: str) -> None:
+    """``python examples/<scenario>.py [--report-dir DIR] [--quiet]``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--report-dir", default=None, help="where report.json goes (default runs/<scenario>)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing (the report is still written)")
+    args = parser.parse_args()
+    kwargs: dict[str, Any] = {"console": not args.quiet}
+    if args.report_dir:
+        kwargs["report_dir"] = args.report_dir
+    report = run(**kwargs)
+    if report is not None and not args.quiet:
+        print(f"report: {kwargs.get('report_dir', 'runs/...')}/report.json")

@@ -1,0 +1,17 @@
+"""The registry of planted-bottleneck scenarios: tests and ``benchmarks/whatif.py`` read it.
+
+Each entry is a module in ``examples/`` defining ``NAME``, ``EXPECTED`` (the finding id that must
+rank first, or None for a healthy loop), ``run(**settings) -> Report`` (settings include
+``report_dir``, ``console`` and the knobs a suggestion names) and ``SMALL`` (settings for a quick
+test-sized run).
+"""
+
+from __future__ import annotations
+
+PLAIN = [
+    "starved_loader",
+]
+
+LIGHTNING: list[str] = []
+
+ALL = PLAIN + LIGHTNING

@@ -1,0 +1,1 @@
+"""Pure diagnosis: span statistics + loader settings + host facts -> ranked findings."""

@@ -1,0 +1,27 @@
+"""Small numeric helpers shared by the rules."""
+
+from __future__ import annotations
+
+import math
+
+
+def nice_ceil(value: float) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... that is >= ``value`` (intervals people pick)."""
+    if value <= 1:
+        return 1
+    exp = math.floor(math.log10(value))
+    for mantissa in (1, 2, 5, 10):
+        candidate = mantissa * 10**exp
+        if candidate >= value - 1e-9:
+            return int(candidate)
+    return int(10 ** (exp + 1))  # pragma: no cover - the loop always returns
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds, rounded for evidence."""
+    return round(seconds * 1e3, 3)
+
+
+def frac(value: float) -> float:
+    """A fraction clamped to [0, 1] and rounded for the report."""
+    return round(min(1.0, max(0.0, value)), 4)

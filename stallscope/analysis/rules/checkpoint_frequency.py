@@ -1,0 +1,41 @@
+"""``checkpoint.frequency``: blocking checkpoint saves take a large share of the run."""
+
+from __future__ import annotations
+
+from stallscope.analysis.context import Context
+from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.rules._frequency import estimate
+from stallscope.timeline.phases import CHECKPOINT
+
+ID = "checkpoint.frequency"
+
+
+def rule(ctx: Context) -> Finding | None:
+    est = estimate(ctx, CHECKPOINT, ctx.config.checkpoint_target_share)
+    if est is None:
+        return None
+    k = est.interval
+    minutes = k * est.step_without_s / 60
+    if ctx.config.framework == "lightning":
+        fix = (
+            f"Save checkpoints every {k} steps (about {minutes:.1f} min of training) "
+            f"instead of every {est.interval_now:.0f}."
+        )
+        snippet = f"ModelCheckpoint(every_n_train_steps={k})"
+    else:
+        fix = (
+            f"Save a checkpoint every {k} steps (about {minutes:.1f} min of training) instead of every "
+            f"{est.interval_now:.0f}, or save from a background thread."
+        )
+        snippet = f"if step % {k} == 0:\n    torch.save(state, path)"
+    return Finding(
+        id=ID,
+        title=f"Checkpoint saves block training {est.share_now:.0%} of the time ({est.each_s * 1e3:.0f} ms each)",
+        est_saving_fraction=est.saving,
+        est_speedup=round(speedup_for(est.saving), 3),
+        confidence="high",
+        evidence=est.evidence(),
+        fix=fix,
+        suggestion={"every_n_steps": k},
+        snippet=snippet,
+    )

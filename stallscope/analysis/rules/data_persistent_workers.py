@@ -1,0 +1,54 @@
+"""``data.persistent_workers``: worker processes are re-spawned every epoch.
+
+Each pass over a DataLoader without ``persistent_workers`` starts its workers in ``iter()``,
+waits for their first batch, and shuts them down at the end. With persistent workers the second
+and later passes only wait for one batch. The saving per re-spawn is the measured start-up and
+tear-down minus the time to make one batch; the first pass is never counted (its spawn stays).
+"""
+
+from __future__ import annotations
+
+from stallscope.analysis.context import Context
+from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.loop_model import build_loop_model
+from stallscope.analysis.numbers import frac, ms
+
+ID = "data.persistent_workers"
+
+
+def rule(ctx: Context) -> Finding | None:
+    loader = ctx.loader
+    if loader is None or loader.num_workers == 0 or loader.persistent_workers:
+        return None
+    respawns = [b for b in ctx.span.boundaries if b.index >= 1]
+    if not respawns or ctx.span.wall_ns <= 0:
+        return None
+    model = build_loop_model(ctx)
+    # time to make one batch: with persistent workers the first batch of a pass still costs this
+    one_batch_ns = int(model.load_s * 1e9) if model is not None else 0
+    excess = [max(0, b.iter_ns + b.first_wait_ns + b.last_wait_ns - one_batch_ns) for b in respawns]
+    saving = frac(sum(excess) / ctx.span.wall_ns)
+    if saving <= 0:
+        return None
+    per_epoch_s = sum(excess) / len(excess) / 1e9
+    lightning = ctx.config.framework == "lightning"
+    where = "the train DataLoader" if lightning else "the DataLoader"
+    return Finding(
+        id=ID,
+        title=f"Workers are re-spawned every epoch, {per_epoch_s:.2f} s each time",
+        est_saving_fraction=saving,
+        est_speedup=round(speedup_for(saving), 3),
+        confidence="high",
+        evidence={
+            "num_workers": loader.num_workers,
+            "respawns": len(respawns),
+            "startup_per_epoch_ms": ms(per_epoch_s),
+            "iter_ms": ms(sum(b.iter_ns for b in respawns) / len(respawns) / 1e9),
+            "first_batch_ms": ms(sum(b.first_wait_ns for b in respawns) / len(respawns) / 1e9),
+            "shutdown_ms": ms(sum(b.last_wait_ns for b in respawns) / len(respawns) / 1e9),
+            "one_batch_ms": ms(one_batch_ns / 1e9),
+        },
+        fix=f"Set persistent_workers=True on {where} so its {loader.num_workers} workers outlive the epoch.",
+        suggestion={"persistent_workers": True},
+        snippet=f"DataLoader(dataset, num_workers={loader.num_workers}, persistent_workers=True)",
+    )

@@ -1,0 +1,65 @@
+"""``data.workers``: the loader cannot keep up and more worker processes would.
+
+Uses the loop model (``analysis/loop_model.py``): finds the fewest workers that reach the best
+step time the cores allow, and predicts the saving from the step time at that count. Never
+suggests more workers than the usable cores when loading is CPU work; when batches wait on I/O
+latency (little CPU per batch), up to ``io_workers_per_core`` per core.
+"""
+
+from __future__ import annotations
+
+from stallscope.analysis.context import Context
+from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.loop_model import build_loop_model
+from stallscope.analysis.numbers import frac, ms
+
+ID = "data.workers"
+
+
+def rule(ctx: Context) -> Finding | None:
+    model = build_loop_model(ctx)
+    if model is None or not model.starved:
+        return None
+    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5
+    cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
+    suggested = model.best_workers(min(cap, 64))
+    if suggested <= model.workers:
+        return None
+    predicted = model.predict_step_s(suggested)
+    saving = frac(model.steps * (model.step_s - predicted) / ctx.span.wall_s) if ctx.span.wall_s > 0 else 0.0
+    if saving <= 0:
+        return None
+    wait_share = ctx.span.phase_fraction("data")
+    lightning = ctx.config.framework == "lightning"
+    where = "the train DataLoader" if lightning else "the DataLoader"
+    snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested})"
+    if model.workers == 0 and ctx.loader is None:
+        fix = (
+            f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
+            "prepared in parallel with training."
+        )
+    else:
+        fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
+    return Finding(
+        id=ID,
+        title=f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})",
+        est_saving_fraction=saving,
+        est_speedup=round(speedup_for(saving), 3),
+        confidence="high" if model.load_cpu_measured else "medium",
+        evidence={
+            "num_workers": model.workers,
+            "data_wait_fraction": frac(wait_share),
+            "wait_per_step_ms": ms(model.wait_s),
+            "consumer_per_step_ms": ms(model.consumer_s),
+            "load_per_batch_ms": ms(model.load_s),
+            "load_cpu_per_batch_ms": ms(model.load_cpu_s),
+            "load_cpu_measured": model.load_cpu_measured,
+            "main_cpu_per_step_ms": ms(model.main_cpu_s),
+            "usable_cores": ctx.cores,
+            "step_ms": ms(model.step_s),
+            "predicted_step_ms": ms(predicted),
+        },
+        fix=fix,
+        suggestion={"num_workers": suggested},
+        snippet=snippet,
+    )

@@ -1,0 +1,85 @@
+"""The validated, keyword-only configuration of a ``StallScope``."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+
+
+def check_nvml_device(value: object) -> int | str | None:
+    """``None``, a non-negative NVML index, or a GPU/MIG UUID string; else ``ValueError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"nvml_device must be an NVML index or a GPU UUID, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"nvml_device must be a non-negative NVML index, got {value!r}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        if _UUID.match(text):
+            return text
+    raise ValueError(f"nvml_device must be an NVML index or a UUID like 'GPU-5c1a…', got {value!r}")
+
+
+@dataclass(frozen=True)
+class ScopeConfig:
+    """Everything a ``StallScope`` was configured with."""
+
+    #: folder of ``report.json``; None writes no file
+    report_dir: Path | None = Path("stallscope")
+    #: print the diagnosis at each epoch end (a ``rich.console.Console`` to print there)
+    console: bool | Console = True
+    #: NVML index or UUID of the GPU to sample; None = the one torch uses
+    nvml_device: int | str | None = None
+    #: findings predicted to save less than this fraction of wall time are not shown
+    min_saving: float = 0.02
+    #: seconds between background samples (NVML, host)
+    sample_interval_s: float = 0.2
+    #: steps kept for percentiles
+    recent_steps: int = 4096
+
+    @classmethod
+    def create(
+        cls,
+        report_dir: str | os.PathLike[str] | None = "stallscope",
+        *,
+        console: bool | Console = True,
+        nvml_device: int | str | None = None,
+        min_saving: float = 0.02,
+        sample_interval_s: float = 0.2,
+        recent_steps: int = 4096,
+    ) -> ScopeConfig:
+        if report_dir is not None and not isinstance(report_dir, (str, os.PathLike)):
+            raise ValueError(f"report_dir must be a path or None, got {report_dir!r}")
+        if isinstance(report_dir, str) and not report_dir.strip():
+            raise ValueError(f"report_dir must not be empty, got {report_dir!r}")
+        if not isinstance(console, (bool, Console)):
+            raise ValueError(f"console must be True, False or a rich Console, got {console!r}")
+        if isinstance(min_saving, bool) or not isinstance(min_saving, (int, float)) or not 0 <= min_saving < 1:
+            raise ValueError(f"min_saving must be a fraction in [0, 1), got {min_saving!r}")
+        if (
+            isinstance(sample_interval_s, bool)
+            or not isinstance(sample_interval_s, (int, float))
+            or not sample_interval_s > 0
+        ):
+            raise ValueError(f"sample_interval_s must be > 0, got {sample_interval_s!r}")
+        if isinstance(recent_steps, bool) or not isinstance(recent_steps, int) or recent_steps < 16:
+            raise ValueError(f"recent_steps must be an int >= 16, got {recent_steps!r}")
+        return cls(
+            report_dir=Path(report_dir) if report_dir is not None else None,
+            console=console,
+            nvml_device=check_nvml_device(nvml_device),
+            min_saving=float(min_saving),
+            sample_interval_s=float(sample_interval_s),
+            recent_steps=recent_steps,
+        )

@@ -1,0 +1,1 @@
+"""Where StallScope meets the user's training: record only, never think."""

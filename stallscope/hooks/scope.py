@@ -1,0 +1,282 @@
+"""``StallScope``: the plain-loop context manager (SPEC §2).
+
+Recording only. Each public method does O(1) work and never lets an internal error reach the
+user: the first one turns the scope off (``_fail``), is noted in the report, and training goes
+on. The user's own exceptions (from the loader, from phases) propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from stallscope.config import ScopeConfig
+from stallscope.hooks.session import Session
+from stallscope.report.schema import Report
+from stallscope.signals.loader import inspect_loader
+from stallscope.timeline.phases import check_phase_name
+from stallscope.timeline.stats import EpochBoundary
+
+T = TypeVar("T")
+
+
+class _Phase:
+    """The reusable context manager ``scope.phase(name)`` returns (one per name, no allocation)."""
+
+    __slots__ = ("_scope", "_pid")
+
+    def __init__(self, scope: StallScope, pid: int) -> None:
+        self._scope = scope
+        self._pid = pid
+
+    def __enter__(self) -> None:
+        scope = self._scope
+        if scope._active:
+            try:
+                scope._session.timeline.enter(self._pid)
+            except Exception as exc:  # internal failure: contain it
+                scope._fail(exc)
+
+    def __exit__(self, *exc_info: object) -> None:
+        scope = self._scope
+        if scope._active:
+            try:
+                scope._session.timeline.leave()
+            except Exception as exc:
+                scope._fail(exc)
+
+
+class _NullPhase:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NULL_PHASE = _NullPhase()
+
+
+class StallScope:
+    """Watches a training loop and tells why the accelerator waits.
+
+    ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
+    sample_interval_s=0.2, recent_steps=4096)``; bad values raise ``ValueError`` naming them.
+    """
+
+    def __init__(
+        self,
+        report_dir: str | os.PathLike[str] | None = "stallscope",
+        *,
+        console: bool | Console = True,
+        nvml_device: int | str | None = None,
+        min_saving: float = 0.02,
+        sample_interval_s: float = 0.2,
+        recent_steps: int = 4096,
+    ) -> None:
+        self._config = ScopeConfig.create(
+            report_dir,
+            console=console,
+            nvml_device=nvml_device,
+            min_saving=min_saving,
+            sample_interval_s=sample_interval_s,
+            recent_steps=recent_steps,
+        )
+        self._session = Session(self._config)
+        self._phases: dict[str, _Phase] = {}
+        self._active = True
+        self._started = False
+        self._finished = False
+        self._generation = 0
+        self._in_epoch = False
+        #: [epoch index, iter() ns, first wait ns, final next() ns] of the pass in progress
+        self._boundary: list[int] | None = None
+
+    # -- context manager -----------------------------------------------------------------
+
+    def __enter__(self) -> StallScope:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and not issubclass(exc_type, Exception):
+            self._session.note(f"the run was interrupted ({exc_type.__name__})")
+        elif exc is not None:
+            self._session.note(f"the run ended with an exception ({exc_type.__name__ if exc_type else 'error'}: {exc})")
+        self.close()
+        # never suppress: the user's exception propagates unchanged
+
+    def start(self) -> None:
+        """Start watching (``__enter__`` calls this)."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            self._session.start()
+        except Exception as exc:
+            self._fail(exc)
+
+    def close(self) -> None:
+        """End the run: close the epoch in progress, write the final report (``__exit__`` calls this)."""
+        if self._finished or not self._started:
+            return
+        self._finished = True
+        self._generation += 1
+        try:
+            if self._active and self._in_epoch:
+                self._end_epoch()
+            print_run = self._active and len(self._session.epochs) > 1
+            self._session.finish(print_run=print_run)
+        except Exception as exc:
+            self._fail(exc)
+        self._active = False
+
+    # -- recording -----------------------------------------------------------------------
+
+    def phase(self, name: str) -> _Phase | _NullPhase:
+        """A context manager that attributes the time inside it to phase ``name``."""
+        cached = self._phases.get(name)
+        if cached is not None:
+            return cached if self._active else _NULL_PHASE
+        check_phase_name(name)
+        if not self._active:
+            return _NULL_PHASE
+        if not self._started:
+            self.start()
+        try:
+            phase = _Phase(self, self._session.timeline.phase_id(name))
+        except Exception as exc:
+            self._fail(exc)
+            return _NULL_PHASE
+        self._phases[name] = phase
+        return phase
+
+    def iter(self, iterable: Iterable[T]) -> Iterator[T]:
+        """Iterate ``iterable`` as one epoch, timing the wait for each item; one step per item.
+
+        Calling ``iter`` again ends the previous epoch, as does exhausting the iterator or leaving
+        the scope.
+        """
+        if not self._started:
+            self.start()
+        self._generation += 1
+        if self._active and self._in_epoch:
+            try:
+                self._end_epoch()
+            except Exception as exc:
+                self._fail(exc)
+        return self._iterate(iterable, self._generation)
+
+    def _iterate(self, iterable: Iterable[T], generation: int) -> Iterator[T]:
+        if not self._active:
+            yield from iterable
+            return
+        timeline = self._session.timeline
+        try:
+            loader = inspect_loader(iterable)
+            batches: int | None
+            try:
+                batches = len(iterable)  # type: ignore[arg-type]
+            except Exception:
+                batches = None
+            self._session.note_loader(loader, batches)
+            timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
+            self._in_epoch = True
+            index = len(self._session.epochs)
+            timeline.data_begin(new_step=False)
+        except Exception as exc:
+            self._fail(exc)
+            yield from iterable
+            return
+        try:
+            it = iter(iterable)  # the user's code: worker start-up happens here
+        finally:
+            iter_ns = self._data_end(got_item=False)
+        self._boundary = [index, iter_ns, 0, 0]
+        first = True
+        while True:
+            if not self._active or generation != self._generation:
+                yield from it  # turned off, or a newer epoch started: just pass items through
+                return
+            try:
+                timeline.data_begin()
+            except Exception as exc:
+                self._fail(exc)
+                continue
+            try:
+                item = next(it)
+            except StopIteration:
+                last_ns = self._data_end(got_item=False)
+                break
+            except BaseException:
+                self._data_end(got_item=False)
+                raise  # the loader's own error, unchanged
+            wait = self._data_end(got_item=True)
+            if first:
+                self._boundary[2], first = wait, False
+            yield item
+        if self._active and generation == self._generation:
+            try:
+                self._boundary[3] = last_ns
+                self._end_epoch()
+            except Exception as exc:
+                self._fail(exc)
+
+    def _data_end(self, *, got_item: bool) -> int:
+        if not self._active:
+            return 0
+        try:
+            return self._session.timeline.data_end(got_item=got_item)
+        except Exception as exc:
+            self._fail(exc)
+            return 0
+
+    def _end_epoch(self) -> None:
+        self._in_epoch = False
+        if self._boundary is not None:
+            index, iter_ns, first_ns, last_ns = self._boundary
+            self._boundary = None
+            self._session.timeline.note_boundary(EpochBoundary(index, iter_ns, first_ns, last_ns))
+        self._session.end_epoch()
+
+    # -- results -------------------------------------------------------------------------
+
+    @property
+    def report(self) -> Report | None:
+        """The latest report: the final one after the scope exits, else the one of the last epoch end."""
+        return self._session.report
+
+    @property
+    def enabled(self) -> bool:
+        """False once StallScope turned itself off after an internal error (or after ``close``)."""
+        return self._active
+
+    def _fail(self, exc: BaseException) -> None:
+        """Contain an internal error: turn off once, note it, let training go on."""
+        if not self._active:
+            return
+        self._active = False
+        try:
+            self._session.warn_internal(exc)
+            if self._started and not self._finished:
+                self._session.write()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "on" if self._active else "off"
+        return f"StallScope(report_dir={str(self._config.report_dir)!r}, {state})"
+
+    def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - defensive
+        raise TypeError("StallScope cannot be pickled; create it in the process that trains")

@@ -1,0 +1,163 @@
+"""One observed run: owns the timeline and turns its statistics into findings and reports.
+
+The hooks (plain loop, Lightning) drive a ``Session``; it is the only place where recording
+meets analysis, and it runs only at epoch ends and at the end of the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from rich.console import Console
+
+from stallscope._version import __version__
+from stallscope.analysis.context import AnalysisConfig, Context, Framework
+from stallscope.analysis.diagnose import diagnose
+from stallscope.analysis.finding import Finding
+from stallscope.config import ScopeConfig
+from stallscope.hooks.environment import current_device, torch_version, utc_now_iso
+from stallscope.report.build import summarize
+from stallscope.report.io import REPORT_NAME, write_report
+from stallscope.report.render import print_diagnosis
+from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
+from stallscope.signals.host import HostInfo, host_info
+from stallscope.signals.loader import LoaderConfig
+from stallscope.timeline.recorder import Timeline
+from stallscope.timeline.stats import SpanStats
+
+#: most epochs kept in the report (the first few and the most recent)
+MAX_EPOCHS_IN_REPORT = 500
+
+
+class Session:
+    """The state of one run between ``start`` and ``finish``."""
+
+    def __init__(
+        self,
+        config: ScopeConfig,
+        *,
+        framework: Framework = "plain",
+        clock: Callable[[], int] = time.perf_counter_ns,
+        cpu_clock: Callable[[], int] = time.process_time_ns,
+    ) -> None:
+        self.config = config
+        self.framework: Framework = framework
+        self.timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=config.recent_steps)
+        self.host: HostInfo = host_info()
+        self.analysis = AnalysisConfig(min_saving=config.min_saving, framework=framework)
+        self.loader: LoaderConfig | None = None
+        self.batches_per_epoch: int | None = None
+        self.epochs: list[EpochReport] = []
+        self.notes: list[str] = []
+        self.report: Report | None = None
+        self._started_at = ""
+        self._epoch_index = 0
+        self._console: Console | None = None
+        if config.console is True:
+            self._console = Console()
+        elif isinstance(config.console, Console):
+            self._console = config.console
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._started_at = utc_now_iso()
+        self.timeline.start()
+
+    def note(self, text: str) -> None:
+        """Add a note to the report (once per distinct text)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def note_loader(self, loader: LoaderConfig | None, batches: int | None) -> None:
+        if loader is not None:
+            self.loader = loader
+        self.batches_per_epoch = batches
+
+    def end_epoch(self) -> EpochReport | None:
+        """Close the epoch: diagnose it, print it, write the report. None for an empty epoch."""
+        stats = self.timeline.end_epoch()
+        if stats.steps == 0 and stats.epochs == 0:
+            return None
+        index = self._epoch_index
+        self._epoch_index += 1
+        epoch = EpochReport(index=index, summary=self.summarize(stats), findings=tuple(self.diagnose(stats)))
+        self.epochs.append(epoch)
+        if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
+            del self.epochs[10]  # keep the first ten and the most recent ones
+            self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
+        self.report = self.build_report(complete=False)
+        if stats.steps > 0:
+            self.print(f"epoch {index}", epoch.summary, epoch.findings)
+        self.write()
+        return epoch
+
+    def finish(self, *, print_run: bool) -> Report:
+        """The run is over: build, print (when asked) and write the final report."""
+        report = self.build_report(complete=True)
+        self.report = report
+        if print_run:
+            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, report.notes)
+        self.write()
+        return report
+
+    # -- pieces --------------------------------------------------------------------------
+
+    def context(self, span: SpanStats) -> Context:
+        return Context(
+            span=span,
+            loader=self.loader,
+            cores=self.host.usable_cores,
+            config=self.analysis,
+            batches_per_epoch=self.batches_per_epoch,
+        )
+
+    def diagnose(self, span: SpanStats) -> list[Finding]:
+        return diagnose(self.context(span))
+
+    def summarize(self, span: SpanStats) -> Summary:
+        return summarize(span)
+
+    def build_report(self, *, complete: bool) -> Report:
+        run_stats = self.timeline.run_stats() if self.timeline.started else None
+        if run_stats is None:
+            raise RuntimeError("the timeline was never started")
+        return Report(
+            run=RunInfo(
+                started_at=self._started_at,
+                host=self.host.name,
+                torch_version=torch_version(),
+                device=current_device(),
+                dataloader=self.loader.to_dict() if self.loader is not None else None,
+                stallscope_version=__version__,
+                framework=self.framework,
+                usable_cores=self.host.usable_cores,
+            ),
+            summary=self.summarize(run_stats),
+            epochs=tuple(self.epochs),
+            findings=tuple(self.diagnose(run_stats)),
+            notes=tuple(self.notes),
+            complete=complete,
+        )
+
+    def print(
+        self,
+        title: str,
+        summary: Summary,
+        findings: tuple[Finding, ...],
+        notes: tuple[str, ...] = (),
+    ) -> None:
+        if self._console is not None:
+            print_diagnosis(self._console, title, summary, findings, notes)
+
+    def write(self) -> None:
+        if self.report is not None and self.config.report_dir is not None:
+            write_report(self.report, self.config.report_dir / REPORT_NAME)
+
+    def warn_internal(self, exc: BaseException) -> None:
+        """Say once, on stderr, that StallScope turned itself off."""
+        text = f"StallScope turned itself off after an internal error ({type(exc).__name__}: {exc}); training goes on"
+        self.note(text)
+        print(f"stallscope: {text}", file=sys.stderr)

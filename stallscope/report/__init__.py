@@ -1,0 +1,1 @@
+"""The report: typed records, their JSON form, and their rendering."""

@@ -1,0 +1,57 @@
+"""Reading and writing ``report.json``: atomic writes, one-line errors on read."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from stallscope._exceptions import ReportError
+from stallscope.report.schema import Report, report_from_dict, report_to_dict
+
+REPORT_NAME = "report.json"
+
+
+def write_report(report: Report, path: str | os.PathLike[str]) -> Path:
+    """Write ``report`` as UTF-8 JSON to ``path`` atomically (temp file + ``os.replace``)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(report_to_dict(report), indent=1, ensure_ascii=False, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """Read a report. A directory means its ``report.json``. Raises ``ReportError`` (one line)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / REPORT_NAME
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise ReportError(f"{p}: empty file, not a StallScope report")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ReportError(f"{p}: not UTF-8 text, not a StallScope report") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{p}: malformed JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    try:
+        return report_from_dict(data)
+    except ReportError as exc:
+        raise ReportError(f"{p}: {exc}") from None

@@ -1,0 +1,317 @@
+"""Report records (SPEC §3) and their JSON form.
+
+``to_dict`` / ``from_dict`` are the only places that know the JSON layout. ``from_dict`` reads
+every ``schema_version`` up to ``SCHEMA_VERSION`` and raises ``ReportError`` on anything else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stallscope._exceptions import ReportError
+from stallscope.analysis.finding import Finding
+
+SCHEMA_VERSION = 1
+
+#: where ``gpu_idle_fraction`` came from (SPEC §3)
+IDLE_SOURCES = ("cuda_events", "nvml", "host_phases")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The accelerator the run used."""
+
+    #: ``cuda``, ``cpu``, ``mps``, ...
+    kind: str
+    #: human name, e.g. "NVIDIA H100 80GB HBM3" or the CPU model
+    name: str
+    #: torch device index, None for the CPU
+    index: int | None = None
+    #: GPU UUID as NVML reports it, when known
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Where and how the run happened."""
+
+    #: ISO 8601 UTC time the scope started
+    started_at: str
+    host: str
+    torch_version: str
+    device: DeviceInfo
+    #: the loader's settings (``LoaderConfig.to_dict``) when a DataLoader was iterated
+    dataloader: Mapping[str, Any] | None = None
+    stallscope_version: str = ""
+    #: ``plain`` or ``lightning``
+    framework: str = "plain"
+    #: cores this process could use
+    usable_cores: int = 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Where the time of a span (an epoch or the run) went."""
+
+    wall_s: float
+    steps: int
+    steps_per_s: float
+    #: fraction of wall time the accelerator had no work, in [0, 1]
+    gpu_idle_fraction: float
+    #: one of ``IDLE_SOURCES``
+    idle_source: str
+    #: fraction of wall time per phase; sums to 1
+    phase_fractions: Mapping[str, float]
+    #: seconds per phase
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: per-step wall time over the recent-steps window: mean, p10, p50, p90, max (seconds)
+    step_time_s: Mapping[str, float] = field(default_factory=dict)
+    #: per-step wait for data over the same window (seconds)
+    data_wait_s: Mapping[str, float] = field(default_factory=dict)
+    #: NVML aggregates (SPEC §3), None when NVML was not sampled
+    nvml: Mapping[str, Any] | None = None
+    #: idle fraction per window of consecutive steps (run summary only), for the CI gate
+    idle_windows: tuple[Mapping[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.idle_source not in IDLE_SOURCES:
+            raise ValueError(f"idle_source must be one of {IDLE_SOURCES}, got {self.idle_source!r}")
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    index: int
+    summary: Summary
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """The whole report, as written to ``report.json``."""
+
+    run: RunInfo
+    summary: Summary
+    epochs: tuple[EpochReport, ...] = ()
+    #: findings for the run so far, best first
+    findings: tuple[Finding, ...] = ()
+    #: things the user should know about the measurement (missing NVML, internal errors, ...)
+    notes: tuple[str, ...] = ()
+    #: True once the scope has exited; False in reports written at epoch ends
+    complete: bool = False
+    schema_version: int = SCHEMA_VERSION
+
+    def finding(self, finding_id: str) -> Finding | None:
+        """The run-level finding with ``finding_id``, if any."""
+        return next((f for f in self.findings if f.id == finding_id), None)
+
+
+# -- to JSON ---------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None, tuples lists, mappings dicts."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def finding_to_dict(f: Finding) -> dict[str, Any]:
+    return _clean(  # type: ignore[no-any-return]
+        {
+            "id": f.id,
+            "title": f.title,
+            "est_saving_fraction": f.est_saving_fraction,
+            "est_speedup": f.est_speedup,
+            "confidence": f.confidence,
+            "evidence": dict(f.evidence),
+            "fix": f.fix,
+            "suggestion": dict(f.suggestion),
+            "snippet": f.snippet,
+        }
+    )
+
+
+def summary_to_dict(s: Summary) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "wall_s": s.wall_s,
+        "steps": s.steps,
+        "steps_per_s": s.steps_per_s,
+        "gpu_idle_fraction": s.gpu_idle_fraction,
+        "idle_source": s.idle_source,
+        "phase_fractions": dict(s.phase_fractions),
+        "phase_seconds": dict(s.phase_seconds),
+        "step_time_s": dict(s.step_time_s),
+        "data_wait_s": dict(s.data_wait_s),
+    }
+    if s.nvml is not None:
+        out["nvml"] = dict(s.nvml)
+    if s.idle_windows:
+        out["idle_windows"] = [dict(w) for w in s.idle_windows]
+    return _clean(out)  # type: ignore[no-any-return]
+
+
+def report_to_dict(r: Report) -> dict[str, Any]:
+    run: dict[str, Any] = {
+        "started_at": r.run.started_at,
+        "host": r.run.host,
+        "torch_version": r.run.torch_version,
+        "stallscope_version": r.run.stallscope_version,
+        "framework": r.run.framework,
+        "usable_cores": r.run.usable_cores,
+        "device": {k: v for k, v in vars(r.run.device).items() if v is not None or k == "index"},
+    }
+    if r.run.dataloader is not None:
+        run["dataloader"] = dict(r.run.dataloader)
+    return _clean(  # type: ignore[no-any-return]
+        {
+            "schema_version": r.schema_version,
+            "complete": r.complete,
+            "run": run,
+            "summary": summary_to_dict(r.summary),
+            "epochs": [
+                {
+                    "index": e.index,
+                    "summary": summary_to_dict(e.summary),
+                    "findings": [finding_to_dict(f) for f in e.findings],
+                }
+                for e in r.epochs
+            ],
+            "findings": [finding_to_dict(f) for f in r.findings],
+            "notes": list(r.notes),
+        }
+    )
+
+
+# -- from JSON -------------------------------------------------------------------------------
+
+
+def _req(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, Mapping) or key not in obj:
+        raise ReportError(f"{where}.{key} is missing")
+    value = obj[key]
+    if kind is float:
+        kind = (int, float)
+    if value is None or not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ReportError(f"{where}.{key} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _fraction(obj: Mapping[str, Any], key: str, where: str) -> float:
+    value = float(_req(obj, key, float, where))
+    if not 0.0 <= value <= 1.0:
+        raise ReportError(f"{where}.{key} must be a fraction in [0, 1], got {value!r}")
+    return value
+
+
+def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
+    if not isinstance(d, Mapping):
+        raise ReportError(f"{where} is not an object")
+    confidence = d.get("confidence", "medium")
+    try:
+        return Finding(
+            id=_req(d, "id", str, where),
+            title=str(d.get("title", "")),
+            est_saving_fraction=_fraction(d, "est_saving_fraction", where),
+            est_speedup=float(_req(d, "est_speedup", float, where)),
+            confidence=confidence if confidence in ("high", "medium", "low") else "medium",
+            evidence=dict(d.get("evidence") or {}),
+            fix=str(d.get("fix", "")),
+            suggestion=dict(d.get("suggestion") or {}),
+            snippet=str(d.get("snippet", "")),
+        )
+    except ValueError as exc:
+        raise ReportError(f"{where}: {exc}") from None
+
+
+def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
+    if not isinstance(d, Mapping):
+        raise ReportError(f"{where} is not an object")
+    fractions = _req(d, "phase_fractions", Mapping, where)
+    for name, value in fractions.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
+    source = _req(d, "idle_source", str, where)
+    if source not in IDLE_SOURCES:
+        raise ReportError(f"{where}.idle_source is {source!r}, expected one of {', '.join(IDLE_SOURCES)}")
+    windows = d.get("idle_windows") or []
+    if not isinstance(windows, list) or not all(isinstance(w, Mapping) for w in windows):
+        raise ReportError(f"{where}.idle_windows must be a list of objects")
+    return Summary(
+        wall_s=float(_req(d, "wall_s", float, where)),
+        steps=int(_req(d, "steps", int, where)),
+        steps_per_s=float(_req(d, "steps_per_s", float, where)),
+        gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
+        idle_source=source,
+        phase_fractions={str(k): float(v) for k, v in fractions.items()},
+        phase_seconds=dict(d.get("phase_seconds") or {}),
+        step_time_s=dict(d.get("step_time_s") or {}),
+        data_wait_s=dict(d.get("data_wait_s") or {}),
+        nvml=d.get("nvml"),
+        idle_windows=tuple(dict(w) for w in windows),
+    )
+
+
+def report_from_dict(d: Any) -> Report:
+    """Parse a report's JSON object. Raises ``ReportError`` with a one-line reason."""
+    if not isinstance(d, Mapping):
+        raise ReportError("not a StallScope report (the top level is not a JSON object)")
+    if "schema_version" not in d:
+        raise ReportError("not a StallScope report (no schema_version)")
+    version = d["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ReportError(f"schema_version must be a positive integer, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ReportError(
+            f"schema_version {version} is newer than this StallScope reads ({SCHEMA_VERSION}); upgrade stallscope"
+        )
+    run = _req(d, "run", Mapping, "report")
+    device = run.get("device") if isinstance(run.get("device"), Mapping) else {}
+    index = device.get("index")
+    dataloader = run.get("dataloader")
+    epochs = d.get("epochs") or []
+    findings = d.get("findings") or []
+    if not isinstance(epochs, list) or not isinstance(findings, list):
+        raise ReportError("report.epochs and report.findings must be lists")
+    return Report(
+        schema_version=version,
+        complete=bool(d.get("complete", True)),
+        run=RunInfo(
+            started_at=str(run.get("started_at", "")),
+            host=str(run.get("host", "")),
+            torch_version=str(run.get("torch_version", "")),
+            device=DeviceInfo(
+                kind=str(device.get("kind", "unknown")),
+                name=str(device.get("name", "")),
+                index=index if isinstance(index, int) else None,
+                uuid=device.get("uuid") if isinstance(device.get("uuid"), str) else None,
+            ),
+            dataloader=dict(dataloader) if isinstance(dataloader, Mapping) else None,
+            stallscope_version=str(run.get("stallscope_version", "")),
+            framework=str(run.get("framework", "plain")),
+            usable_cores=int(run.get("usable_cores", 1) or 1),
+        ),
+        summary=summary_from_dict(_req(d, "summary", Mapping, "report"), "report.summary"),
+        epochs=tuple(
+            EpochReport(
+                index=int(_req(e, "index", int, f"report.epochs[{i}]")),
+                summary=summary_from_dict(
+                    _req(e, "summary", Mapping, f"report.epochs[{i}]"),
+                    f"report.epochs[{i}].summary",
+                ),
+                findings=tuple(
+                    finding_from_dict(f, f"report.epochs[{i}].findings[{j}]")
+                    for j, f in enumerate(e.get("findings") or [])
+                ),
+            )
+            for i, e in enumerate(epochs)
+        ),
+        findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
+        notes=tuple(str(n) for n in d.get("notes") or []),
+    )

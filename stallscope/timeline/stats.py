@@ -1,0 +1,122 @@
+"""Immutable summaries of a span of the timeline (one epoch, or the whole run)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Order statistics of per-step durations, in seconds, over the recent-steps window."""
+
+    #: number of steps the statistics were computed from (at most the window size)
+    n: int
+    mean: float
+    p10: float
+    p50: float
+    p90: float
+    max: float
+
+    @classmethod
+    def of(cls, values_ns: Sequence[int]) -> Distribution:
+        """Summarise ``values_ns`` (nanoseconds); an empty sequence gives all zeros."""
+        if not values_ns:
+            return cls(n=0, mean=0.0, p10=0.0, p50=0.0, p90=0.0, max=0.0)
+        ordered = sorted(values_ns)
+        n = len(ordered)
+        return cls(
+            n=n,
+            mean=sum(ordered) / n / 1e9,
+            p10=_quantile(ordered, 0.10) / 1e9,
+            p50=_quantile(ordered, 0.50) / 1e9,
+            p90=_quantile(ordered, 0.90) / 1e9,
+            max=ordered[-1] / 1e9,
+        )
+
+
+def _quantile(ordered: Sequence[int], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted, non-empty sequence."""
+    pos = (len(ordered) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class EpochBoundary:
+    """Start-up and tear-down cost of one pass over the loader."""
+
+    #: epoch index, from 0
+    index: int
+    #: time in ``iter(loader)`` (worker start-up), ns
+    iter_ns: int
+    #: wait for the epoch's first batch, ns
+    first_wait_ns: int
+    #: the final ``next()`` that ended the epoch (worker shutdown), ns
+    last_wait_ns: int
+
+
+@dataclass(frozen=True)
+class IdleWindow:
+    """One window of consecutive steps: the unit the CI gate compares runs with."""
+
+    #: steps in this window
+    steps: int
+    #: wall time of those steps, ns
+    wall_ns: int
+    #: time the accelerator was busy during them, ns (host_phases: the compute phase)
+    busy_ns: int
+
+    @property
+    def idle_fraction(self) -> float:
+        if self.wall_ns <= 0:
+            return 0.0
+        return min(1.0, max(0.0, 1.0 - self.busy_ns / self.wall_ns))
+
+
+@dataclass(frozen=True)
+class SpanStats:
+    """Everything measured over one span of a run: an epoch, or the run so far.
+
+    Phase times partition the span's wall time exactly: every nanosecond belongs to one phase.
+    """
+
+    #: wall time of the span, ns
+    wall_ns: int
+    #: completed steps (items yielded by ``scope.iter``)
+    steps: int
+    #: passes over a loader started in the span
+    epochs: int
+    #: total time per phase, ns; always holds every built-in phase, custom ones when used
+    phase_ns: Mapping[str, int]
+    #: how many times each phase was entered (``data``: one per ``next()``)
+    phase_counts: Mapping[str, int]
+    #: sum of the completed steps' wall times, ns (time between epochs is in no step)
+    step_total_ns: int
+    #: per-step wall time, recent window
+    step: Distribution
+    #: per-step wait for the batch, recent window
+    data_wait: Distribution
+    #: CPU time of this process spent inside in-process ``next()`` calls, ns; None when the
+    #: loader had worker processes (their CPU is not this process's)
+    data_cpu_ns: int | None
+    #: CPU time of the whole process (all threads) over the span, ns
+    process_cpu_ns: int
+    #: start-up and tear-down of each pass over a loader in the span
+    boundaries: tuple[EpochBoundary, ...] = ()
+    #: idle windows (run span only; empty for epochs)
+    windows: tuple[IdleWindow, ...] = field(default=())
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_ns / 1e9
+
+    def phase_s(self, name: str) -> float:
+        return self.phase_ns.get(name, 0) / 1e9
+
+    def phase_fraction(self, name: str) -> float:
+        if self.wall_ns <= 0:
+            return 0.0
+        return self.phase_ns.get(name, 0) / self.wall_ns
