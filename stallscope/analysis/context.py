@@ -54,3 +54,8 @@ class Context:
     config: AnalysisConfig = field(default_factory=AnalysisConfig)
     #: batches per epoch when the loader has a length
     batches_per_epoch: int | None = None
+    #: tensors in one batch (counted in the first batch of each pass); None when unknown
+    batch_tensors: int | None = None
+    #: host threads the compute competes with workers for: torch's intra-op threads when the
+    #: accelerator is the CPU itself, 1 when a GPU does the compute
+    compute_threads: int = 1

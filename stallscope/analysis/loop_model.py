@@ -1,4 +1,4 @@
-"""A what-if model of the input pipeline: the step time a training loop would have with N workers.
+"""A what-if model of the input pipeline: how long a run would take with N loader workers.
 
 The loop is a producer (the loader) and a consumer (everything the training process does per
 step). Per step, in seconds:
@@ -7,15 +7,22 @@ step). Per step, in seconds:
     P   time one process needs to make one batch (wall), of which P_cpu is CPU
     m   CPU the training process burns per step besides loading (all its threads)
     K   cores this process may use
+    x   cost of moving one batch from a worker to the training process (pickling, shared
+        memory hand-over), paid on both sides; zero when the loader already has workers,
+        since it is then inside the measured times
 
 With N = 0 the two alternate: step = c + P. With N workers they overlap, and the step is set by
 the slowest of three limits:
 
-    step(N) = max(c,  P / N,  (m + P_cpu) / K)
+    step(N) = max(c + x,  (P + x) / N,  (m + P_cpu + 2x) / K)
 
 the consumer itself, the workers' production rate, and the total CPU work spread over the cores.
-The last term is what keeps the advice honest on small machines: past it, more workers only
-compete for the same cores.
+The last term keeps the advice honest on small machines: past it, more workers only compete for
+the same cores. Without ``persistent_workers`` every pass also pays a start-up: spawning the
+workers, their first batch and their shutdown.
+
+The constants below were measured on a 2-core x86-64 box with torch 2.13 (``benchmarks/whatif.py``
+checks the predictions they make); they are conservative for larger machines.
 """
 
 from __future__ import annotations
@@ -27,6 +34,15 @@ from stallscope.timeline.phases import DATA
 
 #: a loader counts as starved when the steady wait per step exceeds this share of the consumer time
 STARVED_WAIT_RATIO = 0.10
+#: fixed cost of handing one batch from a worker to the training process, seconds
+TRANSFER_BASE_S = 0.2e-3
+#: extra hand-over cost per tensor in the batch, seconds
+TRANSFER_PER_TENSOR_S = 0.25e-3
+#: tensors assumed per batch when they were not counted
+DEFAULT_BATCH_TENSORS = 2
+#: start-up plus shutdown of a pass with workers, besides its first batch: base + per worker
+PASS_START_BASE_S = 0.015
+PASS_START_PER_WORKER_S = 0.010
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,8 @@ class LoopModel:
 
     #: steps the costs are averaged over
     steps: int
+    #: passes over the loader in the span
+    passes: int
     #: consumer time per step
     consumer_s: float
     #: steady-state wait per step (start-up waits excluded)
@@ -51,6 +69,12 @@ class LoopModel:
     workers: int
     #: cores this process may use
     cores: int
+    #: worker-to-trainer hand-over cost per batch (0 when it is already measured)
+    transfer_s: float
+    #: measured start-up and shutdown of all passes in the span, seconds
+    pass_overhead_s: float
+    #: whether workers outlive a pass
+    persistent: bool = False
 
     @property
     def step_s(self) -> float:
@@ -70,7 +94,30 @@ class LoopModel:
         """Steady-state step time with ``workers`` loader processes."""
         if workers <= 0:
             return self.consumer_s + self.load_s
-        return max(self.consumer_s, self.load_s / workers, (self.main_cpu_s + self.load_cpu_s) / self.cores)
+        x = self.transfer_s
+        return max(
+            self.consumer_s + x,
+            (self.load_s + x) / workers,
+            (self.main_cpu_s + self.load_cpu_s + 2 * x) / self.cores,
+        )
+
+    def predict_pass_overhead_s(self, workers: int) -> float:
+        """Start-up and shutdown of one pass with ``workers`` (non-persistent) workers, with
+        the pass's first step (its first batch and its consumer time)."""
+        if workers <= 0:
+            return self.load_s + self.consumer_s
+        return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.consumer_s
+
+    def predict_saving_s(self, workers: int) -> float:
+        """Seconds the span would have saved with ``workers`` workers (negative: it would lose)."""
+        now = self.steps * self.step_s + self.pass_overhead_s
+        passes = max(1, self.passes)
+        if self.persistent and workers > 0:
+            after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (self.load_s + self.consumer_s)
+        else:
+            after_overhead = passes * self.predict_pass_overhead_s(workers)
+        after = self.steps * self.predict_step_s(workers) + after_overhead
+        return now - after
 
     def best_workers(self, cap: int) -> int:
         """The fewest workers (at most ``cap``) whose step time is within 3% of the best reachable."""
@@ -80,11 +127,6 @@ class LoopModel:
             if self.predict_step_s(n) <= best * 1.03:
                 return n
         return cap
-
-
-def startup_ns(ctx: Context) -> int:
-    """Data time spent starting and ending passes (``iter()``, first batch, final ``next()``)."""
-    return sum(b.iter_ns + b.first_wait_ns + b.last_wait_ns for b in ctx.span.boundaries)
 
 
 def build_loop_model(ctx: Context) -> LoopModel | None:
@@ -102,8 +144,11 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
     wait_s = steady_wait_ns / steady_steps / 1e9
     workers = ctx.loader.num_workers if ctx.loader is not None else 0
     process_cpu_s = span.process_cpu_ns / max(1, span.steps) / 1e9
+    transfer_s = 0.0
     if workers == 0:
         load_s = wait_s
+        tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
+        transfer_s = TRANSFER_BASE_S + TRANSFER_PER_TENSOR_S * tensors
         if span.data_cpu_ns is not None:
             nexts = max(1, span.phase_counts.get(DATA, span.steps))
             load_cpu_s = min(load_s, span.data_cpu_ns / nexts / 1e9) if load_s > 0 else 0.0
@@ -115,8 +160,11 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         # with workers, a starved loop runs at their production rate: N batches per P seconds
         load_s = workers * (consumer_s + wait_s)
         load_cpu_s, measured, main_cpu_s = load_s, False, process_cpu_s
+    pass_overhead_ns = sum(b.iter_ns + b.first_wait_ns + b.last_wait_ns for b in boundaries)
+    # the first batch of each pass is counted in the start-up, not in the steady steps
     return LoopModel(
-        steps=span.steps,
+        steps=steady_steps,
+        passes=len(boundaries),
         consumer_s=consumer_s,
         wait_s=wait_s,
         load_s=load_s,
@@ -125,4 +173,7 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         main_cpu_s=main_cpu_s,
         workers=workers,
         cores=ctx.cores,
+        transfer_s=transfer_s,
+        pass_overhead_s=pass_overhead_ns / 1e9 + len(boundaries) * consumer_s,
+        persistent=bool(ctx.loader.persistent_workers) if ctx.loader is not None else False,
     )

@@ -48,3 +48,37 @@ def current_device() -> DeviceInfo:
     except Exception:  # a broken CUDA install is a note, not a crash
         pass
     return DeviceInfo(kind="cpu", name=_cpu_name(), index=None)
+
+
+def compute_threads() -> int:
+    """Host threads the compute competes with loader workers for: torch's intra-op threads when
+    the accelerator is the CPU itself, 1 when CUDA does the compute."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return 1
+    try:
+        if torch.cuda.is_initialized():
+            return 1
+        return max(1, int(torch.get_num_threads()))
+    except Exception:
+        return 1
+
+
+def count_tensors(batch: object, limit: int = 64) -> int | None:
+    """Tensors in a batch (nested tuples, lists and dicts); None when it holds none."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return None
+    count = 0
+    stack = [batch]
+    seen = 0
+    while stack and seen < limit:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            count += 1
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return count or None

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from stallscope.config import ScopeConfig
+from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
@@ -225,6 +226,10 @@ class StallScope:
             wait = self._data_end(got_item=True)
             if first:
                 self._boundary[2], first = wait, False
+                try:
+                    self._session.batch_tensors = count_tensors(item)
+                except Exception as exc:
+                    self._fail(exc)
             yield item
         if self._active and generation == self._generation:
             try:

@@ -17,7 +17,7 @@ from stallscope.analysis.context import AnalysisConfig, Context, Framework
 from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
-from stallscope.hooks.environment import current_device, torch_version, utc_now_iso
+from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import summarize
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.render import print_diagnosis
@@ -49,6 +49,8 @@ class Session:
         self.analysis = AnalysisConfig(min_saving=config.min_saving, framework=framework)
         self.loader: LoaderConfig | None = None
         self.batches_per_epoch: int | None = None
+        #: tensors per batch, counted in the first batch of each pass
+        self.batch_tensors: int | None = None
         self.epochs: list[EpochReport] = []
         self.notes: list[str] = []
         self.report: Report | None = None
@@ -112,6 +114,8 @@ class Session:
             cores=self.host.usable_cores,
             config=self.analysis,
             batches_per_epoch=self.batches_per_epoch,
+            batch_tensors=self.batch_tensors,
+            compute_threads=compute_threads(),
         )
 
     def diagnose(self, span: SpanStats) -> list[Finding]:

@@ -26,9 +26,10 @@ def rule(ctx: Context) -> Finding | None:
     if suggested <= model.workers:
         return None
     predicted = model.predict_step_s(suggested)
-    saving = frac(model.steps * (model.step_s - predicted) / ctx.span.wall_s) if ctx.span.wall_s > 0 else 0.0
+    saving = frac(model.predict_saving_s(suggested) / ctx.span.wall_s) if ctx.span.wall_s > 0 else 0.0
     if saving <= 0:
         return None
+    competing = ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores
     wait_share = ctx.span.phase_fraction("data")
     lightning = ctx.config.framework == "lightning"
     where = "the train DataLoader" if lightning else "the DataLoader"
@@ -40,12 +41,17 @@ def rule(ctx: Context) -> Finding | None:
         )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
+    if competing:
+        fix += (
+            f" Training runs on the CPU with {ctx.compute_threads} intra-op threads that the workers will compete"
+            f" with; torch.set_num_threads({max(1, ctx.cores - suggested)}) keeps them from stalling each other."
+        )
     return Finding(
         id=ID,
         title=f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
-        confidence="high" if model.load_cpu_measured else "medium",
+        confidence="low" if competing else "high" if model.load_cpu_measured else "medium",
         evidence={
             "num_workers": model.workers,
             "data_wait_fraction": frac(wait_share),
@@ -56,6 +62,8 @@ def rule(ctx: Context) -> Finding | None:
             "load_cpu_measured": model.load_cpu_measured,
             "main_cpu_per_step_ms": ms(model.main_cpu_s),
             "usable_cores": ctx.cores,
+            "compute_threads": ctx.compute_threads,
+            "transfer_per_batch_ms": ms(model.transfer_s),
             "step_ms": ms(model.step_s),
             "predicted_step_ms": ms(predicted),
         },
