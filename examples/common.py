@@ -81,6 +81,17 @@ class Trainer:
         return loss.detach()
 
 
+def emulate_accelerator() -> None:
+    """Run the model's math on one thread.
+
+    These scenarios use the CPU as their accelerator. On a GPU machine the training process needs
+    about one host thread to drive the device, and the loader's workers have the other cores; one
+    intra-op thread reproduces that split on a small CPU box (with torch's default of one thread
+    per core, workers and compute would fight over the same cores).
+    """
+    torch.set_num_threads(1)
+
+
 def loader(dataset: Dataset[Any], *, batch_size: int = 32, num_workers: int = 0, **kwargs: Any) -> DataLoader[Any]:
     if num_workers == 0:
         kwargs.pop("prefetch_factor", None)

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 PLAIN = [
     "starved_loader",
+    "slow_reads",
+    "blocking_checkpoint",
+    "chatty_logging",
+    "respawned_workers",
+    "healthy",
 ]
 
 LIGHTNING: list[str] = []

@@ -14,12 +14,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import SyntheticDataset, Trainer, cli, loader  # noqa: E402
+from common import SyntheticDataset, Trainer, cli, emulate_accelerator, loader  # noqa: E402
 
 from stallscope import Report, StallScope  # noqa: E402
 
 NAME = "starved_loader"
 EXPECTED = "data.workers"
+#: quick settings for tests
+SMALL = {"epochs": 1, "batches": 24}
 
 
 def run(
@@ -33,6 +35,7 @@ def run(
     cpu_ms_per_sample: float = 0.6,
     **loader_kwargs: Any,
 ) -> Report | None:
+    emulate_accelerator()
     dataset = SyntheticDataset(batches * batch_size, cpu_ms=cpu_ms_per_sample)
     data = loader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_kwargs)
     trainer = Trainer()

@@ -1,0 +1,87 @@
+"""Scenario tests: real tiny training runs with a planted bottleneck; the planted cause ranks first.
+
+Each scenario lives in ``examples/`` (listed in ``examples/scenarios.py``) and runs here at its
+``SMALL`` size. The healthy loop must not get a data, checkpoint, logging or validation finding
+worth 5% or more.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import scenarios  # noqa: E402
+
+pytestmark = pytest.mark.scenario
+
+PIPELINE_FAMILIES = ("data.", "checkpoint.", "logging.", "validation.")
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name", scenarios.PLAIN)
+def test_planted_cause_ranks_first(name: str, tmp_path: Path) -> None:
+    module = _load(name)
+    report = module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    on_disk = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    ids = [f["id"] for f in on_disk["findings"]]
+    if module.EXPECTED is None:
+        big = [
+            (f["id"], f["est_saving_fraction"])
+            for f in on_disk["findings"]
+            if f["id"].startswith(PIPELINE_FAMILIES) and f["est_saving_fraction"] >= 0.05
+        ]
+        assert big == [], f"healthy loop got pipeline findings: {big}"
+    else:
+        assert ids, f"{name}: no finding at all; summary: {on_disk['summary']['phase_fractions']}"
+        assert ids[0] == module.EXPECTED, f"{name}: ranking {ids}"
+        top = on_disk["findings"][0]
+        assert top["est_speedup"] > 1.0
+        assert top["suggestion"], "the top finding must name the setting it assumes"
+    assert report is not None
+    assert report.complete
+    assert on_disk["complete"] is True
+
+
+def test_starved_loader_suggests_workers_the_cores_can_run(tmp_path: Path) -> None:
+    """CPU-heavy preprocessing: never more workers than usable cores."""
+    from stallscope.signals.host import usable_cores
+
+    module = _load("starved_loader")
+    report = module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    top = report.findings[0]
+    assert top.id == "data.workers"
+    assert 1 <= top.suggestion["num_workers"] <= usable_cores()
+    assert top.evidence["load_cpu_measured"] is True
+
+
+def test_slow_reads_may_use_more_workers_than_cores(tmp_path: Path) -> None:
+    """Latency-bound reads: the CPU is idle while waiting, so workers beyond the cores help."""
+    from stallscope.signals.host import usable_cores
+
+    module = _load("slow_reads")
+    report = module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    top = report.findings[0]
+    assert top.id == "data.workers"
+    assert top.evidence["load_cpu_per_batch_ms"] < 0.5 * top.evidence["load_per_batch_ms"]
+    assert top.suggestion["num_workers"] > usable_cores()
+
+
+def test_respawn_finding_counts_only_epochs_after_the_first(tmp_path: Path) -> None:
+    module = _load("respawned_workers")
+    report = module.run(report_dir=str(tmp_path), console=False, epochs=3, batches=12)
+    top = report.findings[0]
+    assert top.id == "data.persistent_workers"
+    assert top.evidence["respawns"] == 2
+    # each re-spawn pays at least the planted worker start-up
+    assert top.evidence["startup_per_epoch_ms"] >= module.WORKER_START_S * 1e3 * 0.9
