@@ -99,7 +99,7 @@ def loader(dataset: Dataset[Any], *, batch_size: int = 32, num_workers: int = 0,
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, **kwargs)
 
 
-def cli(run: Callable[..., Any], description: str) -> None:
+def cli(run: Callable[..., Any], description: str, name: str) -> None:
     """``python examples/<scenario>.py [--report-dir DIR] [--quiet]``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--report-dir", default=None, help="where report.json goes (default runs/<scenario>)")
@@ -110,4 +110,4 @@ def cli(run: Callable[..., Any], description: str) -> None:
         kwargs["report_dir"] = args.report_dir
     report = run(**kwargs)
     if report is not None and not args.quiet:
-        print(f"report: {kwargs.get('report_dir', 'runs/...')}/report.json")
+        print(f"report: {kwargs.get('report_dir', f'runs/{name}')}/report.json")

@@ -62,4 +62,4 @@ def run(
 
 
 if __name__ == "__main__":
-    cli(run, __doc__ or NAME)
+    cli(run, __doc__ or NAME, NAME)

@@ -14,6 +14,7 @@ PLAIN = [
     "blocking_checkpoint",
     "chatty_logging",
     "respawned_workers",
+    "frequent_validation",
     "healthy",
 ]
 

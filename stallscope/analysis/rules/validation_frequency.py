@@ -19,6 +19,10 @@ from stallscope.timeline.phases import VALIDATION
 ID = "validation.frequency"
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.0f} ms"
+
+
 def rule(ctx: Context) -> Finding | None:
     est = estimate(ctx, VALIDATION, ctx.config.validation_target_share)
     if est is None:
@@ -48,7 +52,7 @@ def rule(ctx: Context) -> Finding | None:
     key, value = next(iter(suggestion.items()))
     return Finding(
         id=ID,
-        title=f"Validation takes {est.share_now:.0%} of the time ({est.each_s:.2f} s per run)",
+        title=f"Validation takes {est.share_now:.0%} of the time ({_duration(est.each_s)} per run)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="high",
