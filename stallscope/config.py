@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def check_nvml_device(value: object) -> int | str | None:
         return value
     if isinstance(value, str):
         text = value.strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             return int(text)
         if _UUID.match(text):
             return text
@@ -70,9 +71,9 @@ class ScopeConfig:
         if (
             isinstance(sample_interval_s, bool)
             or not isinstance(sample_interval_s, (int, float))
-            or not sample_interval_s > 0
+            or not 0 < sample_interval_s <= threading.TIMEOUT_MAX  # what Event.wait accepts; rejects nan, inf
         ):
-            raise ValueError(f"sample_interval_s must be > 0, got {sample_interval_s!r}")
+            raise ValueError(f"sample_interval_s must be a number of seconds > 0, got {sample_interval_s!r}")
         if isinstance(recent_steps, bool) or not isinstance(recent_steps, int) or recent_steps < 16:
             raise ValueError(f"recent_steps must be an int >= 16, got {recent_steps!r}")
         return cls(

@@ -114,7 +114,11 @@ class StallScope:
         if exc_type is not None and not issubclass(exc_type, Exception):
             self._session.note(f"the run was interrupted ({exc_type.__name__})")
         elif exc is not None:
-            self._session.note(f"the run ended with an exception ({exc_type.__name__ if exc_type else 'error'}: {exc})")
+            try:  # str() runs the user's code, which may itself raise: never replace their exception
+                detail = f"{type(exc).__name__}: {exc}"
+            except Exception:
+                detail = type(exc).__name__
+            self._session.note(f"the run ended with an exception ({detail})")
         self.close()
         # never suppress: the user's exception propagates unchanged
 

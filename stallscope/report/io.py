@@ -13,6 +13,18 @@ from stallscope.report.schema import Report, report_from_dict, report_to_dict
 REPORT_NAME = "report.json"
 
 
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file (0o666 less the umask); ``mkstemp`` makes it 0o600."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o644
+
+
 def write_report(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write ``report`` as UTF-8 JSON to ``path`` atomically (temp file + ``os.replace``)."""
     target = Path(path)
@@ -25,6 +37,7 @@ def write_report(report: Report, path: str | os.PathLike[str]) -> Path:
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _new_file_mode())  # readable like any other file the run writes
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -51,6 +64,8 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         raise ReportError(f"{p}: not UTF-8 text, not a StallScope report") from None
     except json.JSONDecodeError as exc:
         raise ReportError(f"{p}: malformed JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise ReportError(f"{p}: JSON nested too deeply, not a StallScope report") from None
     try:
         return report_from_dict(data)
     except ReportError as exc:

@@ -210,6 +210,26 @@ def _fraction(obj: Mapping[str, Any], key: str, where: str) -> float:
     return value
 
 
+def _opt_map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    """An optional JSON object: None when absent or null, ``ReportError`` when not an object."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ReportError(f"{where}.{key} must be an object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _opt_list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    """An optional JSON array: empty when absent or null, ``ReportError`` when not an array."""
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ReportError(f"{where}.{key} must be a list, got {type(value).__name__}")
+    return value
+
+
 def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
@@ -221,9 +241,9 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
             est_saving_fraction=_fraction(d, "est_saving_fraction", where),
             est_speedup=float(_req(d, "est_speedup", float, where)),
             confidence=confidence if confidence in ("high", "medium", "low") else "medium",
-            evidence=dict(d.get("evidence") or {}),
+            evidence=_opt_map(d, "evidence", where) or {},
             fix=str(d.get("fix", "")),
-            suggestion=dict(d.get("suggestion") or {}),
+            suggestion=_opt_map(d, "suggestion", where) or {},
             snippet=str(d.get("snippet", "")),
         )
     except ValueError as exc:
@@ -250,10 +270,10 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
         gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
         idle_source=source,
         phase_fractions={str(k): float(v) for k, v in fractions.items()},
-        phase_seconds=dict(d.get("phase_seconds") or {}),
-        step_time_s=dict(d.get("step_time_s") or {}),
-        data_wait_s=dict(d.get("data_wait_s") or {}),
-        nvml=d.get("nvml"),
+        phase_seconds=_opt_map(d, "phase_seconds", where) or {},
+        step_time_s=_opt_map(d, "step_time_s", where) or {},
+        data_wait_s=_opt_map(d, "data_wait_s", where) or {},
+        nvml=_opt_map(d, "nvml", where),
         idle_windows=tuple(dict(w) for w in windows),
     )
 
@@ -275,10 +295,11 @@ def report_from_dict(d: Any) -> Report:
     device = run.get("device") if isinstance(run.get("device"), Mapping) else {}
     index = device.get("index")
     dataloader = run.get("dataloader")
-    epochs = d.get("epochs") or []
-    findings = d.get("findings") or []
-    if not isinstance(epochs, list) or not isinstance(findings, list):
-        raise ReportError("report.epochs and report.findings must be lists")
+    epochs = _opt_list(d, "epochs", "report")
+    findings = _opt_list(d, "findings", "report")
+    usable_cores = run.get("usable_cores", 1)
+    if not isinstance(usable_cores, int) or isinstance(usable_cores, bool):
+        raise ReportError(f"report.run.usable_cores has the wrong type ({type(usable_cores).__name__})")
     return Report(
         schema_version=version,
         complete=bool(d.get("complete", True)),
@@ -295,7 +316,7 @@ def report_from_dict(d: Any) -> Report:
             dataloader=dict(dataloader) if isinstance(dataloader, Mapping) else None,
             stallscope_version=str(run.get("stallscope_version", "")),
             framework=str(run.get("framework", "plain")),
-            usable_cores=int(run.get("usable_cores", 1) or 1),
+            usable_cores=max(1, usable_cores),
         ),
         summary=summary_from_dict(_req(d, "summary", Mapping, "report"), "report.summary"),
         epochs=tuple(
@@ -307,11 +328,11 @@ def report_from_dict(d: Any) -> Report:
                 ),
                 findings=tuple(
                     finding_from_dict(f, f"report.epochs[{i}].findings[{j}]")
-                    for j, f in enumerate(e.get("findings") or [])
+                    for j, f in enumerate(_opt_list(e, "findings", f"report.epochs[{i}]"))
                 ),
             )
             for i, e in enumerate(epochs)
         ),
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
-        notes=tuple(str(n) for n in d.get("notes") or []),
+        notes=tuple(str(n) for n in _opt_list(d, "notes", "report")),
     )

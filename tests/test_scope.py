@@ -1,0 +1,557 @@
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+import torch
+from conftest import FakeClock
+from rich.console import Console
+from torch.utils.data import DataLoader, TensorDataset
+
+from stallscope import StallScope
+from stallscope.hooks import scope as scope_module
+from stallscope.hooks.session import Session
+from stallscope.report.io import REPORT_NAME
+from stallscope.report.schema import report_to_dict
+from stallscope.timeline.recorder import Timeline
+
+MS = 1_000_000
+
+
+@pytest.fixture
+def clocked(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, cpu_clock: FakeClock) -> FakeClock:
+    """Every ``StallScope`` made in the test reads ``clock`` (and ``cpu_clock``) instead of real time."""
+    monkeypatch.setattr(scope_module, "Session", functools.partial(Session, clock=clock, cpu_clock=cpu_clock))
+    return clock
+
+
+class TimedLoader:
+    """An iterable whose ``iter()`` and each ``next()`` take a scripted time on the fake clock."""
+
+    def __init__(
+        self,
+        items: Sequence[Any],
+        clock: FakeClock,
+        *,
+        wait_ms: float = 0,
+        iter_ms: float = 0,
+        end_ms: float = 0,
+    ) -> None:
+        self.items = items
+        self.clock = clock
+        self.wait_ms = wait_ms
+        self.iter_ms = iter_ms
+        self.end_ms = end_ms
+
+    def __iter__(self) -> Iterator[Any]:
+        self.clock.advance_ms(self.iter_ms)
+        return self._items()
+
+    def _items(self) -> Iterator[Any]:
+        for item in self.items:
+            self.clock.advance_ms(self.wait_ms)
+            yield item
+        self.clock.advance_ms(self.end_ms)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+class Boom(Exception):
+    """The user's own error."""
+
+
+def _read(report_dir: Path) -> dict[str, Any]:
+    data = json.loads((report_dir / REPORT_NAME).read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def _train_step(scope: StallScope, clock: FakeClock) -> None:
+    """5 ms compute, 2 ms logging, 1 ms in no phase (other)."""
+    with scope.phase("compute"):
+        clock.advance_ms(5)
+    with scope.phase("logging"):
+        clock.advance_ms(2)
+    clock.advance_ms(1)
+
+
+# -- what it measures ------------------------------------------------------------------------
+
+
+def test_phase_fractions_reflect_each_phase_share(tmp_path: Path, clocked: FakeClock) -> None:
+    loader = TimedLoader(range(4), clocked, wait_ms=2)
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(loader):
+            _train_step(scope, clocked)
+    # each step: 2 ms waiting for data + 5 compute + 2 logging + 1 other = 10 ms; 4 steps = 40 ms
+    data = _read(tmp_path)
+    summary = data["summary"]
+    assert summary["steps"] == 4
+    assert summary["wall_s"] == pytest.approx(0.040)
+    assert summary["steps_per_s"] == pytest.approx(100.0)
+    fractions = summary["phase_fractions"]
+    assert fractions["data"] == pytest.approx(0.2)
+    assert fractions["compute"] == pytest.approx(0.5)
+    assert fractions["logging"] == pytest.approx(0.2)
+    assert fractions["other"] == pytest.approx(0.1)
+    assert fractions["h2d"] == fractions["checkpoint"] == fractions["validation"] == 0.0
+    assert sum(fractions.values()) == pytest.approx(1.0, abs=1e-6)
+    assert summary["idle_source"] == "host_phases"
+    assert summary["gpu_idle_fraction"] == pytest.approx(0.5)  # 1 - compute share
+    assert data["epochs"][0]["summary"]["phase_fractions"] == fractions
+    assert summary["data_wait_s"]["p50"] == pytest.approx(0.002)
+    assert summary["step_time_s"]["max"] == pytest.approx(0.010)
+
+
+def test_steps_are_counted_per_item(tmp_path: Path) -> None:
+    items = (f"batch {i}" for i in range(7))  # a generator: no len(), no DataLoader
+    seen = []
+    with StallScope(tmp_path, console=False) as scope:
+        for item in scope.iter(items):
+            seen.append(item)
+    assert seen == [f"batch {i}" for i in range(7)]
+    assert scope.report is not None
+    assert scope.report.summary.steps == 7
+    assert scope.report.epochs[0].summary.steps == 7
+    assert "dataloader" not in _read(tmp_path)["run"]
+
+
+def test_real_clock_fractions_sum_to_one(tmp_path: Path) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in range(2):
+            for x in scope.iter(range(20)):
+                with scope.phase("compute"):
+                    sum(range(100 * x))
+    summary = _read(tmp_path)["summary"]
+    assert summary["steps"] == 40
+    assert sum(summary["phase_fractions"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert all(0.0 <= v <= 1.0 for v in summary["phase_fractions"].values())
+
+
+def test_nested_phases_count_exclusively(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(TimedLoader(range(2), clocked)):
+            with scope.phase("compute"):
+                clocked.advance_ms(6)
+                with scope.phase("logging"):
+                    clocked.advance_ms(4)
+    fractions = _read(tmp_path)["summary"]["phase_fractions"]
+    assert fractions["compute"] == pytest.approx(0.6)
+    assert fractions["logging"] == pytest.approx(0.4)
+
+
+def test_custom_phases_are_reported_under_their_own_name(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=1)):
+            with scope.phase("tokenize"):
+                clocked.advance_ms(3)
+            with scope.phase("compute"):
+                clocked.advance_ms(6)
+    data = _read(tmp_path)
+    assert data["summary"]["phase_fractions"]["tokenize"] == pytest.approx(0.3)
+    assert data["summary"]["phase_seconds"]["tokenize"] == pytest.approx(0.009)
+    assert data["epochs"][0]["summary"]["phase_fractions"]["tokenize"] == pytest.approx(0.3)
+    assert data["summary"]["gpu_idle_fraction"] == pytest.approx(0.4)  # custom phases are host work
+
+
+def test_phases_between_epochs_count_for_the_run(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(TimedLoader(range(2), clocked)):
+            with scope.phase("compute"):
+                clocked.advance_ms(10)
+        with scope.phase("validation"):
+            clocked.advance_ms(20)
+    fractions = _read(tmp_path)["summary"]["phase_fractions"]
+    assert fractions["compute"] == pytest.approx(0.5)
+    assert fractions["validation"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ["", 42, None, "x" * 65, "new\nline"])
+def test_invalid_phase_names_raise(tmp_path: Path, name: Any) -> None:
+    with StallScope(tmp_path, console=False) as scope, pytest.raises(ValueError, match="phase name"):
+        scope.phase(name)
+    with pytest.raises(ValueError, match="phase name"):
+        scope.phase(name)  # also once the scope is off
+
+
+def test_bad_constructor_arguments_raise_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="-1"):
+        StallScope(tmp_path, nvml_device=-1)
+    with pytest.raises(ValueError, match="'sometimes'"):
+        StallScope(tmp_path, console="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        StallScope(tmp_path, False)  # type: ignore[misc]
+
+
+# -- epochs and the report file --------------------------------------------------------------
+
+
+def test_report_is_written_at_each_epoch_end_and_at_exit(tmp_path: Path, clocked: FakeClock) -> None:
+    loader = TimedLoader(range(3), clocked, wait_ms=1)
+    with StallScope(tmp_path, console=False) as scope:
+        assert scope.report is None
+        assert not (tmp_path / REPORT_NAME).exists()
+        for _ in scope.iter(loader):
+            _train_step(scope, clocked)
+        first = _read(tmp_path)
+        assert first["complete"] is False
+        assert [e["index"] for e in first["epochs"]] == [0]
+        assert first["epochs"][0]["summary"]["steps"] == 3
+        for _ in scope.iter(loader):
+            _train_step(scope, clocked)
+        second = _read(tmp_path)
+        assert second["complete"] is False
+        assert [e["index"] for e in second["epochs"]] == [0, 1]
+    final = _read(tmp_path)
+    assert final["complete"] is True
+    assert final["schema_version"] == 1
+    assert final["summary"]["steps"] == 6
+    assert [e["summary"]["steps"] for e in final["epochs"]] == [3, 3]
+    assert final["run"]["framework"] == "plain"
+
+
+def test_scope_report_is_what_the_json_holds(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(TimedLoader(range(5), clocked, wait_ms=3)):
+            _train_step(scope, clocked)
+        assert scope.report is not None
+        assert report_to_dict(scope.report) == _read(tmp_path)
+    assert scope.report is not None
+    assert scope.report.complete
+    assert report_to_dict(scope.report) == _read(tmp_path)
+
+
+def test_no_report_dir_writes_nothing_but_keeps_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with StallScope(None, console=False) as scope:
+        for _ in scope.iter(range(3)):
+            pass
+    assert scope.report is not None
+    assert scope.report.summary.steps == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_breaking_out_then_iter_again_ends_the_epoch(tmp_path: Path, clocked: FakeClock) -> None:
+    loader = TimedLoader(range(10), clocked, wait_ms=1)
+    with StallScope(tmp_path, console=False) as scope:
+        for i, _ in enumerate(scope.iter(loader)):
+            with scope.phase("compute"):
+                clocked.advance_ms(4)
+            if i == 1:
+                break
+        clocked.advance_ms(5)  # still the second step: nothing ended it yet
+        assert scope.report is None
+        second_pass = scope.iter(loader)  # ends the first epoch, before a batch is asked for
+        assert scope.report is not None
+        first = scope.report.epochs[0].summary
+        assert first.steps == 2
+        assert first.wall_s == pytest.approx(0.015)  # 1 + 4, then 1 + 4 + 5
+        assert first.step_time_s["max"] == pytest.approx(0.010)
+        assert first.phase_fractions["compute"] == pytest.approx(8 / 15, abs=1e-6)
+        assert sum(1 for _ in second_pass) == 10
+    assert [e["summary"]["steps"] for e in _read(tmp_path)["epochs"]] == [2, 10]
+
+
+def test_breaking_out_then_leaving_the_scope_ends_the_epoch(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for i, _ in enumerate(scope.iter(TimedLoader(range(10), clocked, wait_ms=1))):
+            clocked.advance_ms(1)
+            if i == 2:
+                break
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert [e["summary"]["steps"] for e in data["epochs"]] == [3]
+    assert data["summary"]["wall_s"] == pytest.approx(0.006)
+
+
+def test_an_empty_loader_makes_no_steps(tmp_path: Path) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter([]):
+            pass
+    data = _read(tmp_path)
+    assert data["summary"]["steps"] == 0
+    assert sum(data["summary"]["phase_fractions"].values()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_dataloader_settings_are_reported(tmp_path: Path) -> None:
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4, num_workers=0)
+    batches = []
+    with StallScope(tmp_path, console=False) as scope:
+        for (batch,) in scope.iter(loader):
+            with scope.phase("compute"):
+                batches.append(batch.sum().item())
+    assert batches == [6.0, 22.0, 17.0]
+    data = _read(tmp_path)
+    assert data["summary"]["steps"] == 3
+    assert data["run"]["dataloader"] == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "prefetch_factor": None,
+        "persistent_workers": False,
+        "batch_size": 4,
+    }
+    assert data["run"]["device"]["kind"] == "cpu"
+
+
+def test_worker_dataloader_settings_are_reported(tmp_path: Path) -> None:
+    loader = DataLoader(
+        TensorDataset(torch.arange(4.0)), batch_size=2, num_workers=1, prefetch_factor=3, persistent_workers=True
+    )
+    with StallScope(tmp_path, console=False) as scope:
+        assert [batch.tolist() for (batch,) in scope.iter(loader)] == [[0.0, 1.0], [2.0, 3.0]]
+    assert _read(tmp_path)["run"]["dataloader"] == {
+        "num_workers": 1,
+        "pin_memory": False,
+        "prefetch_factor": 3,
+        "persistent_workers": True,
+        "batch_size": 2,
+    }
+
+
+def test_console_false_prints_nothing(tmp_path: Path, clocked: FakeClock, capsys: pytest.CaptureFixture[str]) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in range(2):
+            for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+                _train_step(scope, clocked)
+    assert capsys.readouterr() == ("", "")
+    assert (tmp_path / REPORT_NAME).is_file()
+
+
+def test_the_diagnosis_is_printed_at_each_epoch_end(tmp_path: Path, clocked: FakeClock) -> None:
+    out = io.StringIO()
+    with StallScope(tmp_path, console=Console(file=out, width=100)) as scope:
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+            _train_step(scope, clocked)
+        assert "StallScope · epoch 0: accelerator idle" in out.getvalue()
+        assert "epoch 1" not in out.getvalue()
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+            _train_step(scope, clocked)
+        assert "StallScope · epoch 1:" in out.getvalue()
+    assert "StallScope · run (2 epochs):" in out.getvalue()
+
+
+# -- the user's exceptions pass through unchanged --------------------------------------------
+
+
+def _assert_pristine(error: BaseException) -> None:
+    """Nothing of StallScope's got chained onto the user's exception."""
+    assert error.__cause__ is None
+    assert error.__context__ is None
+
+
+def test_error_in_the_loop_body_propagates_and_the_report_is_written(tmp_path: Path, clocked: FakeClock) -> None:
+    error = Boom("the user's bug")
+    scope = StallScope(tmp_path, console=False)
+
+    def train() -> None:
+        with scope:
+            for i, _ in enumerate(scope.iter(TimedLoader(range(10), clocked, wait_ms=1))):
+                _train_step(scope, clocked)
+                if i == 2:
+                    raise error
+
+    with pytest.raises(Boom) as caught:
+        train()
+    assert caught.value is error
+    _assert_pristine(caught.value)
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert data["summary"]["steps"] == 3
+    assert [e["summary"]["steps"] for e in data["epochs"]] == [3]
+    assert any("Boom: the user's bug" in note for note in data["notes"])
+    assert scope.report is not None
+    assert report_to_dict(scope.report) == data
+
+
+def test_error_in_a_phase_propagates_and_the_phase_is_closed(tmp_path: Path, clocked: FakeClock) -> None:
+    error = Boom("out of memory, say")
+    scope = StallScope(tmp_path, console=False)
+
+    def train() -> None:
+        with scope:
+            for i, _ in enumerate(scope.iter(TimedLoader(range(10), clocked, wait_ms=1))):
+                with scope.phase("compute"):
+                    clocked.advance_ms(3)
+                    if i == 1:
+                        raise error
+
+    with pytest.raises(Boom) as caught:
+        train()
+    assert caught.value is error
+    _assert_pristine(caught.value)
+    assert scope._session.timeline.depth == 0  # the phase was left on the way out
+    data = _read(tmp_path)
+    assert data["summary"]["steps"] == 2
+    assert data["summary"]["phase_fractions"]["compute"] == pytest.approx(0.75)  # 6 of 8 ms
+    assert any("Boom: out of memory, say" in note for note in data["notes"])
+
+
+class _FailingLoader:
+    """A loader whose ``iter()`` or ``next()`` raises ``error`` (after ``good`` items)."""
+
+    def __init__(self, error: BaseException, *, on: str, good: int = 0) -> None:
+        self.error = error
+        self.on = on
+        self.good = good
+
+    def __iter__(self) -> Iterator[int]:
+        if self.on == "iter":
+            raise self.error
+        return self
+
+    def __next__(self) -> int:
+        if self.good == 0:
+            raise self.error
+        self.good -= 1
+        return self.good
+
+
+@pytest.mark.parametrize(("on", "steps"), [("iter", 0), ("next", 2)])
+def test_error_from_the_loader_propagates_and_the_report_is_written(tmp_path: Path, on: str, steps: int) -> None:
+    error = Boom(f"corrupt file in {on}")
+    scope = StallScope(tmp_path, console=False)
+
+    def train() -> None:
+        with scope:
+            for _ in scope.iter(_FailingLoader(error, on=on, good=2)):
+                with scope.phase("compute"):
+                    pass
+
+    with pytest.raises(Boom) as caught:
+        train()
+    assert caught.value is error
+    _assert_pristine(caught.value)
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert data["summary"]["steps"] == steps
+    assert any(f"Boom: corrupt file in {on}" in note for note in data["notes"])
+    assert scope._session.timeline.depth == 0
+
+
+@pytest.mark.parametrize("where", ["body", "loader"])
+def test_keyboard_interrupt_propagates_and_the_report_is_written(tmp_path: Path, where: str) -> None:
+    interrupt = KeyboardInterrupt()
+    loader = _FailingLoader(interrupt, on="next", good=3) if where == "loader" else range(10)
+
+    def train() -> None:
+        with StallScope(tmp_path, console=False) as scope:
+            for i in scope.iter(loader):
+                if where == "body" and i == 2:
+                    raise interrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        train()
+    assert caught.value is interrupt
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert data["summary"]["steps"] == 3
+    assert "the run was interrupted (KeyboardInterrupt)" in data["notes"]
+
+
+def test_an_error_the_user_catches_is_not_noted(tmp_path: Path) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        for i in scope.iter(range(4)):
+            try:
+                with scope.phase("compute"):
+                    if i == 1:
+                        raise Boom("handled")
+            except Boom:
+                pass
+    data = _read(tmp_path)
+    assert data["summary"]["steps"] == 4
+    assert data["notes"] == []
+
+
+# -- internal errors turn the scope off, training goes on ------------------------------------
+
+
+def _planted(*args: object, **kwargs: object) -> NoReturn:
+    raise RuntimeError("planted")
+
+
+def _one_stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("stallscope: ")
+    assert "RuntimeError: planted" in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("method", ["enter", "leave", "data_begin", "data_end", "begin_epoch", "end_epoch"])
+def test_an_internal_error_turns_the_scope_off_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
+) -> None:
+    monkeypatch.setattr(Timeline, method, _planted)
+    seen = []
+    with StallScope(tmp_path, console=False) as scope:
+        for epoch in range(2):
+            for item in scope.iter(range(5)):
+                with scope.phase("compute"):
+                    seen.append((epoch, item))
+                with scope.phase("logging"):
+                    pass
+    assert seen == [(epoch, item) for epoch in range(2) for item in range(5)]
+    assert not scope.enabled
+    line = _one_stderr_line(capsys)
+    assert "turned itself off" in line
+    data = _read(tmp_path)
+    assert any("RuntimeError: planted" in note for note in data["notes"])
+
+
+def test_an_internal_error_after_some_steps_keeps_every_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = Timeline.data_begin
+    calls = {"n": 0}
+
+    def flaky(self: Timeline, *, new_step: bool = True) -> None:
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("planted")
+        real(self, new_step=new_step)
+
+    monkeypatch.setattr(Timeline, "data_begin", flaky)
+    with StallScope(tmp_path, console=False) as scope:
+        seen = list(scope.iter(range(10)))
+        assert not scope.enabled
+        seen += list(scope.iter(range(10, 13)))  # a later epoch passes items straight through
+    assert seen == list(range(13))
+    _one_stderr_line(capsys)
+
+
+def test_a_report_that_cannot_be_written_does_not_stop_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stallscope.hooks import session as session_module
+
+    monkeypatch.setattr(session_module, "write_report", _planted)
+    with StallScope(tmp_path, console=False) as scope:
+        totals = [sum(scope.iter(range(5))) for _ in range(3)]
+    assert totals == [10, 10, 10]
+    assert "turned itself off" in _one_stderr_line(capsys)
+
+
+def test_an_exception_whose_str_fails_still_propagates_unchanged(tmp_path: Path) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("cannot print me")
+
+    error = Unprintable()
+
+    def train() -> None:
+        with StallScope(tmp_path, console=False) as scope:
+            for _ in scope.iter(range(3)):
+                raise error
+
+    with pytest.raises(Unprintable) as caught:
+        train()
+    assert caught.value is error
+    assert "the run ended with an exception (Unprintable)" in _read(tmp_path)["notes"]

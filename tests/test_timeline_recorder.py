@@ -1,0 +1,505 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import FakeClock
+
+from stallscope.timeline.phases import BUILTIN_PHASES
+from stallscope.timeline.recorder import Timeline
+from stallscope.timeline.stats import EpochBoundary, IdleWindow, SpanStats
+
+
+@pytest.fixture
+def tl(clock: FakeClock, cpu_clock: FakeClock) -> Timeline:
+    """A started timeline on fake clocks, at t = 0."""
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock)
+    timeline.start()
+    return timeline
+
+
+def _step(tl: Timeline, clock: FakeClock, wait: int, compute: int, other: int = 0) -> None:
+    """One item as ``scope.iter`` records it: wait for it, then compute, then uncovered time."""
+    tl.data_begin()
+    clock.advance(wait)
+    tl.data_end(got_item=True)
+    tl.enter(tl.phase_id("compute"))
+    clock.advance(compute)
+    tl.leave()
+    clock.advance(other)
+
+
+def _open_pass(tl: Timeline, clock: FakeClock, iter_ns: int = 0) -> None:
+    """``iter(loader)`` as ``scope.iter`` records it (data time, but no step)."""
+    tl.data_begin(new_step=False)
+    clock.advance(iter_ns)
+    tl.data_end(got_item=False)
+
+
+def _close_pass(tl: Timeline, clock: FakeClock, last_ns: int = 0) -> None:
+    """The final ``next()`` that raises ``StopIteration``."""
+    tl.data_begin()
+    clock.advance(last_ns)
+    tl.data_end(got_item=False)
+
+
+def _assert_partition(span: SpanStats) -> None:
+    assert sum(span.phase_ns.values()) == span.wall_ns
+
+
+# -- construction ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"recent_steps": 0}, "recent_steps must be >= 1, got 0"),
+        ({"window_steps": 0}, "window_steps must be >= 1, got 0"),
+        ({"max_windows": 1}, "got 1"),
+        ({"max_windows": 5}, "got 5"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(kwargs: dict[str, int], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        Timeline(**kwargs)
+
+
+def test_started_only_after_start(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock)
+    assert not timeline.started
+    timeline.start()
+    assert timeline.started
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+def test_time_outside_any_phase_is_other(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    clock.now = 1_000  # the run starts at start(), not at clock zero
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock)
+    timeline.start()
+    clock.advance(50)
+    run = timeline.run_stats()
+    assert run.wall_ns == 50
+    assert dict(run.phase_ns) == {name: (50 if name == "other" else 0) for name in BUILTIN_PHASES}
+    assert run.steps == 0
+
+
+def test_nested_phases_count_exclusively(tl: Timeline, clock: FakeClock) -> None:
+    compute, logging = tl.phase_id("compute"), tl.phase_id("logging")
+    clock.advance(10)  # other
+    tl.enter(compute)
+    assert tl.depth == 1
+    clock.advance(20)  # compute
+    tl.enter(logging)
+    assert tl.depth == 2
+    clock.advance(5)  # logging, not compute
+    tl.leave()
+    clock.advance(7)  # compute again
+    tl.leave()
+    assert tl.depth == 0
+    clock.advance(3)  # other
+    run = tl.run_stats()
+    assert run.wall_ns == 45
+    assert run.phase_ns["other"] == 13
+    assert run.phase_ns["compute"] == 27
+    assert run.phase_ns["logging"] == 5
+    assert run.phase_counts["compute"] == 1
+    assert run.phase_counts["logging"] == 1
+    _assert_partition(run)
+
+
+def test_same_phase_nested_in_itself(tl: Timeline, clock: FakeClock) -> None:
+    compute = tl.phase_id("compute")
+    tl.enter(compute)
+    clock.advance(4)
+    tl.enter(compute)
+    clock.advance(6)
+    tl.leave()
+    clock.advance(1)
+    tl.leave()
+    run = tl.run_stats()
+    assert run.phase_ns["compute"] == 11
+    assert run.phase_counts["compute"] == 2
+    _assert_partition(run)
+
+
+def test_unbalanced_leave_falls_back_to_other(tl: Timeline, clock: FakeClock) -> None:
+    clock.advance(5)
+    tl.leave()  # nothing open
+    clock.advance(5)
+    assert tl.depth == 0
+    run = tl.run_stats()
+    assert run.phase_ns["other"] == 10
+    _assert_partition(run)
+
+
+def test_builtin_phase_ids_follow_the_vocabulary(tl: Timeline) -> None:
+    assert [tl.phase_id(name) for name in BUILTIN_PHASES] == list(range(len(BUILTIN_PHASES)))
+
+
+def test_custom_phase_is_registered_once_and_reported_under_its_name(tl: Timeline, clock: FakeClock) -> None:
+    tokenize = tl.phase_id("tokenize")
+    assert tokenize == len(BUILTIN_PHASES)
+    assert tl.phase_id("tokenize") == tokenize
+    tl.phase_id("never_entered")
+    tl.enter(tokenize)
+    clock.advance(30)
+    tl.leave()
+    clock.advance(10)
+    run = tl.run_stats()
+    assert run.phase_ns["tokenize"] == 30
+    assert run.phase_counts["tokenize"] == 1
+    assert "never_entered" not in run.phase_ns  # custom phases appear once used
+    assert run.phase_ns["other"] == 10
+    _assert_partition(run)
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def test_a_pass_over_a_loader(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=True)
+    tl.data_begin(new_step=False)
+    clock.advance(4)
+    cpu_clock.advance(1)
+    assert tl.data_end(got_item=False) == 4  # iter(): data time, not a step
+    for wait, compute in ((2, 10), (3, 20), (5, 30)):
+        tl.data_begin()
+        clock.advance(wait)
+        cpu_clock.advance(1)
+        assert tl.data_end(got_item=True) == wait
+        tl.enter(tl.phase_id("compute"))
+        clock.advance(compute)
+        cpu_clock.advance(100)
+        tl.leave()
+        clock.advance(1)  # other
+    tl.data_begin()
+    clock.advance(6)
+    cpu_clock.advance(1)
+    tl.data_end(got_item=False)  # StopIteration
+    assert tl.steps == 3
+
+    epoch = tl.end_epoch()
+    # steps run from one data_begin to the next: 2+10+1, 3+20+1, 5+30+1
+    assert epoch.steps == 3
+    assert epoch.epochs == 1
+    assert epoch.step_total_ns == 13 + 24 + 36
+    assert epoch.wall_ns == 4 + 73 + 6
+    assert epoch.phase_ns["data"] == 4 + 2 + 3 + 5 + 6
+    assert epoch.phase_ns["compute"] == 60
+    assert epoch.phase_ns["other"] == 3
+    _assert_partition(epoch)
+    assert epoch.phase_counts["data"] == 5  # iter() + 3 items + the exhausting next()
+    assert epoch.phase_counts["compute"] == 3
+    assert epoch.step.n == 3
+    assert epoch.step.mean == pytest.approx(73 / 3 / 1e9)
+    assert epoch.step.p50 == pytest.approx(24e-9)
+    assert epoch.step.max == pytest.approx(36e-9)
+    assert epoch.data_wait.mean == pytest.approx(10 / 3 / 1e9)
+    assert epoch.data_wait.p50 == pytest.approx(3e-9)
+    assert epoch.data_wait.max == pytest.approx(5e-9)
+    assert epoch.data_cpu_ns == 5  # CPU time inside the five data calls only
+    assert epoch.process_cpu_ns == 305
+
+
+def test_first_wait_of_a_pass_starts_no_step_until_an_item_arrives(tl: Timeline, clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    _close_pass(tl, clock, last_ns=9)  # an empty loader
+    epoch = tl.end_epoch()
+    assert epoch.steps == 0
+    assert epoch.step_total_ns == 0
+    assert epoch.step.n == 0
+    assert epoch.phase_ns["data"] == 9
+
+
+def test_end_epoch_closes_the_step_in_progress(tl: Timeline, clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    _step(tl, clock, wait=2, compute=10)
+    _step(tl, clock, wait=3, compute=7)  # the user breaks out here
+    clock.advance(5)
+    epoch = tl.end_epoch()
+    assert epoch.steps == 2
+    assert epoch.step_total_ns == 12 + 15
+    assert epoch.step.max == pytest.approx(15e-9)
+    assert epoch.phase_ns["other"] == 5
+    _assert_partition(epoch)
+
+
+def test_worker_loaders_have_no_data_cpu(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=False)
+    _open_pass(tl, clock)
+    _step(tl, clock, wait=1, compute=1)
+    _close_pass(tl, clock)
+    assert tl.end_epoch().data_cpu_ns is None
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    tl.data_begin()
+    cpu_clock.advance(8)
+    tl.data_end(got_item=True)
+    _close_pass(tl, clock)
+    assert tl.end_epoch().data_cpu_ns == 8
+    assert tl.run_stats().data_cpu_ns is None  # part of the run had workers
+
+
+# -- epochs ----------------------------------------------------------------------------------
+
+
+def test_epochs_are_differences_and_add_up_to_the_run(tl: Timeline, clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock, iter_ns=1)
+    _step(tl, clock, wait=2, compute=10)
+    _step(tl, clock, wait=2, compute=10)
+    _close_pass(tl, clock)
+    first = tl.end_epoch()
+    clock.advance(100)  # between passes: belongs to the next epoch, as "other", in no step
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    _step(tl, clock, wait=4, compute=40, other=3)
+    _close_pass(tl, clock, last_ns=2)
+    second = tl.end_epoch()
+    run = tl.run_stats()
+
+    assert first.wall_ns == 1 + 24
+    assert first.steps == 2
+    assert first.phase_ns["compute"] == 20
+    assert second.wall_ns == 100 + 47 + 2
+    assert second.steps == 1
+    assert second.step_total_ns == 47
+    assert second.phase_ns == {
+        "data": 6,
+        "h2d": 0,
+        "compute": 40,
+        "logging": 0,
+        "checkpoint": 0,
+        "validation": 0,
+        "other": 103,
+    }
+    assert second.phase_counts["data"] == 3
+    assert second.phase_counts["compute"] == 1
+    assert second.step.n == 1  # only this epoch's steps
+    assert second.step.max == pytest.approx(47e-9)
+
+    assert run.wall_ns == first.wall_ns + second.wall_ns
+    assert run.steps == 3
+    assert run.epochs == 2
+    assert run.step_total_ns == 24 + 47
+    for name in BUILTIN_PHASES:
+        assert run.phase_ns[name] == first.phase_ns[name] + second.phase_ns[name]
+    for span in (first, second, run):
+        _assert_partition(span)
+
+
+def test_custom_phase_is_in_the_epoch_it_was_used(tl: Timeline, clock: FakeClock) -> None:
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    tl.data_begin()
+    tl.data_end(got_item=True)
+    tl.enter(tl.phase_id("augment"))
+    clock.advance(7)
+    tl.leave()
+    epoch = tl.end_epoch()
+    assert epoch.phase_ns["augment"] == 7
+    assert epoch.phase_counts["augment"] == 1
+    _assert_partition(epoch)
+
+
+def test_an_epoch_without_steps_or_passes_counts_no_epoch(tl: Timeline, clock: FakeClock) -> None:
+    clock.advance(10)
+    empty = tl.end_epoch()
+    assert (empty.steps, empty.epochs, empty.wall_ns) == (0, 0, 10)
+
+
+def test_boundaries_belong_to_their_epoch_and_to_the_run(tl: Timeline) -> None:
+    b0 = EpochBoundary(index=0, iter_ns=5, first_wait_ns=6, last_wait_ns=7)
+    b1 = EpochBoundary(index=1, iter_ns=8, first_wait_ns=9, last_wait_ns=10)
+    tl.note_boundary(b0)
+    first = tl.end_epoch()
+    tl.note_boundary(b1)
+    second = tl.end_epoch()
+    assert first.boundaries == (b0,)
+    assert first.epochs == 1  # a pass with no items is still an epoch
+    assert second.boundaries == (b1,)
+    assert tl.run_stats().boundaries == (b0, b1)
+
+
+def test_run_boundaries_are_bounded_and_keep_the_first_pass(tl: Timeline) -> None:
+    for i in range(5000):
+        tl.note_boundary(EpochBoundary(index=i, iter_ns=0, first_wait_ns=0, last_wait_ns=0))
+    kept = tl.run_stats().boundaries
+    assert len(kept) <= 4096
+    assert kept[0].index == 0
+    assert kept[-1].index == 4999
+    assert [b.index for b in kept] == sorted(b.index for b in kept)
+
+
+# -- the ring of recent steps ----------------------------------------------------------------
+
+
+def test_ring_keeps_only_the_most_recent_steps(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=3)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    for ms in (1, 2, 3, 4, 5):
+        _step(timeline, clock, wait=0, compute=ms * 1_000_000)
+    _close_pass(timeline, clock)
+    epoch = timeline.end_epoch()
+    assert epoch.steps == 5
+    assert epoch.step_total_ns == 15_000_000  # totals are exact even when the ring is not
+    assert epoch.step.n == 3  # steps of 3, 4 and 5 ms
+    assert epoch.step.mean == pytest.approx(0.004)
+    assert epoch.step.p10 == pytest.approx(0.0032)
+    assert epoch.step.max == pytest.approx(0.005)
+
+    # a second, shorter epoch reads only its own steps, across the ring's wrap-around
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    for ms in (10, 20):
+        _step(timeline, clock, wait=0, compute=ms * 1_000_000)
+    _close_pass(timeline, clock)
+    second = timeline.end_epoch()
+    assert second.step.n == 2
+    assert second.step.mean == pytest.approx(0.015)
+    assert second.step.p10 == pytest.approx(0.011)
+    run = timeline.run_stats()
+    assert run.step.n == 3  # 5, 10 and 20 ms
+    assert run.step.p50 == pytest.approx(0.010)
+    assert run.step.mean == pytest.approx(35 / 3 / 1000)
+
+
+# -- idle windows ----------------------------------------------------------------------------
+
+
+def test_idle_windows_close_every_window_steps_and_merge_when_full(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=2, max_windows=4)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    # (wait, compute) per step; a window's wall is its steps' sum, busy the compute in them
+    for wait, compute in ((1, 1), (1, 3), (2, 2), (0, 4), (3, 1), (1, 1)):
+        _step(timeline, clock, wait, compute)
+    timeline.data_begin()  # closes step 6, and with it the third window
+    timeline.data_end(got_item=True)
+    assert timeline.run_stats().windows == (
+        IdleWindow(steps=2, wall_ns=6, busy_ns=4),
+        IdleWindow(steps=2, wall_ns=8, busy_ns=6),
+        IdleWindow(steps=2, wall_ns=6, busy_ns=2),
+    )
+    clock.advance(1)
+    timeline.enter(timeline.phase_id("compute"))
+    clock.advance(1)
+    timeline.leave()
+    _step(timeline, clock, 2, 2)
+    timeline.data_begin()  # closes step 8: the fourth window fills the list, neighbours merge
+    timeline.data_end(got_item=True)
+    assert timeline.run_stats().windows == (
+        IdleWindow(steps=4, wall_ns=14, busy_ns=10),
+        IdleWindow(steps=4, wall_ns=12, busy_ns=5),
+    )
+    # now windows hold 4 steps; a trailing window is reported once it has at least half of that
+    clock.advance(2)
+    timeline.data_begin()  # step 9 closed: 1 step, not reported yet
+    timeline.data_end(got_item=True)
+    assert len(timeline.run_stats().windows) == 2
+    timeline.enter(timeline.phase_id("compute"))
+    clock.advance(3)
+    timeline.leave()
+    timeline.data_begin()  # step 10 closed: 2 steps, reported
+    timeline.data_end(got_item=False)
+    assert timeline.run_stats().windows[-1] == IdleWindow(steps=2, wall_ns=5, busy_ns=3)
+
+
+def test_idle_windows_stay_bounded_on_a_long_run(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=1, max_windows=8)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    for _ in range(3000):
+        _step(timeline, clock, wait=1, compute=3)
+    _close_pass(timeline, clock)
+    timeline.end_epoch()
+    windows = timeline.run_stats().windows
+    assert 1 <= len(windows) <= 8
+    assert sum(w.steps for w in windows) <= 3000
+    assert sum(w.steps for w in windows) > 3000 / 2
+    for w in windows:
+        assert w.wall_ns == 4 * w.steps
+        assert w.idle_fraction == pytest.approx(0.25)
+
+
+# -- run_stats -------------------------------------------------------------------------------
+
+
+def test_run_stats_mid_phase_credits_the_open_phase(tl: Timeline, clock: FakeClock) -> None:
+    tl.enter(tl.phase_id("compute"))
+    clock.advance(10)
+    assert tl.run_stats().phase_ns["compute"] == 10
+    clock.advance(5)
+    tl.leave()
+    assert tl.run_stats().phase_ns["compute"] == 15
+    assert tl.run_stats() == tl.run_stats()  # idempotent while the clock stands still
+
+
+def _script(tl: Timeline, clock: FakeClock, peek: bool) -> list[SpanStats]:
+    """The same recorded run, optionally with ``run_stats`` calls sprinkled in."""
+    epochs = []
+    for _ in range(2):
+        tl.begin_epoch(in_process_data=True)
+        _open_pass(tl, clock, iter_ns=3)
+        for i in range(5):
+            _step(tl, clock, wait=i, compute=10 + i, other=1)
+            if peek:
+                tl.run_stats()
+        tl.enter(tl.phase_id("validation"))
+        clock.advance(50)
+        if peek:
+            tl.run_stats()
+        tl.leave()
+        epochs.append(tl.end_epoch())
+    return [*epochs, tl.run_stats()]
+
+
+def test_run_stats_does_not_change_what_is_recorded() -> None:
+    plain_clock, peek_clock = FakeClock(), FakeClock()
+    plain = Timeline(clock=plain_clock, cpu_clock=FakeClock())
+    peeked = Timeline(clock=peek_clock, cpu_clock=FakeClock())
+    plain.start()
+    peeked.start()
+    assert _script(plain, plain_clock, peek=False) == _script(peeked, peek_clock, peek=True)
+
+
+def test_every_nanosecond_lands_in_exactly_one_phase(tl: Timeline, clock: FakeClock) -> None:
+    rng = random.Random(1234)
+    names = ["compute", "h2d", "logging", "checkpoint", "custom_a"]
+    epochs: list[SpanStats] = []
+    for _ in range(4):
+        tl.begin_epoch(in_process_data=bool(rng.getrandbits(1)))
+        _open_pass(tl, clock, iter_ns=rng.randrange(100))
+        for _ in range(rng.randrange(1, 30)):
+            tl.data_begin()
+            clock.advance(rng.randrange(100))
+            tl.data_end(got_item=True)
+            for _ in range(rng.randrange(4)):
+                depth = rng.randrange(1, 3)
+                for _ in range(depth):
+                    clock.advance(rng.randrange(50))
+                    tl.enter(tl.phase_id(rng.choice(names)))
+                    clock.advance(rng.randrange(50))
+                for _ in range(depth):
+                    tl.leave()
+                    clock.advance(rng.randrange(50))
+        if rng.getrandbits(1):
+            _close_pass(tl, clock, last_ns=rng.randrange(100))
+        clock.advance(rng.randrange(100))
+        epochs.append(tl.end_epoch())
+    run = tl.run_stats()
+    for span in [*epochs, run]:
+        _assert_partition(span)
+        assert all(ns >= 0 for ns in span.phase_ns.values())
+    assert sum(e.wall_ns for e in epochs) == run.wall_ns
+    assert sum(e.steps for e in epochs) == run.steps
+    assert sum(e.step_total_ns for e in epochs) == run.step_total_ns
+    assert run.wall_ns == clock.now
