@@ -10,7 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+# GPU-<uuid>, MIG-<uuid>, and the older MIG-GPU-<uuid>/<gi>/<ci> form
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+(/[0-9]+/[0-9]+)?$")
+#: most recent steps kept for percentiles (two int64 rings: 16 MB at this bound)
+MAX_RECENT_STEPS = 1_000_000
 
 
 def check_nvml_device(value: object) -> int | str | None:
@@ -74,10 +77,15 @@ class ScopeConfig:
             or not 0 < sample_interval_s <= threading.TIMEOUT_MAX  # what Event.wait accepts; rejects nan, inf
         ):
             raise ValueError(f"sample_interval_s must be a number of seconds > 0, got {sample_interval_s!r}")
-        if isinstance(recent_steps, bool) or not isinstance(recent_steps, int) or recent_steps < 16:
-            raise ValueError(f"recent_steps must be an int >= 16, got {recent_steps!r}")
+        if (
+            isinstance(recent_steps, bool)
+            or not isinstance(recent_steps, int)
+            or not 16 <= recent_steps <= MAX_RECENT_STEPS
+        ):
+            raise ValueError(f"recent_steps must be an int in [16, {MAX_RECENT_STEPS}], got {recent_steps!r}")
         return cls(
-            report_dir=Path(report_dir) if report_dir is not None else None,
+            # resolved now, so a chdir during training does not move the report
+            report_dir=Path(report_dir).resolve() if report_dir is not None else None,
             console=console,
             nvml_device=check_nvml_device(nvml_device),
             min_saving=float(min_saving),

@@ -15,7 +15,7 @@ from stallscope.config import ScopeConfig, check_nvml_device
 def test_defaults() -> None:
     config = ScopeConfig.create()
     assert config == ScopeConfig(
-        report_dir=Path("stallscope"),
+        report_dir=Path("stallscope").resolve(),
         console=True,
         nvml_device=None,
         min_saving=0.02,
@@ -25,13 +25,14 @@ def test_defaults() -> None:
 
 
 def test_report_dir_may_be_positional_the_rest_keyword_only() -> None:
-    assert ScopeConfig.create("runs/a").report_dir == Path("runs/a")
+    assert ScopeConfig.create("runs/a").report_dir == Path("runs/a").resolve()
     with pytest.raises(TypeError):
         ScopeConfig.create("runs/a", False)  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("runs/scope", Path("runs/scope")), (Path("/tmp/x"), Path("/tmp/x")), (None, None)]
+    ("value", "expected"),
+    [("runs/scope", Path.cwd() / "runs/scope"), (Path("/tmp/x"), Path("/tmp/x")), (None, None)],
 )
 def test_report_dir_accepts_paths_and_none(value: Any, expected: Path | None) -> None:
     assert ScopeConfig.create(value).report_dir == expected
@@ -112,3 +113,21 @@ def test_valid_recent_steps() -> None:
 @pytest.mark.parametrize("value", [15, 0, -5, True, 16.0, "100", None])
 def test_bad_recent_steps(value: Any) -> None:
     _raises_naming(value, recent_steps=value)
+
+
+def test_relative_report_dir_is_fixed_at_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chdir during training must not move where the report goes."""
+    monkeypatch.chdir(tmp_path)
+    config = ScopeConfig.create("runs/scope")
+    monkeypatch.chdir("/")
+    assert config.report_dir == tmp_path / "runs" / "scope"
+
+
+@pytest.mark.parametrize("value", ["MIG-GPU-5c1a2b3c-0000-1111-2222-333344445555/1/0", "MIG-5c1a2b3c-0000-1111"])
+def test_mig_uuids_are_accepted(value: str) -> None:
+    assert ScopeConfig.create(nvml_device=value).nvml_device == value
+
+
+def test_recent_steps_has_an_upper_bound() -> None:
+    with pytest.raises(ValueError, match="recent_steps"):
+        ScopeConfig.create(recent_steps=10**9)

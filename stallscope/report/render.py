@@ -37,7 +37,7 @@ def _gain(f: Finding) -> str:
 
 
 def render_panel(
-    title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = ()
+    title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = (), min_saving: float = 0.02
 ) -> RenderableType:
     """A rich panel: headline, where the time went (bars), ranked fixes with snippets."""
     bars = Table.grid(padding=(0, 1))
@@ -76,13 +76,15 @@ def render_panel(
                 for line in f.snippet.splitlines():
                     parts.append(Text(f"      {line}", style="magenta"))
     else:
-        parts.append(Text("No fix predicted to save 2% or more of wall time.", style="green"))
+        parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Panel(Group(*parts), title=f"StallScope · {title}", title_align="left", expand=False)
 
 
-def format_text(title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = ()) -> str:
+def format_text(
+    title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = (), min_saving: float = 0.02
+) -> str:
     """The same diagnosis as plain lines, for logs and non-terminals."""
     lines = [f"StallScope · {title}: {_headline(summary)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
@@ -96,7 +98,7 @@ def format_text(title: str, summary: Summary, findings: Sequence[Finding], notes
             lines.append(f"       {f.fix}")
             lines.extend(f"         {line}" for line in f.snippet.splitlines())
     else:
-        lines.append("  no fix predicted to save 2% or more of wall time")
+        lines.append(f"  no fix predicted to save {min_saving:.0%} or more of wall time")
     lines.extend(f"  note: {note}" for note in notes)
     return "\n".join(lines)
 
@@ -107,13 +109,14 @@ def print_diagnosis(
     summary: Summary,
     findings: Sequence[Finding],
     notes: Sequence[str] = (),
+    min_saving: float = 0.02,
 ) -> None:
     """Print a panel on a terminal, plain text anywhere else."""
     if console.is_terminal:
-        console.print(render_panel(title, summary, findings, notes))
+        console.print(render_panel(title, summary, findings, notes, min_saving))
     else:
         console.print(
-            format_text(title, summary, findings, notes),
+            format_text(title, summary, findings, notes, min_saving),
             markup=False,
             highlight=False,
             soft_wrap=True,

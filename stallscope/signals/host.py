@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,4 +51,4 @@ def _cgroup_quota(root: Path) -> float | None:
 
 
 def host_info() -> HostInfo:
-    return HostInfo(name=os.uname().nodename, usable_cores=usable_cores(), logical_cores=os.cpu_count() or 1)
+    return HostInfo(name=platform.node(), usable_cores=usable_cores(), logical_cores=os.cpu_count() or 1)
