@@ -1,8 +1,10 @@
 """StallScope's exceptions and its one warning class.
 
     StallScopeError            anything StallScope raises on purpose
-     └── ReportError           a report file that is missing, unreadable, malformed or of an
-                               unsupported schema_version
+     ├── ReportError           a report file that is missing, unreadable, malformed or of an
+     │                         unsupported schema_version
+     └── ComparisonError       two reports that cannot be compared fairly (CPU vs GPU, different
+                               idle measurement, step counts far apart, a run with no steps)
 
     PossibleFalsePositiveWarning   a finding or a measurement that may not mean what it seems
                                    (a very short run, a clock that went backwards, ...)
@@ -19,6 +21,10 @@ class StallScopeError(Exception):
 
 class ReportError(StallScopeError):
     """A report file could not be read as a StallScope report."""
+
+
+class ComparisonError(StallScopeError):
+    """Two reports (a run and its baseline) that cannot be compared fairly."""
 
 
 class PossibleFalsePositiveWarning(UserWarning):

@@ -2,12 +2,13 @@
 
 ``to_dict`` / ``from_dict`` are the only places that know the JSON layout. ``from_dict`` reads
 every ``schema_version`` up to ``SCHEMA_VERSION`` and raises ``ReportError`` on anything else.
+An older report is first brought up to date one version at a time by the steps in ``UPGRADES``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,11 @@ from stallscope._exceptions import ReportError
 from stallscope.analysis.finding import Finding
 
 SCHEMA_VERSION = 1
+
+#: ``UPGRADES[n]`` turns the JSON object of a version-``n`` report into a version-``n + 1`` one.
+#: Version 1 is the first, so there is no step yet; a change to the format bumps
+#: ``SCHEMA_VERSION`` and adds the step from the previous version here.
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 #: where ``gpu_idle_fraction`` came from (SPEC §3)
 IDLE_SOURCES = ("cuda_events", "nvml", "host_phases")
@@ -263,6 +269,10 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
     windows = d.get("idle_windows") or []
     if not isinstance(windows, list) or not all(isinstance(w, Mapping) for w in windows):
         raise ReportError(f"{where}.idle_windows must be a list of objects")
+    for i, w in enumerate(windows):
+        idle = w.get("idle_fraction")
+        if not isinstance(idle, (int, float)) or isinstance(idle, bool) or not 0.0 <= idle <= 1.0:
+            raise ReportError(f"{where}.idle_windows[{i}].idle_fraction must be a fraction in [0, 1]")
     return Summary(
         wall_s=float(_req(d, "wall_s", float, where)),
         steps=int(_req(d, "steps", int, where)),
@@ -278,6 +288,22 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
     )
 
 
+def upgrade_dict(d: Mapping[str, Any], version: int) -> dict[str, Any]:
+    """Bring a version-``version`` report's JSON object up to ``SCHEMA_VERSION`` (a copy)."""
+    data = dict(d)
+    while version < SCHEMA_VERSION:
+        step = UPGRADES.get(version)
+        if step is None:
+            raise ReportError(f"schema_version {version} cannot be upgraded to {SCHEMA_VERSION} by this StallScope")
+        try:
+            data = step(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ReportError(f"cannot upgrade schema_version {version}: {exc!r}") from None
+        version += 1
+        data["schema_version"] = version
+    return data
+
+
 def report_from_dict(d: Any) -> Report:
     """Parse a report's JSON object. Raises ``ReportError`` with a one-line reason."""
     if not isinstance(d, Mapping):
@@ -291,6 +317,9 @@ def report_from_dict(d: Any) -> Report:
         raise ReportError(
             f"schema_version {version} is newer than this StallScope reads ({SCHEMA_VERSION}); upgrade stallscope"
         )
+    if version < SCHEMA_VERSION:
+        d = upgrade_dict(d, version)
+        version = SCHEMA_VERSION
     run = _req(d, "run", Mapping, "report")
     device = run.get("device") if isinstance(run.get("device"), Mapping) else {}
     index = device.get("index")

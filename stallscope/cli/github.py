@@ -1,0 +1,87 @@
+"""GitHub Actions output for ``check --github``: a markdown step summary and an annotation.
+
+Pure formatting; ``stallscope.cli.check`` decides where it goes (``$GITHUB_STEP_SUMMARY``, stdout).
+Workflow commands are documented at
+https://docs.github.com/actions/reference/workflow-commands-for-github-actions
+"""
+
+from __future__ import annotations
+
+from stallscope.analysis.regression import Verdict
+from stallscope.cli.verdict import headline, noise_line, pct, points
+
+TITLE = "StallScope: accelerator idle time regressed"
+ERROR_TITLE = "StallScope check could not run"
+
+
+def escape_data(text: str) -> str:
+    """Escape a workflow command's message (``%``, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a workflow command's property value (the message's escapes plus ``:`` and ``,``)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, title: str, message: str) -> str:
+    """``::error title=...::message``, escaped."""
+    return f"::{level} title={escape_property(title)}::{escape_data(message)}"
+
+
+def verdict_annotation(verdict: Verdict) -> str | None:
+    """An error annotation for a regression (None when the check passed)."""
+    if not verdict.regressed:
+        return None
+    message = headline(verdict)
+    if verdict.explanations:
+        top = verdict.explanations[0].finding
+        message += f". Top fix: {top.id} (x{top.est_speedup:.2f} faster): {top.fix}"
+    return annotation("error", TITLE, message)
+
+
+def error_annotation(message: str) -> str:
+    return annotation("error", ERROR_TITLE, message)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def format_step_summary(verdict: Verdict, *, current_path: str | None = None, baseline_path: str | None = None) -> str:
+    """Markdown for ``$GITHUB_STEP_SUMMARY``."""
+    mark = "❌ regression" if verdict.regressed else "✅ passed"
+    lines = [f"### StallScope check: {mark}", "", _cell(headline(verdict)), ""]
+    if verdict.baseline is not None and verdict.increase is not None:
+        lines += [
+            "| | baseline | current | change |",
+            "|---|---:|---:|---:|",
+            f"| **accelerator idle** | {pct(verdict.baseline.idle_fraction)} | "
+            f"{pct(verdict.current.idle_fraction)} | {points(verdict.increase)} |",
+        ]
+        lines += [
+            f"| {_cell(d.phase)} | {pct(d.baseline)} | {pct(d.current)} | {points(d.delta)} |"
+            for d in verdict.phase_deltas
+            if d.baseline >= 0.0005 or d.current >= 0.0005
+        ]
+        lines.append("")
+    if (noise := noise_line(verdict)) is not None:
+        lines += [f"Noise check: {_cell(noise)}.", ""]
+    if verdict.explanations and verdict.regressed:
+        lines += ["**Findings in the current run, best first**", ""]
+        for rank, e in enumerate(verdict.explanations, start=1):
+            f = e.finding
+            new = " (new since the baseline)" if e.new else ""
+            lines.append(f"{rank}. `{f.id}`: x{f.est_speedup:.2f} faster{new}. {_cell(f.fix)}")
+        lines.append("")
+    lines += [f"> {_cell(n)}" for n in verdict.notes]
+    where = [f"current `{current_path}`"] if current_path else []
+    if baseline_path:
+        where.append(f"baseline `{baseline_path}`")
+    if where:
+        lines += ["", "Reports: " + ", ".join(where)]
+    return "\n".join(lines).rstrip() + "\n\n"
+
+
+def format_error_summary(message: str) -> str:
+    return f"### StallScope check: ⚠️ could not run\n\n{_cell(message)}\n\n"

@@ -1,0 +1,25 @@
+"""``stallscope show REPORT``: render a report as at epoch end."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from stallscope.report.io import load_report
+from stallscope.report.render import print_diagnosis
+
+HELP = "render a report as at epoch end"
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("show", help=HELP, description=HELP)
+    p.add_argument("report", help="path to report.json (or its folder)")
+    p.set_defaults(run=run, parser=p)
+
+
+def run(args: argparse.Namespace, console: Console) -> int:
+    report = load_report(args.report)
+    print_diagnosis(console, "run", report.summary, report.findings, report.notes)
+    return 0

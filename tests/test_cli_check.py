@@ -1,0 +1,179 @@
+"""``stallscope check``: exit codes (SPEC §5), the explanation, ``--format json``, ``--github``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from gate_reports import data_workers, make_report, regressed_pair, windows, write
+from rich.console import Console
+
+from stallscope.analysis.regression import compare
+from stallscope.cli import main
+from stallscope.cli.verdict import format_verdict, points, render_verdict
+
+
+def test_regression_exits_1_with_numbers_phases_and_findings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base]) == 1
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.startswith("REGRESSION: accelerator idle 55.0% vs baseline 20.0% (+35.0 pp, allowed +2.0 pp)")
+    assert "bootstrap interval of the increase" in out
+    assert "above zero" in out
+    assert "phases that grew" in out
+    assert "    data          20.0% ->  55.0%  +35.0 pp" in out
+    assert "1. data.workers  x1.54 faster (saves 35% of wall time)" in out
+    assert "new since the baseline" in out
+    assert "fix: Raise num_workers of the DataLoader from 0 to 4." in out
+    assert f"current  {cur}: 160 steps" in out
+
+
+def test_same_report_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cur, _ = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", cur]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK: accelerator idle 55.0% vs baseline 55.0% (+0.0 pp, allowed +2.0 pp)")
+    assert "phases that grew" not in out
+
+
+def test_folder_paths_are_accepted(tmp_path: Path) -> None:
+    regressed_pair(tmp_path)
+    assert main(["check", str(tmp_path / "current"), "--baseline", str(tmp_path / "baseline")]) == 1
+
+
+def test_max_increase_option(tmp_path: Path) -> None:
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base, "--max-increase", "0.4"]) == 0
+    assert main(["check", cur, "--baseline", base, "--max-increase", "40%"]) == 0
+    assert main(["check", cur, "--baseline", base, "--max-increase", "30%"]) == 1
+
+
+def test_within_noise_passes_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, "b", make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1)))
+    cur = write(tmp_path, "c", make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2)))
+    assert main(["check", cur, "--baseline", base]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK:")
+    assert "includes zero, so the increase is within run-to-run noise" in out
+
+
+def test_few_windows_says_threshold_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, "b", make_report(0.40, window_idle=windows(0.40, 5, sd=0.1, seed=1)))
+    cur = write(tmp_path, "c", make_report(0.43, window_idle=windows(0.43, 5, sd=0.1, seed=2)))
+    assert main(["check", cur, "--baseline", base]) == 1
+    out = capsys.readouterr().out
+    assert "too few idle windows for the noise check (5 in the current run, 5 in the baseline" in out
+    assert main(["check", cur, "--baseline", base, "--min-windows", "5"]) == 0  # the noise check runs
+    assert "within run-to-run noise" in capsys.readouterr().out
+
+
+def test_max_idle_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cur = write(tmp_path, "c", make_report(0.6, findings=[data_workers()]))
+    assert main(["check", cur, "--max-idle", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REGRESSION: accelerator idle 60.0%, above the allowed maximum 50.0%")
+    assert "data.workers" in out
+    assert main(["check", cur, "--max-idle", "0.7"]) == 0
+    assert capsys.readouterr().out.startswith("OK: accelerator idle 60.0%, within the allowed maximum 70.0%")
+
+
+def test_max_idle_with_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cur, _ = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", cur, "--max-idle", "0.5"]) == 1
+    assert "above the 50.0% maximum" in capsys.readouterr().out
+    assert main(["check", cur, "--baseline", cur, "--max-idle", "0.6"]) == 0
+    assert "ceiling: idle 55.0% is within the allowed maximum 60.0%" in capsys.readouterr().out
+
+
+def test_json_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base, "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["verdict"] == "regression"
+    assert data["exit_code"] == 1
+    assert data["method"] == "bootstrap"
+    assert data["increase"] == pytest.approx(0.35)
+    assert data["current"]["path"] == cur
+    assert data["baseline"]["gpu_idle_fraction"] == 0.2
+    assert data["interval"]["above_zero"] is True
+    assert data["interval"]["low"] > 0
+    assert data["phase_deltas"][0] == {"phase": "data", "baseline": 0.2, "current": 0.55, "delta": pytest.approx(0.35)}
+    assert data["findings"][0]["id"] == "data.workers"
+    assert data["findings"][0]["suggestion"] == {"num_workers": 4}
+    assert data["format_version"] == 1
+
+    assert main(["check", cur, "--baseline", cur, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "pass"
+
+
+def test_github_summary_and_annotation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n", encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base, "--github"]) == 1
+    out = capsys.readouterr().out
+    error = [line for line in out.splitlines() if line.startswith("::error ")]
+    assert len(error) == 1
+    assert error[0].startswith("::error title=StallScope%3A accelerator idle time regressed::REGRESSION")
+    assert "55.0%25 vs baseline 20.0%25" in error[0]
+    assert "Top fix: data.workers" in error[0]
+    md = summary.read_text(encoding="utf-8")
+    assert md.startswith("earlier step\n### StallScope check: ❌ regression")
+    assert "| **accelerator idle** | 20.0% | 55.0% | +35.0 pp |" in md
+    assert "1. `data.workers`: x1.54 faster (new since the baseline)." in md
+
+    assert main(["check", cur, "--baseline", cur, "--github"]) == 0
+    assert "::error" not in capsys.readouterr().out
+    assert "### StallScope check: ✅ passed" in summary.read_text(encoding="utf-8")
+
+
+def test_github_without_summary_file_still_annotates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base, "--github"]) == 1
+    assert "::error title=" in capsys.readouterr().out
+
+
+def test_unwritable_summary_is_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "no" / "such" / "dir" / "summary.md"))
+    cur, base = regressed_pair(tmp_path)
+    assert main(["check", cur, "--baseline", base, "--github"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("stallscope: warning: cannot write GITHUB_STEP_SUMMARY")
+    assert len(err.splitlines()) == 1
+
+
+def test_help_explains_the_statistics(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--help"]) == 0
+    out = capsys.readouterr().out
+    for words in ("bootstrap", "95%", "--min-windows", "threshold", "exit status", "2000", "seed"):
+        assert words in out
+
+
+def test_render_verdict_into_a_console(tmp_path: Path) -> None:
+    base = make_report(0.20, window_idle=windows(0.20, 10, seed=1))
+    cur = make_report(0.55, window_idle=windows(0.55, 10, seed=2), findings=[data_workers(0.35)])
+    verdict = compare(cur, base)
+    console = Console(file=io.StringIO(), width=100)
+    console.print(render_verdict(verdict))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert text.splitlines()[0].startswith("REGRESSION: accelerator idle 55.0%")
+    assert "data.workers" in text
+    assert format_verdict(verdict).splitlines()[0] == text.splitlines()[0]
+
+
+@pytest.mark.parametrize(("delta", "text"), [(0.35, "+35.0 pp"), (-0.0001, "+0.0 pp"), (-0.021, "-2.1 pp")])
+def test_points(delta: float, text: str) -> None:
+    assert points(delta) == text
