@@ -18,6 +18,11 @@ PLAIN = [
     "healthy",
 ]
 
-LIGHTNING: list[str] = []
+LIGHTNING: list[str] = [
+    "lightning_starved_loader",
+    "lightning_slow_logger",
+    "lightning_frequent_validation",
+    "lightning_frequent_checkpoint",
+]
 
 ALL = PLAIN + LIGHTNING

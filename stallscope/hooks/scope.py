@@ -16,6 +16,7 @@ from rich.console import Console
 
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import count_tensors
+from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
@@ -64,11 +65,13 @@ class _NullPhase:
 _NULL_PHASE = _NullPhase()
 
 
-class StallScope:
+class StallScope(LightningCallbacks):
     """Watches a training loop and tells why the accelerator waits.
 
     ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
     sample_interval_s=0.2, recent_steps=4096)``; bad values raise ``ValueError`` naming them.
+    The same object is a Lightning callback: ``Trainer(callbacks=[StallScope()])``
+    (``hooks/lightning.py``), where each ``fit`` is one run.
     """
 
     def __init__(
@@ -131,6 +134,18 @@ class StallScope:
             self._session.start()
         except Exception as exc:
             self._fail(exc)
+
+    def _begin_run(self, session: Session) -> None:
+        """Start a fresh run recorded by ``session`` (the Lightning callback starts one per ``fit``)."""
+        self._session = session
+        self._phases = {}
+        self._active = True
+        self._started = False
+        self._finished = False
+        self._in_epoch = False
+        self._boundary = None
+        self._generation += 1
+        self.start()
 
     def close(self) -> None:
         """End the run: close the epoch in progress, write the final report (``__exit__`` calls this)."""

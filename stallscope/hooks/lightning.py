@@ -1,0 +1,705 @@
+"""StallScope as a Lightning callback (SPEC §1): ``Trainer(callbacks=[StallScope()])``.
+
+One object, both namespaces, no import
+    Lightning calls its callbacks through ``getattr(callback, hook_name)(trainer, pl_module, ...)``
+    and never checks their class on that path, so ``StallScope`` implements the ``Callback``
+    interface by duck typing (``LightningCallbacks``, a mixin it inherits). The same object then
+    works in ``lightning.pytorch`` and ``pytorch_lightning`` Trainers, and this module imports
+    neither. Pass it in a list (``callbacks=[StallScope()]``): Lightning wraps a lone callback into
+    a list only when it is a ``Callback`` subclass.
+
+Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
+    data        waiting on the train loader's ``next()`` (``attach_fetch_probe``, the one private
+                touch point), and the loader's set-up: ``train_dataloader()`` and ``iter()`` (worker
+                spawn and the previous pass's shutdown) before each epoch's first batch
+    h2d         from the end of ``next()`` to ``on_train_batch_start``: ``batch_to_device`` and the
+                batch-transfer hooks around it
+    compute     ``on_train_batch_start`` to ``on_train_batch_end``: the training step, backward and
+                the optimizer step
+    logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``)
+    checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event
+    validation  ``on_validation_start`` to ``on_validation_end``: the validation steps and the waits
+                on their own loader. The validation loader's set-up happens before
+                ``on_validation_start`` and counts as ``other``.
+    sanity_check  the same for Lightning's sanity check, a one-off before the first epoch that
+                ``val_check_interval`` does not change (a custom phase name, SPEC §2)
+    other       the rest: progress bars, other callbacks, Lightning's bookkeeping
+
+The logging and checkpoint wrappers are instance attributes on this trainer's own objects (its
+loggers, the trainer), set at ``on_fit_start`` and removed at teardown; nothing global is patched.
+A burst of logger calls (``log_metrics`` then ``save``, for each logger) or of checkpoint saves
+(top-k, then ``last``) is one entry of its phase, so the frequency rules count events, not calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from rich.console import Console
+
+from stallscope.hooks.environment import count_tensors
+from stallscope.hooks.session import Session
+from stallscope.report.schema import EpochReport
+from stallscope.signals.loader import inspect_loader
+from stallscope.timeline.phases import CHECKPOINT, COMPUTE, H2D, LOGGING, VALIDATION
+from stallscope.timeline.stats import EpochBoundary
+
+if TYPE_CHECKING:
+    from stallscope.hooks.scope import StallScope
+
+#: Logger methods whose time is ``logging``; ``save`` after the last logger ends the burst.
+LOGGER_METHODS = ("log_metrics", "log_hyperparams", "log_graph", "save")
+
+#: Headline numbers logged to the Trainer's loggers at each train epoch end, under ``stallscope/``.
+HEADLINE_PHASES = ("data", "h2d", "compute", "logging", "checkpoint", "validation", "other")
+
+#: Lightning's sanity check (a few validation batches before the first epoch): a one-off that
+#: ``val_check_interval`` does not change, so it is kept apart from ``validation``
+SANITY_CHECK = "sanity_check"
+
+#: ``_FitRun._top`` while the loader's set-up window (a ``data`` interval) is open
+_SETUP = -1
+
+
+def attach_fetch_probe(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> Callable[[], None]:
+    """The one private touch point: time the train loader's ``next()`` inside ``trainer.fit``.
+
+    Lightning has no public hook around it. At the start of every epoch,
+    ``_TrainingEpochLoop.on_run_start`` hands ``self._on_before_fetch`` and
+    ``self._on_after_fetch`` to the data fetcher, which calls them right before and right after
+    each ``next()`` on the train loader (they start and stop the profiler's
+    ``[_TrainingEpochLoop].train_dataloader_next``). Instance attributes of those names on this
+    trainer's epoch loop are picked up instead: ``before`` runs after the original (the profiler
+    started), ``after`` before it (the profiler not yet stopped), so a user's profiler keeps
+    measuring the same interval around ours. Install before the epoch starts (``on_fit_start``).
+
+    ``tests/test_hooks_lightning.py`` checks this against the installed Lightning, in both
+    namespaces; it raises ``RuntimeError`` naming what moved when a release changes the layout.
+    Returns a function that removes the probe.
+    """
+    names = ("_on_before_fetch", "_on_after_fetch")
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    if loop is None or not all(callable(getattr(type(loop), name, None)) for name in names):
+        version = getattr(sys.modules.get(type(trainer).__module__.split(".")[0]), "__version__", "?")
+        raise RuntimeError(
+            f"cannot time the train loader's next(): this Lightning ({version}) has no "
+            f"trainer.fit_loop.epoch_loop.{names[0]}/{names[1]}; StallScope needs an update"
+        )
+    start_profiler: Callable[[], None] = getattr(loop, names[0])
+    stop_profiler: Callable[[], None] = getattr(loop, names[1])
+
+    def on_before_fetch() -> None:
+        start_profiler()
+        before()
+
+    def on_after_fetch() -> None:
+        try:
+            after()
+        finally:
+            stop_profiler()
+
+    setattr(loop, names[0], on_before_fetch)
+    setattr(loop, names[1], on_after_fetch)
+
+    def detach() -> None:
+        for name, fn in zip(names, (on_before_fetch, on_after_fetch), strict=True):
+            if vars(loop).get(name) is fn:
+                delattr(loop, name)
+
+    return detach
+
+
+def _wrap_method(obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+    """Replace ``obj.name`` by ``make(original)`` on this instance only; returns the undo."""
+    original = getattr(obj, name, None)
+    if not callable(original):
+        return _nothing
+    wrapper = make(original)
+    setattr(obj, name, wrapper)
+
+    def undo() -> None:
+        if vars(obj).get(name) is wrapper:
+            delattr(obj, name)
+
+    return undo
+
+
+def _nothing() -> None:
+    return None
+
+
+def _first_loader(loaders: object) -> object | None:
+    """The first DataLoader-like object in what ``trainer.train_dataloader`` returns."""
+    if loaders is None or isinstance(getattr(loaders, "num_workers", None), int):
+        return loaders
+    items: list[object] = []
+    if isinstance(loaders, Mapping):
+        items = list(loaders.values())
+    elif isinstance(loaders, (list, tuple)):
+        items = list(loaders)
+    for item in items:
+        found = _first_loader(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _loader_count(loaders: object) -> int:
+    if isinstance(loaders, Mapping):
+        return sum(_loader_count(v) for v in loaders.values())
+    if isinstance(loaders, (list, tuple)):
+        return sum(_loader_count(v) for v in loaders)
+    return 0 if loaders is None else 1
+
+
+class _FitRun:
+    """The recording of one ``trainer.fit``: a state machine over Lightning's events.
+
+    ``_top`` is the phase the loop is in between events (set-up window, h2d, compute, validation,
+    or None for ``other``); ``_lazy`` a logging or checkpoint phase opened on top of it by a wrapped
+    call, closed at the next event (or at the last logger's ``save``). Every method is called by
+    a guarded hook, so an internal error turns the scope off instead of reaching the user.
+    """
+
+    def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
+        self.scope = scope
+        self.trainer = trainer
+        self.session = session
+        self.buffer = buffer
+        timeline = session.timeline
+        self.timeline = timeline
+        self.h2d = timeline.phase_id(H2D)
+        self.compute = timeline.phase_id(COMPUTE)
+        self.logging = timeline.phase_id(LOGGING)
+        self.checkpoint = timeline.phase_id(CHECKPOINT)
+        self.validation = timeline.phase_id(VALIDATION)
+        self.sanity_check = timeline.phase_id(SANITY_CHECK)
+        self.closed = False
+        self._sanity_checking = False
+        self._top: int | None = None
+        self._before_validation: int | None = None
+        self._lazy: int | None = None
+        self._lazy_depth = 0
+        self._resume_setup = False
+        self._nested_fetch = False
+        self._fetched = False
+        self._in_epoch = False
+        self._setup_ns = 0
+        self._first_wait_ns: int | None = None
+        self._count_tensors = False
+        self._last_logger: object | None = None
+        self._undo: list[Callable[[], None]] = []
+
+    # -- wiring --------------------------------------------------------------------------
+
+    def attach(self) -> None:
+        """Install the probes: the fetch touch point, the loggers, ``trainer.save_checkpoint``."""
+        self._undo.append(
+            attach_fetch_probe(self.trainer, lambda: self.guard(self.fetch_begin), lambda: self.guard(self.fetch_end))
+        )
+        loggers = list(getattr(self.trainer, "loggers", None) or [])
+        self._last_logger = loggers[-1] if loggers else None
+        for logger in loggers:
+            for name in LOGGER_METHODS:
+                try:
+                    self._undo.append(_wrap_method(logger, name, self._logging_wrapper(logger, name)))
+                except (AttributeError, TypeError):  # a logger that refuses attributes: not timed
+                    self.session.note(f"calls to {type(logger).__name__}.{name} are not timed (not wrappable)")
+        self._undo.append(_wrap_method(self.trainer, "save_checkpoint", self._checkpoint_wrapper))
+
+    def detach(self) -> None:
+        undo, self._undo = self._undo, []
+        for fn in reversed(undo):
+            fn()
+
+    def _logging_wrapper(self, logger: object, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        ends_burst = name == "save"
+        run = self
+
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                entered = run.guard(run.lazy_begin, run.logging)
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    if entered:
+                        run.guard(run.lazy_end, ends_burst and logger is run._last_logger)
+
+            return timed
+
+        return make
+
+    def _checkpoint_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        run = self
+
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            entered = run.guard(run.lazy_begin, run.checkpoint)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if entered:
+                    run.guard(run.lazy_end, False)
+
+        return save_checkpoint
+
+    def guard(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
+        if self.closed or not self.scope._active:
+            return False
+        try:
+            fn(*args)
+        except Exception as exc:
+            self.scope._fail(exc)
+            return False
+        return True
+
+    # -- phase bookkeeping ---------------------------------------------------------------
+
+    def _drop_lazy(self) -> None:
+        if self._lazy is not None:
+            self.timeline.leave()
+            self._lazy = None
+        self._lazy_depth = 0
+
+    def _settle(self) -> None:
+        """Close a lazily open logging/checkpoint phase; resume the set-up window it interrupted."""
+        if self._lazy is None:
+            return
+        self._drop_lazy()
+        if self._resume_setup:
+            self._resume_setup = False
+            self.timeline.data_begin(new_step=False)
+            self._top = _SETUP
+
+    def _set_top(self, new: int | None) -> None:
+        """Move the loop to phase ``new`` (None: ``other``), closing what was open."""
+        self._drop_lazy()
+        self._resume_setup = False
+        top = self._top
+        if top == new:
+            return
+        if top == _SETUP:
+            self._setup_ns += self.timeline.data_end(got_item=False)
+        elif top is not None:
+            self.timeline.leave()
+        self._top = None
+        if new == _SETUP:
+            self.timeline.data_begin(new_step=False)
+        elif new is not None:
+            self.timeline.enter(new)
+        self._top = new
+
+    def lazy_begin(self, pid: int) -> None:
+        if self._lazy is not None and (self._lazy == pid or self._lazy_depth > 0):
+            self._lazy_depth += 1  # the same burst, or a call nested in another wrapped call
+            return
+        if self._lazy is not None:
+            self.timeline.leave()  # a burst of the other kind ends; a suspended set-up stays so
+            self._lazy = None
+        if self._top == _SETUP:
+            self._setup_ns += self.timeline.data_end(got_item=False)
+            self._top = None
+            self._resume_setup = True
+        self.timeline.enter(pid)
+        self._lazy = pid
+        self._lazy_depth = 1
+
+    def lazy_end(self, ends_burst: bool) -> None:
+        if self._lazy is None:
+            self._lazy_depth = 0
+            return
+        self._lazy_depth = max(0, self._lazy_depth - 1)
+        if self._lazy_depth == 0 and ends_burst:
+            self._settle()
+
+    # -- events --------------------------------------------------------------------------
+
+    def fit_start(self) -> None:
+        self.attach()
+        if getattr(self.trainer, "fast_dev_run", False):
+            self.session.note("fast_dev_run: a smoke test of a few batches; the numbers are not representative")
+        self._set_top(_SETUP)  # train_dataloader() and the first iter() happen before on_train_start
+
+    def fetch_begin(self) -> None:
+        if self._top == self.compute:  # training_step consumes dataloader_iter: a wait inside the step
+            self._settle()
+            self.timeline.data_begin(new_step=False)
+            self._nested_fetch = True
+            return
+        self._set_top(None)
+        self.timeline.data_begin(new_step=True)
+
+    def fetch_end(self) -> None:
+        if self._nested_fetch:
+            self._nested_fetch = False
+            self.timeline.data_end(got_item=False)
+            return
+        wait = self.timeline.data_end(got_item=True)
+        if self._first_wait_ns is None:
+            self._first_wait_ns = wait
+        self._fetched = True
+        self.timeline.enter(self.h2d)
+        self._top = self.h2d
+
+    def batch_start(self, batch: Any) -> None:
+        if not self._fetched:  # no fetch before this step (dataloader_iter): the step starts here
+            self._set_top(None)
+            self.timeline.data_begin(new_step=True)
+            self.timeline.data_end(got_item=True)
+        self._fetched = False
+        self._set_top(self.compute)
+        if self._count_tensors:
+            self._count_tensors = False
+            self.session.batch_tensors = count_tensors(batch)
+
+    def batch_end(self) -> None:
+        self._set_top(None)
+
+    def validation_start(self) -> None:
+        phase = self.sanity_check if self._sanity_checking else self.validation
+        if self._top != phase:
+            self._before_validation = self._top
+        self._set_top(phase)
+
+    def validation_end(self) -> None:
+        before, self._before_validation = self._before_validation, None
+        self._set_top(before if before not in (self.validation, self.sanity_check) else None)
+
+    def sanity_check_start(self) -> None:
+        """The sanity check interrupts the first epoch's set-up window."""
+        self._sanity_checking = True
+        self._set_top(None)
+
+    def sanity_check_end(self) -> None:
+        self._sanity_checking = False
+        self._set_top(_SETUP)
+
+    def epoch_start(self) -> None:
+        self._set_top(None)
+        loaders = getattr(self.trainer, "train_dataloader", None)
+        loader = inspect_loader(_first_loader(loaders))
+        batches = getattr(self.trainer, "num_training_batches", None)
+        finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
+        self.session.note_loader(loader, int(batches) if finite and batches is not None else None)
+        if _loader_count(loaders) > 1:
+            self.session.note("several train loaders: the first one's settings are reported")
+        self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
+        self._in_epoch = True
+        self._count_tensors = True
+        self._set_top(_SETUP)
+
+    def epoch_end(self, pl_module: Any) -> None:
+        self._set_top(None)
+        if not self._in_epoch:
+            return
+        self._in_epoch = False
+        index = len(self.session.epochs)
+        boundary = EpochBoundary(index, self._setup_ns, self._first_wait_ns or 0, 0)
+        self._setup_ns, self._first_wait_ns = 0, None
+        self.timeline.note_boundary(boundary)
+        epoch = self.session.end_epoch()
+        self.flush_console(during_training=True)
+        if epoch is not None and pl_module is not None:
+            self.log_headline(pl_module, epoch)
+
+    def log_headline(self, pl_module: Any, epoch: EpochReport) -> None:
+        """Log the epoch's headline numbers through ``pl_module.log``: Lightning hands them to every
+        logger of the Trainer at the epoch's end (and to ``callback_metrics``, for monitors)."""
+        summary = epoch.summary
+        values = {
+            "gpu_idle_fraction": summary.gpu_idle_fraction,
+            "steps_per_s": summary.steps_per_s,
+            "step_time_s": float(summary.step_time_s.get("mean", 0.0)),
+            "top_saving_fraction": epoch.findings[0].est_saving_fraction if epoch.findings else 0.0,
+        }
+        for name in HEADLINE_PHASES:
+            values[f"{name}_fraction"] = float(summary.phase_fractions.get(name, 0.0))
+        try:
+            for name, value in values.items():
+                pl_module.log(f"stallscope/{name}", float(value), on_step=False, on_epoch=True, prog_bar=False)
+        except Exception as exc:  # e.g. Trainer(barebones=True) forbids self.log: a note, not a failure
+            self.session.note(f"headline numbers not logged to the Trainer's loggers ({type(exc).__name__}: {exc})")
+
+    def train_end(self) -> None:
+        self._set_top(None)
+
+    def finish(self, exception: BaseException | None = None) -> None:
+        """The fit is over (or failed): close the epoch in progress, write the final report."""
+        if self.closed:
+            return
+        try:
+            if self.scope._active:
+                self._set_top(None)
+                if exception is not None and self._in_epoch:
+                    self.epoch_end(None)
+        finally:
+            if exception is not None:
+                kind = "interrupted" if not isinstance(exception, Exception) else "ended with an exception"
+                try:  # str() runs the user's code, which may itself raise
+                    detail = f"{type(exception).__name__}: {exception}"
+                except Exception:
+                    detail = type(exception).__name__
+                self.session.note(f"the fit {kind} ({detail})")
+            self.scope.close()
+            self.closed = True
+            self.detach()
+            self.flush_console(during_training=False)
+
+    # -- output --------------------------------------------------------------------------
+
+    def flush_console(self, *, during_training: bool) -> None:
+        """Hand what the session printed to the terminal without breaking a progress bar: through
+        the bar's own ``print`` while training (tqdm clears and redraws its bar), else to stdout."""
+        buffer = self.buffer
+        if buffer is None:
+            return
+        text = buffer.getvalue()
+        if not text:
+            return
+        buffer.seek(0)
+        buffer.truncate()
+        bar = getattr(self.trainer, "progress_bar_callback", None)
+        if during_training and bar is not None and getattr(bar, "is_enabled", False):
+            bar.print(text.rstrip("\n"))
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+
+def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO | None]:
+    """A fresh ``lightning`` session for one fit. Printing goes to a buffer that ``flush_console``
+    routes; ranks other than 0 print nothing and write ``<report_dir>/rank<N>/report.json``."""
+    config = scope._config
+    rank = getattr(trainer, "global_rank", 0)
+    buffer: io.StringIO | None = None
+    if isinstance(rank, int) and rank > 0:
+        report_dir = config.report_dir / f"rank{rank}" if config.report_dir is not None else None
+        config = dataclasses.replace(config, console=False, report_dir=report_dir)
+    elif config.console is True:
+        real = Console()
+        buffer = io.StringIO()
+        console = Console(
+            file=buffer,
+            force_terminal=real.is_terminal,
+            force_jupyter=False,
+            color_system="auto" if real.is_terminal else None,
+            width=real.width,
+        )
+        config = dataclasses.replace(config, console=console)
+    return Session(config, framework="lightning"), buffer
+
+
+class LightningCallbacks:
+    """Lightning's ``Callback`` interface, by duck typing; ``StallScope`` inherits it.
+
+    Each hook forwards to the ``_FitRun`` of the ``fit`` in progress (there is none outside
+    ``trainer.fit``: ``validate``/``test``/``predict`` are not observed) and never raises.
+    """
+
+    _fit_run: _FitRun | None = None
+
+    if TYPE_CHECKING:  # provided by StallScope
+        _active: bool
+
+        def _fail(self, exc: BaseException) -> None: ...
+
+        def _begin_run(self, session: Session) -> None: ...
+
+    # -- identity, as Lightning reads it -------------------------------------------------
+
+    @property
+    def state_key(self) -> str:
+        return type(self).__qualname__
+
+    @property
+    def _legacy_state_key(self) -> type[Any]:
+        return type(self)
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"{type(self).__qualname__}{kwargs!r}"
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}  # nothing to carry over: a resumed fit is a new run
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        return None
+
+    # -- the hooks that record -----------------------------------------------------------
+
+    def _event(self, name: str, *args: Any) -> None:
+        run = self._fit_run
+        if run is not None:
+            run.guard(getattr(run, name), *args)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        return None
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        previous = self._fit_run
+        if previous is not None:  # a fit that never reached its end on this scope
+            previous.finish()
+        self._fit_run = None
+        try:
+            session, buffer = _session_for(self._scope(), trainer)
+            run = _FitRun(self._scope(), trainer, session, buffer)
+            self._begin_run(session)
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._fit_run = run
+        run.guard(run.fit_start)
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        self._event("sanity_check_start")
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        self._event("sanity_check_end")
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._event("epoch_start")
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._event("batch_start", batch)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._event("batch_end")
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._event("epoch_end", pl_module)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._event("validation_start")
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._event("validation_end")
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._event("train_end")
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        run = self._fit_run
+        if run is not None:
+            self._finish(run, None)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        run = self._fit_run
+        if run is not None:
+            self._finish(run, exception)
+            self._fit_run = None
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        run = self._fit_run
+        if run is not None and run.trainer is trainer:
+            self._finish(run, None)  # no-op after on_fit_end; removes the probes either way
+            self._fit_run = None
+
+    def _finish(self, run: _FitRun, exception: BaseException | None) -> None:
+        try:
+            run.finish(exception)
+        except Exception as exc:
+            run.closed = True
+            self._fail(exc)
+            run.detach()
+
+    def _scope(self) -> StallScope:
+        return cast("StallScope", self)
+
+    # -- the rest of the interface: nothing to do ----------------------------------------
+
+    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_validation_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_validation_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_test_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_test_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_predict_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_predict_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_predict_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        return None
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        return None
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        return None
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        return None
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        return None
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        return None
+
+    def on_before_zero_grad(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        return None
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            # A hook added by a later Lightning release is a no-op rather than an AttributeError in
+            # the user's training (tests compare the hooks above with the installed Callback's).
+            if name.startswith("on_"):
+                return _no_op_hook
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _no_op_hook(*args: Any, **kwargs: Any) -> None:
+    return None

@@ -1,0 +1,688 @@
+"""``StallScope`` as a Lightning callback (``stallscope/hooks/lightning.py``), with real Trainers.
+
+Attribution tests drive StallScope's clock by hand: every planted cost (a sample's loading, the
+batch transfer, the step, a validation batch, a checkpoint save, a logger call, another callback)
+advances a ``FakeClock`` by a known amount and nothing else moves it, so each phase's total must
+equal what was planted in it, exactly. The cross-check with Lightning's SimpleProfiler uses real
+time. Both namespaces (``lightning.pytorch`` and ``pytorch_lightning``) run where it matters.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from conftest import FakeClock
+from rich.console import Console
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from stallscope import StallScope
+from stallscope.hooks import lightning as lightning_hooks
+from stallscope.hooks.lightning import attach_fetch_probe
+from stallscope.hooks.session import Session
+from stallscope.report.io import REPORT_NAME
+
+NAMESPACES = ["lightning", "pytorch_lightning"]
+
+#: Lightning 2.6 builds torch's ``LeafSpec``, which torch 2.13 deprecates; harmless here
+LEAFSPEC_DEPRECATION = r"ignore:.isinstance.treespec, LeafSpec.. is deprecated:FutureWarning"
+pytestmark = pytest.mark.filterwarnings(LEAFSPEC_DEPRECATION)
+MS = 1_000_000
+FETCH_NEXT = "[_TrainingEpochLoop].train_dataloader_next"
+
+
+def import_pl(namespace: str) -> ModuleType:
+    return importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
+
+
+@pytest.fixture(params=NAMESPACES)
+def pl(request: pytest.FixtureRequest) -> ModuleType:
+    """The Lightning package under test (``lightning.pytorch`` or ``pytorch_lightning``)."""
+    return import_pl(request.param)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, cpu_clock: FakeClock) -> FakeClock:
+    """Every fit's session reads ``clock`` (and ``cpu_clock``) instead of real time."""
+    monkeypatch.setattr(lightning_hooks, "Session", functools.partial(Session, clock=clock, cpu_clock=cpu_clock))
+    return clock
+
+
+# -- a tiny model whose costs are planted -------------------------------------------------------
+
+
+class Costs:
+    """Milliseconds each planted cost advances ``clock`` by (None: no fake clock, no cost)."""
+
+    def __init__(self, clock: FakeClock | None = None, **ms: float) -> None:
+        self.clock = clock
+        self.ms = ms
+        self.counts: Counter[str] = Counter()
+
+    def spend(self, what: str) -> None:
+        self.counts[what] += 1
+        if self.clock is not None:
+            self.clock.advance_ms(self.ms.get(what, 0.0))
+
+
+class Samples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, n: int, costs: Costs, what: str = "sample") -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=gen)
+        self.y = torch.randint(0, 2, (n,), generator=gen)
+        self.costs = costs
+        self.what = what
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.costs.spend(self.what)
+        return self.x[i], self.y[i]
+
+
+@functools.cache
+def tiny_class(pl: ModuleType) -> type[Any]:
+    class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self, costs: Costs, fail_at: int | None = None) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 2)
+            self.costs = costs
+            self.fail_at = fail_at
+            self.failure = ValueError("planted failure in training_step")
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == self.fail_at:
+                raise self.failure
+            self.costs.spend("step")
+            x, y = batch
+            loss = nn.functional.cross_entropy(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.costs.spend("val_step")
+            x, y = batch
+            self.log("val_loss", nn.functional.cross_entropy(self.layer(x), y))
+
+        def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+            self.costs.spend("transfer")
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            self.costs.spend("save")
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Tiny
+
+
+@functools.cache
+def logger_class(pl: ModuleType) -> type[Any]:
+    class CostlyLogger(pl.loggers.Logger):  # type: ignore[misc,name-defined]
+        """A logger whose ``log_metrics`` costs ``log`` ms; it records what it was given."""
+
+        def __init__(self, costs: Costs) -> None:
+            super().__init__()
+            self.costs = costs
+            self.metrics: list[dict[str, float]] = []
+
+        @property
+        def name(self) -> str:
+            return "costly"
+
+        @property
+        def version(self) -> str:
+            return "0"
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            self.costs.spend("hparams")
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            self.costs.spend("log")
+            self.metrics.append(dict(metrics))
+
+        def save(self) -> None:
+            self.costs.spend("logger_save")
+
+        def finalize(self, status: str) -> None:
+            return None  # the base class saves once more here, after the fit (and its report) ended
+
+    return CostlyLogger
+
+
+@functools.cache
+def after_class(pl: ModuleType) -> type[Any]:
+    class AfterEachBatch(pl.Callback):  # type: ignore[misc,name-defined]
+        """Another user callback, listed after StallScope: its batch-end work is ``other``."""
+
+        def __init__(self, costs: Costs) -> None:
+            self.costs = costs
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            self.costs.spend("callback")
+
+    return AfterEachBatch
+
+
+def loader(n: int, costs: Costs, *, batch_size: int = 4, what: str = "sample", **kwargs: Any) -> DataLoader[Any]:
+    return DataLoader(Samples(n, costs, what), batch_size=batch_size, **kwargs)
+
+
+def trainer(pl: ModuleType, tmp_path: Path, callbacks: list[Any], **overrides: Any) -> Any:
+    settings: dict[str, Any] = {
+        "max_epochs": 1,
+        "accelerator": "cpu",
+        "devices": 1,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": tmp_path / "root",
+    }
+    settings.update(overrides)
+    return pl.Trainer(callbacks=callbacks, **settings)
+
+
+def scope_for(tmp_path: Path, **kwargs: Any) -> StallScope:
+    return StallScope(tmp_path / "scope", console=kwargs.pop("console", False), **kwargs)
+
+
+def on_disk(tmp_path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((tmp_path / "scope" / REPORT_NAME).read_text(encoding="utf-8"))
+    return data
+
+
+def probes_left(tr: Any) -> list[str]:
+    """Wrappers StallScope left on the trainer's objects (there must be none after a fit)."""
+    left = [name for name in ("_on_before_fetch", "_on_after_fetch") if name in vars(tr.fit_loop.epoch_loop)]
+    left += ["save_checkpoint"] if "save_checkpoint" in vars(tr) else []
+    for logger in tr.loggers:
+        left += [f"{type(logger).__name__}.{n}" for n in lightning_hooks.LOGGER_METHODS if n in vars(logger)]
+    return left
+
+
+# -- one object, both namespaces, no import -----------------------------------------------------
+
+
+def test_import_and_plain_loop_work_without_lightning() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("lightning", "pytorch_lightning", "lightning_fabric"):
+                    raise ImportError(f"blocked {name}")
+        sys.meta_path.insert(0, Block())
+        import stallscope
+        assert not any(m.split(".")[0] in ("lightning", "pytorch_lightning") for m in sys.modules)
+        with stallscope.StallScope(None, console=False) as scope:
+            for item in scope.iter(range(8)):
+                with scope.phase("compute"):
+                    pass
+        assert scope.report.summary.steps == 8
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_callback_interface_matches_installed_callback(pl: ModuleType) -> None:
+    """Every hook of the installed ``Callback`` is implemented (not left to ``__getattr__``), with
+    parameters Lightning can pass; a hook added by a Lightning release fails here first."""
+    import inspect
+
+    for name, member in vars(pl.Callback).items():
+        if name.startswith("__"):
+            continue
+        ours = inspect.getattr_static(StallScope, name, None)
+        assert ours is not None, f"StallScope lacks Callback.{name} of {pl.__name__} {pl.__version__}"
+        if callable(member):
+            theirs = list(inspect.signature(member).parameters)
+            mine = list(inspect.signature(ours).parameters)
+            assert mine[: len(theirs)] == theirs, f"{name}: {mine} vs {theirs}"
+    scope = StallScope(None, console=False)
+    assert scope.state_key == "StallScope"
+    assert scope.state_dict() == {}
+    assert scope.on_some_future_hook(object(), object()) is None  # a no-op, not an AttributeError
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        _ = scope.no_such_attribute
+
+
+def test_fetch_probe_touch_point(pl: ModuleType, tmp_path: Path) -> None:
+    """The one private touch point: ``attach_fetch_probe`` must see every train ``next()`` exactly
+    once, inside the profiler's own interval, and leave nothing behind. If a Lightning release
+    moves ``_TrainingEpochLoop._on_before_fetch``/``_on_after_fetch``, this fails loudly."""
+    events: list[str] = []
+    detachers: list[Any] = []
+
+    class Probe(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            detachers.append(attach_fetch_probe(trainer, lambda: events.append("<"), lambda: events.append(">")))
+
+    costs = Costs()
+    tr = trainer(pl, tmp_path, [Probe()], max_epochs=2, profiler="simple")
+    tr.fit(tiny_class(pl)(costs), loader(20, costs))
+    assert events == ["<", ">"] * 10, f"{pl.__name__} {pl.__version__}: the fetch hooks moved ({events[:6]}...)"
+    assert len(tr.profiler.recorded_durations[FETCH_NEXT]) == 10  # the profiler still times each next()
+    detachers[0]()
+    assert "_on_before_fetch" not in vars(tr.fit_loop.epoch_loop)
+    assert "_on_after_fetch" not in vars(tr.fit_loop.epoch_loop)
+
+
+def test_fetch_probe_names_what_moved() -> None:
+    class NotATrainer:
+        fit_loop = None
+
+    with pytest.raises(RuntimeError, match=r"fit_loop\.epoch_loop\._on_before_fetch"):
+        attach_fetch_probe(NotATrainer(), lambda: None, lambda: None)
+
+
+# -- exact attribution --------------------------------------------------------------------------
+
+
+def test_every_phase_gets_exactly_its_planted_time(pl: ModuleType, tmp_path: Path, clock: FakeClock) -> None:
+    costs = Costs(
+        clock, sample=1, transfer=2, step=3, val_sample=0.5, val_step=5, save=7, log=11, logger_save=0.25, callback=13
+    )
+    scope = scope_for(tmp_path)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    logger = logger_class(pl)(costs)
+    tr = trainer(
+        pl,
+        tmp_path,
+        [scope, checkpoint, after_class(pl)(costs)],
+        logger=logger,
+        log_every_n_steps=1,
+        val_check_interval=3,
+        enable_checkpointing=True,
+    )
+    tr.fit(tiny_class(pl)(costs), loader(24, costs), loader(8, costs, what="val_sample"))  # 6 train, 2 val batches
+
+    report = scope.report
+    assert report is not None
+    assert report.complete
+    n = costs.counts
+    assert n["step"] == 6
+    assert n["val_step"] == 4
+    assert n["save"] == 3  # steps 2, 4 and 6
+    assert n["log"] >= 6
+    expected_ms = {
+        "data": 4 * 1 * 6,  # four samples per train batch
+        "h2d": 2 * 6,
+        "compute": 3 * 6,
+        "validation": n["val_step"] * (5 + 2 + 4 * 0.5),  # its steps, transfers and its own loader
+        "checkpoint": 7 * n["save"],
+        "logging": 11 * n["log"] + 0.25 * n["logger_save"],
+        "other": 13 * 6,
+    }
+    got_ms = {name: round(s * 1e3, 3) for name, s in report.summary.phase_seconds.items() if s}
+    assert got_ms == pytest.approx(expected_ms, abs=1e-3)
+    assert sum(report.summary.phase_fractions.values()) == pytest.approx(1.0, abs=1e-5)
+    assert report.summary.steps == 6
+    assert report.summary.data_wait_s["p10"] == pytest.approx(0.004)
+
+    counts = scope._session.timeline.run_stats().phase_counts
+    assert counts["logging"] == n["logger_save"], "one logging entry per burst (log_metrics, then save)"
+    assert counts["checkpoint"] == n["save"]
+    assert report.run.dataloader == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "prefetch_factor": None,
+        "persistent_workers": False,
+        "batch_size": 4,
+    }
+    assert probes_left(tr) == []
+
+
+def test_sanity_check_is_its_own_phase(tmp_path: Path, clock: FakeClock) -> None:
+    pl = import_pl("lightning")
+    costs = Costs(clock, val_step=5)
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], num_sanity_val_steps=2, check_val_every_n_epoch=2)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs), loader(16, costs))
+    report = scope.report
+    assert report is not None
+    assert report.summary.phase_seconds["sanity_check"] == pytest.approx(0.010)
+    assert report.summary.phase_seconds["validation"] == 0
+    assert not [f for f in report.findings if f.id == "validation.frequency"]
+
+
+def test_loader_set_up_and_worker_spawn_are_data(tmp_path: Path, clock: FakeClock) -> None:
+    """``iter()`` of the train loader (worker start-up) at each epoch start is ``data``, and is the
+    epoch boundary the persistent-workers rule reads."""
+    pl = import_pl("lightning")
+    costs = Costs(clock, iter=40)
+
+    class SlowStart(DataLoader[Any]):
+        def __iter__(self) -> Any:
+            costs.spend("iter")
+            return super().__iter__()
+
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=3)
+    tr.fit(tiny_class(pl)(costs), SlowStart(Samples(16, costs), batch_size=4))
+    report = scope.report
+    assert report is not None
+    assert costs.counts["iter"] == 3
+    assert report.summary.phase_seconds["data"] == pytest.approx(0.120)
+    boundaries = scope._session.timeline.run_stats().boundaries
+    assert [b.iter_ns for b in boundaries] == [40 * MS] * 3
+    assert [e.summary.steps for e in report.epochs] == [4, 4, 4]
+
+
+def test_training_step_reading_dataloader_iter(tmp_path: Path, clock: FakeClock) -> None:
+    """When ``training_step`` takes ``dataloader_iter``, its ``next()`` calls are data waits inside the step."""
+    pl = import_pl("lightning")
+    costs = Costs(clock, sample=1, step=3)
+
+    class ReadsItself(tiny_class(pl)):  # type: ignore[misc]
+        def training_step(self, dataloader_iter: Any) -> torch.Tensor:
+            (x, y), _, _ = next(dataloader_iter)
+            self.costs.spend("step")
+            return nn.functional.cross_entropy(self.layer(x), y)
+
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope])
+    tr.fit(ReadsItself(costs), loader(20, costs))
+    report = scope.report
+    assert report is not None
+    assert report.summary.steps == 5
+    assert report.summary.phase_seconds["data"] == pytest.approx(0.020)
+    assert report.summary.phase_seconds["compute"] == pytest.approx(0.015)
+
+
+# -- cross-check with the user's profiler -------------------------------------------------------
+
+
+def _profiled_fit(pl: ModuleType, tmp_path: Path, callbacks: list[Any]) -> Any:
+    costs = Costs()
+
+    class Starved(Samples):
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            end = __import__("time").perf_counter() + 0.0005  # preprocessing: 0.5 ms of CPU per sample
+            while __import__("time").perf_counter() < end:
+                pass
+            return super().__getitem__(i)
+
+    tr = trainer(pl, tmp_path, callbacks, max_epochs=2, profiler="simple")
+    tr.fit(tiny_class(pl)(costs), DataLoader(Starved(96, costs), batch_size=8))
+    return tr
+
+
+def test_data_wait_agrees_with_simple_profiler(pl: ModuleType, tmp_path: Path) -> None:
+    scope = scope_for(tmp_path)
+    tr = _profiled_fit(pl, tmp_path, [scope])
+    report = scope.report
+    assert report is not None
+    ours = sum(e.summary.data_wait_s["mean"] * e.summary.steps for e in report.epochs)
+    theirs = sum(tr.profiler.recorded_durations[FETCH_NEXT])
+    assert len(tr.profiler.recorded_durations[FETCH_NEXT]) == report.summary.steps == 24
+    assert abs(ours - theirs) <= 0.10 * theirs, f"StallScope {ours:.4f} s vs SimpleProfiler {theirs:.4f} s"
+
+
+def test_simple_profiler_output_is_unchanged(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    without = _profiled_fit(pl, tmp_path / "a", [])
+    with_scope = _profiled_fit(pl, tmp_path / "b", [scope_for(tmp_path)])
+    ours = {k: len(v) for k, v in with_scope.profiler.recorded_durations.items() if "StallScope" not in k}
+    theirs = {k: len(v) for k, v in without.profiler.recorded_durations.items()}
+    assert ours == theirs
+    assert FETCH_NEXT in with_scope.profiler.summary()
+
+
+# -- diagnosis, printing, reports, loggers ------------------------------------------------------
+
+
+def test_prints_each_epoch_and_writes_reports(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    out = Console(file=io.StringIO(), width=100)
+    seen: list[tuple[int, bool, int]] = []
+
+    class ReadsReport(pl.Callback):  # listed after StallScope: sees the report of the epoch that just ended
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            data = on_disk(tmp_path)
+            seen.append((trainer.current_epoch, data["complete"], len(data["epochs"])))
+
+    costs = Costs()
+    scope = scope_for(tmp_path, console=out)
+    tr = trainer(pl, tmp_path, [scope, ReadsReport()], max_epochs=2)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    text = out.file.getvalue()
+    assert "StallScope · epoch 0" in text
+    assert "StallScope · epoch 1" in text
+    assert "StallScope · run (2 epochs)" in text
+    assert seen == [(0, False, 1), (1, False, 2)]
+    final = on_disk(tmp_path)
+    assert final["complete"] is True
+    assert final["run"]["framework"] == "lightning"
+
+
+@pytest.mark.parametrize("bar", ["TQDMProgressBar", "RichProgressBar"])
+def test_prints_through_progress_bars(tmp_path: Path, capsys: pytest.CaptureFixture[str], bar: str) -> None:
+    pl = import_pl("lightning")
+    costs = Costs()
+    scope = scope_for(tmp_path, console=True)
+    tr = trainer(pl, tmp_path, [scope, getattr(pl.callbacks, bar)()], enable_progress_bar=True, max_epochs=2)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    out = capsys.readouterr().out
+    assert "StallScope · epoch 0" in out
+    assert "StallScope · epoch 1" in out
+    assert tr.global_step == 8
+
+
+def test_diagnosis_names_lightning_arguments(tmp_path: Path, clock: FakeClock) -> None:
+    """Logging every step with a costly logger: the fix names ``Trainer(log_every_n_steps=...)``."""
+    pl = import_pl("lightning")
+    costs = Costs(clock, sample=0.25, step=2, log=6)
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], logger=logger_class(pl)(costs), log_every_n_steps=1)
+    tr.fit(tiny_class(pl)(costs), loader(80, costs))
+    report = scope.report
+    assert report is not None
+    top = report.findings[0]
+    assert top.id == "logging.frequency"
+    assert "Trainer(log_every_n_steps=" in top.snippet
+    assert top.suggestion["log_every_n_steps"] > 1
+    assert report.run.framework == "lightning"
+
+
+def test_headline_numbers_reach_the_loggers(pl: ModuleType, tmp_path: Path) -> None:
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2, logger=csv_logger, log_every_n_steps=1)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    with open(Path(csv_logger.log_dir) / "metrics.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    headline = [r for r in rows if r.get("stallscope/gpu_idle_fraction")]
+    assert len(headline) == 2  # one per epoch
+    for row in headline:
+        for name in ("gpu_idle_fraction", "data_fraction", "compute_fraction"):
+            assert 0.0 <= float(row[f"stallscope/{name}"]) <= 1.0
+        assert float(row["stallscope/steps_per_s"]) > 0
+    assert len([r for r in rows if r.get("train_loss")]) == 8  # the user's own metrics still arrive
+    assert tr.callback_metrics["stallscope/gpu_idle_fraction"] == pytest.approx(
+        scope.report.epochs[-1].summary.gpu_idle_fraction, abs=1e-6
+    )
+
+
+# -- plays well with others ---------------------------------------------------------------------
+
+
+def test_other_callbacks_see_the_same_hooks(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    calls: list[Counter[str]] = []
+
+    def run(with_scope: bool) -> None:
+        seen: Counter[str] = Counter()
+
+        class Counting(pl.Callback):  # type: ignore[misc,name-defined]
+            def __getattribute__(self, name: str) -> Any:
+                if name.startswith("on_") or name in ("setup", "teardown"):
+                    seen[name] += 1
+                return super().__getattribute__(name)
+
+        costs = Costs()
+        callbacks = [scope_for(tmp_path)] if with_scope else []
+        tr = trainer(pl, tmp_path, [*callbacks, Counting()], max_epochs=2)
+        tr.fit(tiny_class(pl)(costs), loader(16, costs), loader(8, costs))
+        calls.append(seen)
+
+    run(False)
+    run(True)
+    assert calls[0] == calls[1]
+
+
+def test_fast_dev_run(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], fast_dev_run=True)
+    tr.fit(tiny_class(pl)(costs), loader(40, costs), loader(8, costs))
+    report = scope.report
+    assert report is not None
+    assert report.complete
+    assert report.summary.steps == 1
+    assert any("fast_dev_run" in note for note in report.notes)
+
+
+def test_limit_train_batches(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2, limit_train_batches=3)
+    tr.fit(tiny_class(pl)(costs), loader(40, costs))
+    report = scope.report
+    assert report is not None
+    assert [e.summary.steps for e in report.epochs] == [3, 3]
+    assert scope._session.batches_per_epoch == 3
+
+
+def test_repeated_fit_on_the_same_trainer_and_scope(pl: ModuleType, tmp_path: Path) -> None:
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], logger=pl.loggers.CSVLogger(tmp_path / "logs"))
+    model = tiny_class(pl)(costs)
+    tr.fit(model, loader(16, costs))
+    assert scope.report is not None
+    assert scope.report.summary.steps == 4
+    assert probes_left(tr) == []
+    tr.fit_loop.max_epochs = 3
+    tr.fit(model, loader(16, costs))  # continues: epochs 1 and 2
+    report = scope.report
+    assert report is not None
+    assert report.complete
+    assert [e.summary.steps for e in report.epochs] == [4, 4]
+    assert probes_left(tr) == []
+    assert on_disk(tmp_path)["summary"]["steps"] == 8
+    assert not [note for note in report.notes if "turned itself off" in note]
+
+
+def test_resume_from_checkpoint(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    costs = Costs()
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    tr = trainer(pl, tmp_path, [scope_for(tmp_path), checkpoint], enable_checkpointing=True)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=3)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs), ckpt_path=checkpoint.last_model_path)
+    report = scope.report
+    assert report is not None
+    assert report.complete
+    assert [e.summary.steps for e in report.epochs] == [4, 4]
+    assert tr.current_epoch == 3
+
+
+def test_validate_outside_fit_is_not_observed(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope])
+    tr.validate(tiny_class(pl)(costs), loader(8, costs), verbose=False)
+    assert not (tmp_path / "scope" / REPORT_NAME).exists()
+    assert scope.report is None
+
+
+# -- never hurt the run -------------------------------------------------------------------------
+
+
+def test_user_exception_propagates_unchanged_and_report_is_written(pl: ModuleType, tmp_path: Path) -> None:
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], logger=pl.loggers.CSVLogger(tmp_path / "logs"))
+    model = tiny_class(pl)(costs, fail_at=2)
+    with pytest.raises(ValueError, match="planted failure") as raised:
+        tr.fit(model, loader(40, costs))
+    assert raised.value is model.failure
+    assert scope.report is not None
+    assert scope.report.complete
+    data = on_disk(tmp_path)
+    assert data["complete"] is True
+    assert data["summary"]["steps"] == 3  # two finished steps and the one that raised
+    assert any("ValueError: planted failure" in note for note in data["notes"])
+    assert probes_left(tr) == []
+
+
+@pytest.mark.parametrize("where", ["fetch_begin", "batch_end", "lazy_begin", "epoch_end", "fit_start"])
+def test_internal_error_turns_the_scope_off_and_training_goes_on(
+    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    def broken(*args: Any) -> None:
+        raise RuntimeError(f"injected in {where}")
+
+    monkeypatch.setattr(lightning_hooks._FitRun, where, broken)
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2, logger=csv_logger, log_every_n_steps=1)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert tr.global_step == 8
+    assert costs.counts["step"] == 8
+    assert not scope.enabled
+    assert "turned itself off" in capsys.readouterr().err
+    data = on_disk(tmp_path)
+    assert any(f"injected in {where}" in note for note in data["notes"])
+    assert probes_left(tr) == []
+    with open(Path(csv_logger.log_dir) / "metrics.csv", encoding="utf-8") as fh:
+        assert len([r for r in csv.DictReader(fh) if r.get("train_loss")]) == 8
+
+
+def test_loader_exception_propagates_unchanged(tmp_path: Path) -> None:
+    pl = import_pl("lightning")
+    failure = OSError("planted read error")
+
+    class Breaks(Samples):
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            if i == 9:
+                raise failure
+            return super().__getitem__(i)
+
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope])
+    with pytest.raises(OSError, match="planted read error") as raised:
+        tr.fit(tiny_class(pl)(costs), DataLoader(Breaks(40, costs), batch_size=4))
+    assert raised.value is failure
+    data = on_disk(tmp_path)
+    assert data["complete"] is True
+    assert any("OSError: planted read error" in note for note in data["notes"])
+    assert probes_left(tr) == []
