@@ -686,3 +686,27 @@ def test_loader_exception_propagates_unchanged(tmp_path: Path) -> None:
     assert data["complete"] is True
     assert any("OSError: planted read error" in note for note in data["notes"])
     assert probes_left(tr) == []
+
+
+def test_saves_from_another_thread_pass_untimed(tmp_path: Path, clock: FakeClock) -> None:
+    """The timeline belongs to the training thread: a save started elsewhere is not recorded."""
+    import threading
+
+    pl = import_pl("lightning")
+    costs = Costs(clock, save=7)
+
+    class SavesInThread(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.global_step == 2:
+                worker = threading.Thread(target=trainer.save_checkpoint, args=(tmp_path / "side.ckpt",))
+                worker.start()
+                worker.join()
+
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope, SavesInThread()])
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert (tmp_path / "side.ckpt").exists()
+    assert costs.counts["save"] == 1
+    assert scope._session.timeline.run_stats().phase_counts["checkpoint"] == 0
+    assert scope.report is not None
+    assert scope.report.summary.phase_seconds["other"] == pytest.approx(0.007)  # the main thread waited

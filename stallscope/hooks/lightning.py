@@ -29,13 +29,24 @@ The logging and checkpoint wrappers are instance attributes on this trainer's ow
 loggers, the trainer), set at ``on_fit_start`` and removed at teardown; nothing global is patched.
 A burst of logger calls (``log_metrics`` then ``save``, for each logger) or of checkpoint saves
 (top-k, then ``last``) is one entry of its phase, so the frequency rules count events, not calls.
+
+Epochs, reports, loggers
+    Each ``fit`` is one run. A train epoch ends at StallScope's ``on_train_epoch_end``: the
+    diagnosis is printed (through the progress bar's ``print``, which keeps bars intact),
+    ``report.json`` is written and the headline numbers go to the Trainer's loggers through
+    ``pl_module.log("stallscope/...")``. What Lightning does after that hook (``ModelCheckpoint``'s
+    epoch-end save when there is no validation, the epoch-end logger flush) counts in the next
+    epoch and in the run. The final report is written at ``on_fit_end``, or at ``on_exception``.
+    Ranks other than 0 print nothing and write ``<report_dir>/rank<N>/report.json``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -65,7 +76,7 @@ SANITY_CHECK = "sanity_check"
 _SETUP = -1
 
 
-def attach_fetch_probe(trainer: Any, before: Callable[[], None], after: Callable[[], None]) -> Callable[[], None]:
+def attach_fetch_probe(trainer: Any, before: Callable[[], object], after: Callable[[], object]) -> Callable[[], None]:
     """The one private touch point: time the train loader's ``next()`` inside ``trainer.fit``.
 
     Lightning has no public hook around it. At the start of every epoch,
@@ -193,6 +204,7 @@ class _FitRun:
         self._count_tensors = False
         self._last_logger: object | None = None
         self._undo: list[Callable[[], None]] = []
+        self._thread = threading.get_ident()
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -221,8 +233,9 @@ class _FitRun:
         run = self
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(original)
             def timed(*args: Any, **kwargs: Any) -> Any:
-                entered = run.guard(run.lazy_begin, run.logging)
+                entered = run.on_training_thread() and run.guard(run.lazy_begin, run.logging)
                 try:
                     return original(*args, **kwargs)
                 finally:
@@ -236,8 +249,9 @@ class _FitRun:
     def _checkpoint_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
         run = self
 
+        @functools.wraps(original)
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
-            entered = run.guard(run.lazy_begin, run.checkpoint)
+            entered = run.on_training_thread() and run.guard(run.lazy_begin, run.checkpoint)
             try:
                 return original(*args, **kwargs)
             finally:
@@ -245,6 +259,10 @@ class _FitRun:
                     run.guard(run.lazy_end, False)
 
         return save_checkpoint
+
+    def on_training_thread(self) -> bool:
+        """The timeline is driven from the training thread only; calls from others pass untimed."""
+        return threading.get_ident() == self._thread
 
     def guard(self, fn: Callable[..., object], *args: Any) -> bool:
         """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
