@@ -9,7 +9,7 @@ Public API (everything else is private and may change)::
                 ...
 """
 
-from stallscope._exceptions import PossibleFalsePositiveWarning, ReportError, StallScopeError
+from stallscope._exceptions import ComparisonError, PossibleFalsePositiveWarning, ReportError, StallScopeError
 from stallscope._version import __version__
 from stallscope.analysis.finding import Finding
 from stallscope.hooks.scope import StallScope
@@ -17,6 +17,7 @@ from stallscope.report.io import load_report
 from stallscope.report.schema import Report
 
 __all__ = [
+    "ComparisonError",
     "Finding",
     "PossibleFalsePositiveWarning",
     "Report",

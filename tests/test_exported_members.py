@@ -4,6 +4,7 @@ import stallscope
 
 #: The public API (SPEC §2, §3, §5). Adding a name here is a promise to users; keep it short.
 PUBLIC = {
+    "ComparisonError",
     "Finding",
     "PossibleFalsePositiveWarning",
     "Report",
