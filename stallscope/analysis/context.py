@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from stallscope.signals.cuda_events import CudaDevice, CudaSummary
+from stallscope.signals.host_sampler import HostSummary
 from stallscope.signals.loader import LoaderConfig
+from stallscope.signals.nvml import NvmlSummary
 from stallscope.timeline.stats import SpanStats
 
 Framework = Literal["plain", "lightning"]
@@ -59,3 +62,13 @@ class Context:
     #: host threads the compute competes with workers for: torch's intra-op threads when the
     #: accelerator is the CPU itself, 1 when a GPU does the compute
     compute_threads: int = 1
+    #: what NVML showed of the GPU over the span; None when no GPU was sampled
+    nvml: NvmlSummary | None = None
+    #: CPU of the training process and its workers, host memory; None when not sampled
+    host_signals: HostSummary | None = None
+    #: device-side timing of the compute phase from CUDA events; None off CUDA
+    cuda: CudaSummary | None = None
+    #: the CUDA device torch uses; None off CUDA
+    cuda_device: CudaDevice | None = None
+    #: the training precision when the framework says (Lightning's ``"32-true"``, ``"bf16-mixed"``…)
+    precision: str | None = None

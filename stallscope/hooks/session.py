@@ -18,11 +18,13 @@ from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
-from stallscope.report.build import summarize
+from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.render import print_diagnosis
 from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
+from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
+from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanStats
@@ -46,6 +48,15 @@ class Session:
         self.framework: Framework = framework
         self.timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=config.recent_steps)
         self.host: HostInfo = host_info()
+        #: the training precision when the framework says (Lightning: ``str(trainer.precision)``)
+        self.precision: str | None = None
+        #: the background samplers (NVML, host) and CUDA-event timing
+        self.signals = SignalCollector(
+            self.timeline,
+            nvml_device=config.nvml_device,
+            interval_s=config.sample_interval_s,
+            cores=self.host.usable_cores,
+        )
         self.analysis = AnalysisConfig(min_saving=config.min_saving, framework=framework)
         self.loader: LoaderConfig | None = None
         self.batches_per_epoch: int | None = None
@@ -67,6 +78,7 @@ class Session:
     def start(self) -> None:
         self._started_at = utc_now_iso()
         self.timeline.start()
+        self.signals.start()
 
     def note(self, text: str) -> None:
         """Add a note to the report (once per distinct text)."""
@@ -77,6 +89,11 @@ class Session:
         if loader is not None:
             self.loader = loader
         self.batches_per_epoch = batches
+        self.signals.begin_pass()
+
+    def note_batch(self, batch: object) -> None:
+        """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
+        self.signals.note_batch(batch)
 
     def end_epoch(self) -> EpochReport | None:
         """Close the epoch: diagnose it, print it, write the report. None for an empty epoch."""
@@ -85,7 +102,12 @@ class Session:
             return None
         index = self._epoch_index
         self._epoch_index += 1
-        epoch = EpochReport(index=index, summary=self.summarize(stats), findings=tuple(self.diagnose(stats)))
+        signals = self.signals.close_window()
+        epoch = EpochReport(
+            index=index,
+            summary=self.summarize(stats, signals),
+            findings=tuple(self.diagnose(stats, signals)),
+        )
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
@@ -98,6 +120,7 @@ class Session:
 
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
+        self.signals.stop()
         report = self.build_report(complete=True)
         self.report = report
         if print_run:
@@ -107,7 +130,8 @@ class Session:
 
     # -- pieces --------------------------------------------------------------------------
 
-    def context(self, span: SpanStats) -> Context:
+    def context(self, span: SpanStats, signals: Signals | None = None) -> Context:
+        signals = signals if signals is not None else Signals()
         return Context(
             span=span,
             loader=self.loader,
@@ -116,18 +140,32 @@ class Session:
             batches_per_epoch=self.batches_per_epoch,
             batch_tensors=self.batch_tensors,
             compute_threads=compute_threads(),
+            nvml=signals.nvml,
+            host_signals=signals.host,
+            cuda=signals.cuda,
+            cuda_device=signals.cuda_device,
+            precision=self.precision,
         )
 
-    def diagnose(self, span: SpanStats) -> list[Finding]:
-        return diagnose(self.context(span))
+    def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
+        return diagnose(self.context(span, signals))
 
-    def summarize(self, span: SpanStats) -> Summary:
-        return summarize(span)
+    def summarize(self, span: SpanStats, signals: Signals | None = None) -> Summary:
+        if signals is None:
+            return summarize(span)
+        idle, source = device_idle(span, signals.cuda, signals.nvml)
+        return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml_fields(signals.nvml))
 
     def build_report(self, *, complete: bool) -> Report:
         run_stats = self.timeline.run_stats() if self.timeline.started else None
         if run_stats is None:
             raise RuntimeError("the timeline was never started")
+        signals = self.signals.run_window()
+        for text in self.signals.notes():
+            self.note(text)
+        risk = memory_risk_note(signals.host)
+        if risk is not None:
+            self.note(risk)
         return Report(
             run=RunInfo(
                 started_at=self._started_at,
@@ -139,9 +177,9 @@ class Session:
                 framework=self.framework,
                 usable_cores=self.host.usable_cores,
             ),
-            summary=self.summarize(run_stats),
+            summary=self.summarize(run_stats, signals),
             epochs=tuple(self.epochs),
-            findings=tuple(self.diagnose(run_stats)),
+            findings=tuple(self.diagnose(run_stats, signals)),
             notes=tuple(self.notes),
             complete=complete,
         )
@@ -164,4 +202,5 @@ class Session:
         """Say once, on stderr, that StallScope turned itself off."""
         text = f"StallScope turned itself off after an internal error ({type(exc).__name__}: {exc}); training goes on"
         self.note(text)
+        self.signals.stop()
         print(f"stallscope: {text}", file=sys.stderr)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from stallscope.report.schema import Summary
+from stallscope.signals.cuda_events import CudaSummary
+from stallscope.signals.nvml import NvmlSummary
 from stallscope.timeline.phases import COMPUTE
 from stallscope.timeline.stats import Distribution, SpanStats
 
@@ -24,6 +26,58 @@ def phase_fractions(span: SpanStats) -> dict[str, float]:
     largest = max(rounded, key=lambda n: rounded[n])
     rounded[largest] = round(min(1.0, max(0.0, rounded[largest] + 1.0 - sum(rounded.values()))), 6)
     return rounded
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _frac(value: float | None) -> float | None:
+    return None if value is None else round(min(1.0, max(0.0, value)), 4)
+
+
+def nvml_fields(nvml: NvmlSummary | None) -> dict[str, Any] | None:
+    """``summary.nvml`` (SPEC §3): NVML aggregates of a span, every fraction in [0, 1]; None when
+    no GPU was sampled. The SPEC's fields are always there (null when the GPU did not report
+    them); other metrics the GPU did not report are left out."""
+    if nvml is None:
+        return None
+    fields: dict[str, Any] = {
+        "util_mean": _frac(nvml.util_mean),
+        "util_p10": _frac(nvml.util_p10),
+        "util_p50": _frac(nvml.util_p50),
+        "util_p90": _frac(nvml.util_p90),
+        "util_samples": nvml.util_samples,
+        "util_source": nvml.util_source,
+        "util_by_phase": {name: _frac(u) for name, u in nvml.util_by_phase.items()},
+        "phase_resolution": _frac(nvml.phase_resolution),
+        "mem_used_max_bytes": nvml.mem_used_max_bytes,
+        "mem_total_bytes": nvml.mem_total_bytes,
+        "mem_used_max_fraction": _frac(nvml.mem_used_max_bytes / nvml.mem_total_bytes)
+        if nvml.mem_used_max_bytes is not None and nvml.mem_total_bytes
+        else None,
+        "power_mean_w": _r(nvml.power_mean_w, 1),
+        "power_max_w": _r(nvml.power_max_w, 1),
+        "power_limit_w": _r(nvml.power_limit_w, 1),
+        "sm_clock_mean_mhz": _r(nvml.sm_clock_mean_mhz, 1),
+        "sm_clock_max_mhz": _r(nvml.sm_clock_max_mhz, 1),
+        "throttle": {k: _frac(v) for k, v in nvml.throttle.items()},
+        "temperature_max_c": _r(nvml.temperature_max_c, 1),
+        "device": {k: v for k, v in (("index", nvml.index), ("uuid", nvml.uuid), ("name", nvml.name)) if v is not None},
+    }
+    always = ("util_mean", "util_p10", "util_p50", "util_by_phase", "mem_used_max_bytes", "mem_total_bytes")
+    return {k: v for k, v in fields.items() if k in always or (v is not None and v != {})}
+
+
+def device_idle(span: SpanStats, cuda: CudaSummary | None, nvml: NvmlSummary | None) -> tuple[float | None, str]:
+    """The best measurement of the accelerator's idle fraction over ``span`` and its source:
+    CUDA events (device-side busy time of the compute phase), else NVML utilization, else None
+    (``summarize`` then uses the host phases)."""
+    if cuda is not None and cuda.phases > 0 and span.wall_ns > 0:
+        return min(1.0, max(0.0, 1.0 - cuda.busy_ns / span.wall_ns)), "cuda_events"
+    if nvml is not None and nvml.idle_fraction is not None:
+        return min(1.0, max(0.0, nvml.idle_fraction)), "nvml"
+    return None, "host_phases"
 
 
 def summarize(

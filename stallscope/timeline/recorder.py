@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable
+from typing import NamedTuple
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
@@ -27,6 +28,23 @@ Clock = Callable[[], int]
 _DATA = BUILTIN_PHASES.index(DATA)
 _COMPUTE = BUILTIN_PHASES.index(COMPUTE)
 _OTHER = BUILTIN_PHASES.index(OTHER)
+
+
+def _nothing() -> None:
+    return None
+
+
+class PhaseProbe(NamedTuple):
+    """What the timeline looked like at one instant, as another thread may read it (``probe``)."""
+
+    #: when the probe was taken (the timeline's clock), ns
+    now_ns: int
+    #: id of the phase in progress (the innermost one)
+    phase: int
+    #: when that phase was entered or resumed, ns: ``[since_ns, now_ns]`` lies wholly in ``phase``
+    since_ns: int
+    #: time credited to each phase id up to ``since_ns`` (``Timeline`` totals), ns
+    totals_ns: tuple[int, ...]
 
 
 class Timeline:
@@ -93,6 +111,11 @@ class Timeline:
         self._cpu_start = 0
         self._boundaries: list[EpochBoundary] = []
         self._ep_boundaries: list[EpochBoundary] = []
+        # one watched phase whose enter/leave call listeners (CUDA events around ``compute``);
+        # -1: none. The listeners must not raise.
+        self._watch = -1
+        self._on_watch_enter: Callable[[], None] = _nothing
+        self._on_watch_leave: Callable[[], None] = _nothing
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -141,13 +164,18 @@ class Timeline:
         self._cur = pid
         self._counts[pid] += 1
         self._mark = now
+        if pid == self._watch:
+            self._on_watch_enter()
 
     def leave(self) -> None:
         """Leave the current phase."""
         now = self._clock()
-        self._totals[self._cur] += now - self._mark
+        left = self._cur
+        self._totals[left] += now - self._mark
         self._cur = self._stack.pop() if self._stack else _OTHER
         self._mark = now
+        if left == self._watch:
+            self._on_watch_leave()
 
     def data_begin(self, *, new_step: bool = True) -> None:
         """About to wait for the next batch. With ``new_step`` the step in progress ends here."""
@@ -281,6 +309,41 @@ class Timeline:
             boundaries=tuple(self._boundaries),
             windows=tuple(windows),
         )
+
+    # -- for samplers (off the hot path) --------------------------------------------------
+
+    def watch(self, pid: int, on_enter: Callable[[], None], on_leave: Callable[[], None]) -> None:
+        """Call ``on_enter`` / ``on_leave`` whenever phase ``pid`` is entered / left (one phase at a
+        time; the listeners must not raise). Call from the training thread."""
+        self._on_watch_enter = on_enter
+        self._on_watch_leave = on_leave
+        self._watch = pid
+
+    def unwatch(self) -> None:
+        self._watch = -1
+        self._on_watch_enter = self._on_watch_leave = _nothing
+
+    def phase_names(self) -> tuple[str, ...]:
+        """Phase names indexed by phase id."""
+        return tuple(self._names)
+
+    def probe(self) -> PhaseProbe | None:
+        """The phase in progress and the totals, read consistently from any thread; None before
+        ``start`` or when the training thread kept changing phase during four attempts.
+
+        Lock-free: every change of phase credits the totals and then moves ``_mark``, so a reading
+        is consistent when ``_mark`` did not move while it was taken and the totals add up to it.
+        """
+        if not self._started:
+            return None
+        for _ in range(4):
+            mark = self._mark
+            cur = self._cur
+            totals = tuple(self._totals)
+            now = self._clock()
+            if self._mark == mark and sum(totals) == mark - self._start_ns:
+                return PhaseProbe(now_ns=now, phase=cur, since_ns=mark, totals_ns=totals)
+        return None
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -8,9 +8,18 @@ from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.rules import (
     checkpoint_frequency,
+    compute_amp,
+    compute_batch_size,
+    data_cpu_bound,
+    data_io_bound,
     data_persistent_workers,
+    data_pin_memory,
     data_prefetch,
     data_workers,
+    gpu_throttle,
+    host_memory,
+    host_overhead,
+    host_sync,
     logging_frequency,
     validation_frequency,
 )
@@ -24,4 +33,14 @@ ALL_RULES: tuple[Rule, ...] = (
     checkpoint_frequency.rule,
     logging_frequency.rule,
     validation_frequency.rule,
+    # rules that need the background signals (NVML, host sampler, CUDA events)
+    data_cpu_bound.rule,
+    data_io_bound.rule,
+    data_pin_memory.rule,
+    host_sync.rule,
+    host_overhead.rule,
+    compute_amp.rule,
+    compute_batch_size.rule,
+    gpu_throttle.rule,
+    host_memory.rule,
 )

@@ -1,0 +1,97 @@
+"""``data.cpu_bound``: preparing batches already saturates the CPU cores; more workers cannot help.
+
+Evidence: the loop is starved for data, loading is CPU work (workers on a CPU most of the time,
+or in-process ``next()`` calls burning CPU), and the process tree keeps the usable cores busy —
+or, without workers, the loop model predicts that workers would gain less than ``NO_GAIN``
+(the cores, not the worker count, set the step time).
+
+Model: preprocessing made ``1 / (1 - COST_REDUCTION)`` times cheaper (caching decoded samples,
+moving augmentation to the GPU) takes that share off each batch's CPU time; the loop model
+predicts the step time with it at the same worker count. The saving is capped by the time the
+GPU sat idle while the loop waited for data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stallscope.analysis.context import Context
+from stallscope.analysis.device_model import cap_by_device_idle
+from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.worker_cpu import SATURATED, refined_model
+
+ID = "data.cpu_bound"
+
+#: share of a batch's CPU cost the suggested rework is assumed to remove
+COST_REDUCTION = 0.5
+#: loading counts as CPU work above this share of its time on a CPU
+CPU_HEAVY = 0.7
+#: more workers "cannot help" when the loop model predicts less than this gain from them
+NO_GAIN = 0.1
+
+
+def rule(ctx: Context) -> Finding | None:
+    got = refined_model(ctx)
+    if got is None or ctx.span.wall_s <= 0:
+        return None
+    model, cpu = got
+    if not model.starved or cpu.busy < CPU_HEAVY:
+        return None
+    now = model.predict_step_s(model.workers)
+    if model.workers > 0:
+        saturated = cpu.cores_busy is not None and cpu.cores_busy >= SATURATED
+    else:
+        # in-process loading: workers would help unless the cores already bind (then data.workers
+        # has the better advice, and this finding comes once they run)
+        saturated = model.predict_step_s(model.best_workers(model.cores)) >= (1 - NO_GAIN) * now
+    if not saturated:
+        return None
+    cut = COST_REDUCTION * model.load_cpu_s
+    cheaper = replace(model, load_s=model.load_s - cut, load_cpu_s=model.load_cpu_s - cut)
+    after = cheaper.predict_step_s(model.workers)
+    saving = frac(cap_by_device_idle(model.steps * (now - after) / ctx.span.wall_s, ctx))
+    if saving <= 0:
+        return None
+    busy_cores = f"{cpu.cores_busy:.0%}" if cpu.cores_busy is not None else "all"
+    return Finding(
+        id=ID,
+        title=(
+            f"Batch preparation is CPU-bound: the {model.cores} usable cores are {busy_cores} busy and "
+            f"training still waits {model.wait_s * 1e3:.1f} ms per step"
+        ),
+        est_saving_fraction=saving,
+        est_speedup=round(speedup_for(saving), 3),
+        confidence="medium",
+        evidence={
+            "num_workers": model.workers,
+            "usable_cores": model.cores,
+            "cpu_busy_fraction": frac(cpu.cores_busy) if cpu.cores_busy is not None else None,
+            "loading_cpu_share": frac(cpu.busy),
+            "cpu_measured_in": cpu.source,
+            "load_cpu_per_batch_ms": ms(model.load_cpu_s),
+            "wait_per_step_ms": ms(model.wait_s),
+            "consumer_per_step_ms": ms(model.consumer_s),
+            "assumed_cpu_cost_cut": COST_REDUCTION,
+            "predicted_step_ms": ms(after),
+            "gpu_util_during_data": _util(ctx),
+        },
+        fix=(
+            "More workers cannot help: preprocessing already uses the cores. Make each sample cheaper "
+            "(decode and resize once and cache the result, use a lighter augmentation), move augmentation "
+            "to the GPU, or run on a machine with more cores."
+        ),
+        suggestion={},
+        snippet=(
+            "# augment on the GPU instead of in the DataLoader workers\n"
+            'x = x.to("cuda", non_blocking=True)\n'
+            "x = gpu_augment(x)  # e.g. torchvision.transforms.v2 on CUDA tensors"
+        ),
+    )
+
+
+def _util(ctx: Context) -> float | None:
+    if ctx.nvml is None:
+        return None
+    util = ctx.nvml.util_by_phase.get("data")
+    return frac(util) if util is not None else None

@@ -1,0 +1,62 @@
+"""How hard the loader's processes work: the CPU evidence behind ``data.cpu_bound`` / ``data.io_bound``.
+
+With workers, the host sampler measures their CPU time: ``busy`` is the share of the time each
+worker spent on a CPU (1.0: every worker burns a core all the time; near 0: they wait on
+storage). Without workers, the timeline measures the CPU time of each in-process ``next()``
+directly. The loop model (``loop_model.py``) assumes a worker's batch costs as much CPU as wall
+time when it cannot measure it; ``refined_model`` puts the measured share in instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from stallscope.analysis.context import Context
+from stallscope.analysis.loop_model import LoopModel, build_loop_model
+
+#: the process tree counts as saturating the cores above this share of them
+SATURATED = 0.85
+
+
+@dataclass(frozen=True)
+class LoaderCpu:
+    """CPU use of loading over a span."""
+
+    #: share of loading time spent on a CPU, in [0, 1] (per worker, or per in-process next())
+    busy: float
+    #: where it was measured: ``workers`` (host sampler) or ``in_process`` (timeline)
+    source: str
+    #: share of the usable cores the whole process tree kept busy; None without the host sampler
+    cores_busy: float | None
+    #: CPU cores the training process and its workers used on average; None without the sampler
+    main_cores: float | None
+    workers_cores: float | None
+
+
+def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
+    """The CPU share of loading, or None when it was not measured."""
+    host = ctx.host_signals
+    cores_busy = host.cpu_busy_fraction if host is not None and host.wall_s > 0 else None
+    main = host.main_cores if host is not None and host.wall_s > 0 else None
+    workers = host.workers_cores if host is not None and host.wall_s > 0 else None
+    if model.workers > 0:
+        if host is None or host.wall_s <= 0 or workers is None:
+            return None
+        busy = min(1.0, workers / model.workers)
+        return LoaderCpu(busy, "workers", cores_busy, main, workers)
+    if not model.load_cpu_measured or model.load_s <= 0:
+        return None
+    return LoaderCpu(model.cpu_share_of_loading, "in_process", cores_busy, main, workers)
+
+
+def refined_model(ctx: Context) -> tuple[LoopModel, LoaderCpu] | None:
+    """The loop model with the measured CPU share of loading; None when either is unknown."""
+    model = build_loop_model(ctx)
+    if model is None:
+        return None
+    cpu = loader_cpu(ctx, model)
+    if cpu is None:
+        return None
+    if cpu.source == "workers":
+        model = replace(model, load_cpu_s=cpu.busy * model.load_s, load_cpu_measured=True)
+    return model, cpu

@@ -1,0 +1,239 @@
+"""The background signals of one run: which samplers run, on which GPU, and their window summaries.
+
+``Session`` owns one ``SignalCollector``. It starts the host sampler at once (every
+``sample_interval_s`` but at most once a second, plus once at each epoch end) and the NVML sampler
+as soon as there is a GPU to sample: ``nvml_device`` when given, else the GPU torch uses, found
+on the training thread (``check_device``, at each pass start and epoch end) once the user's code
+has initialised CUDA; StallScope never initialises it. On CUDA it also times the compute phase
+with CUDA events through ``Timeline.watch``.
+
+Every method contains its own failures: a broken part turns itself off with a note, and the
+collector never raises into the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stallscope.signals.cuda_events import (
+    CudaComputeTimer,
+    CudaDevice,
+    CudaSummary,
+    batch_pinning,
+    cuda_facts,
+    event_factory,
+)
+from stallscope.signals.host_sampler import MIN_INTERVAL_S as HOST_MIN_INTERVAL_S
+from stallscope.signals.host_sampler import HostProbe, HostSampler, HostSummary
+from stallscope.signals.nvml import NvmlSampler, NvmlSummary
+from stallscope.signals.sampler import Sampler
+from stallscope.timeline.phases import COMPUTE
+from stallscope.timeline.recorder import Timeline
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What the background signals measured over one window (an epoch or the run)."""
+
+    nvml: NvmlSummary | None = None
+    host: HostSummary | None = None
+    cuda: CudaSummary | None = None
+    #: the CUDA device torch uses, None off CUDA
+    cuda_device: CudaDevice | None = None
+
+
+class SignalCollector:
+    """Starts, feeds and stops the samplers of one run. See the module docstring."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        *,
+        nvml_device: int | str | None,
+        interval_s: float,
+        host_probe: HostProbe | None = None,
+        nvml_load: Callable[[], Any] | None = None,
+        cores: int | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        host: bool = True,
+    ) -> None:
+        self._timeline = timeline
+        self._nvml_device = nvml_device
+        self._interval_s = interval_s
+        self._nvml_load = nvml_load
+        self._clock = clock
+        self._notes: list[str] = []
+        self.host: HostSampler | None = None
+        if host:
+            host_interval = max(interval_s, HOST_MIN_INTERVAL_S)
+            self.host = HostSampler(interval_s=host_interval, probe=host_probe, cores=cores, clock=clock)
+        self.nvml: NvmlSampler | None = None
+        self.timer: CudaComputeTimer | None = None
+        self.cuda_device: CudaDevice | None = None
+        self._cuda_checked = False
+        self._batch_checked = False
+        self._started = False
+        self._stopped = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._guard("host", self._start_host)
+        if self._nvml_device is not None:
+            self._guard("nvml", lambda: self._start_nvml(self._nvml_device))
+        self.check_device()
+
+    def stop(self) -> None:
+        """Stop every sampler (each join is bounded) and detach from the timeline."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._guard("cuda", self._timeline.unwatch)
+        for sampler in self._samplers():
+            self._guard(sampler.name, sampler.stop)
+
+    def _start_host(self) -> None:
+        if self.host is not None:
+            self.host.start()
+
+    def _start_nvml(self, target: int | str | None) -> None:
+        if self._stopped:
+            return
+        if self.nvml is None:
+            kwargs: dict[str, Any] = {}
+            if self._nvml_load is not None:
+                kwargs["load"] = self._nvml_load
+            timeline = self._timeline
+            self.nvml = NvmlSampler(
+                target=target,
+                interval_s=self._interval_s,
+                probe=timeline.probe,
+                phase_names=timeline.phase_names,
+                clock=self._clock,
+                **kwargs,
+            )
+            self.nvml.start()
+        elif target is not None:
+            self.nvml.set_target(target)
+
+    # -- training-thread hooks -----------------------------------------------------------
+
+    def check_device(self) -> None:
+        """Pick up the CUDA device once the user's code has initialised CUDA (cheap when done)."""
+        if self._cuda_checked or self._stopped:
+            return
+        self._guard("cuda", self._check_device)
+
+    def _check_device(self) -> None:
+        facts = cuda_facts()
+        if facts is None:
+            return
+        self._cuda_checked = True
+        self.cuda_device = facts
+        if self._nvml_device is None:
+            if facts.uuid is not None:
+                self._start_nvml(facts.uuid)
+            else:
+                self.note("torch reports no UUID for its GPU, so NVML cannot tell which GPU it is; pass nvml_device")
+        new_event = event_factory()
+        if new_event is not None:
+            self.timer = CudaComputeTimer(new_event)
+            self._timeline.watch(self._timeline.phase_id(COMPUTE), self.timer.begin, self.timer.end)
+
+    def begin_pass(self) -> None:
+        """A pass over the loader starts: look for the GPU, check the next batch for pinning."""
+        self._batch_checked = False
+        self.check_device()
+
+    def note_batch(self, batch: object) -> None:
+        """Check one batch per pass for pageable (unpinned) CPU tensors, on CUDA runs only."""
+        if self._batch_checked or self.timer is None:
+            return
+        self._batch_checked = True
+        timer = self.timer
+
+        def check() -> None:
+            timer.note_batch(*batch_pinning(batch))
+
+        self._guard("cuda", check)
+
+    # -- windows -------------------------------------------------------------------------
+
+    def close_window(self) -> Signals:
+        """The signals of the epoch that just ended; starts the next window."""
+        self.check_device()
+        return Signals(
+            nvml=self._summary("nvml", self.nvml.close_window if self.nvml is not None else None),
+            host=self._summary("host", self.host.close_window if self.host is not None else None),
+            cuda=self._summary("cuda", self.timer.close_window if self.timer is not None else None),
+            cuda_device=self._refresh_device(),
+        )
+
+    def run_window(self) -> Signals:
+        """The signals of the whole run so far."""
+        return Signals(
+            nvml=self._summary("nvml", self.nvml.run_summary if self.nvml is not None else None),
+            host=self._summary("host", self.host.run_summary if self.host is not None else None),
+            cuda=self._summary("cuda", self.timer.run_summary if self.timer is not None else None),
+            cuda_device=self.cuda_device,
+        )
+
+    def _refresh_device(self) -> CudaDevice | None:
+        if self.cuda_device is not None and not self._stopped:
+            fresh = cuda_facts()  # peak memory moves on
+            if fresh is not None:
+                self.cuda_device = fresh
+        return self.cuda_device
+
+    def notes(self) -> list[str]:
+        out = list(self._notes)
+        for sampler in self._samplers():
+            out.extend(n for n in sampler.notes() if n not in out)
+        if self.timer is not None and self.timer.note and self.timer.note not in out:
+            out.append(self.timer.note)
+        return out
+
+    def _samplers(self) -> list[Sampler[Any]]:
+        return [s for s in (self.nvml, self.host) if s is not None]
+
+    def note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
+
+    # -- containment ---------------------------------------------------------------------
+
+    def _summary(self, part: str, fn: Callable[[], Any] | None) -> Any:
+        if fn is None:
+            return None
+        try:
+            return fn()
+        except Exception as exc:
+            self._off(part, exc)
+            return None
+
+    def _guard(self, part: str, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self._off(part, exc)
+
+    def _off(self, part: str, exc: BaseException) -> None:
+        self.note(f"the {part} signals turned themselves off ({type(exc).__name__}: {exc})")
+        if part == "nvml" and self.nvml is not None:
+            self.nvml.disable(exc)
+            self.nvml.stop()
+        elif part == "host" and self.host is not None:
+            self.host.disable(exc)
+            self.host.stop()
+        elif part == "cuda":
+            self._cuda_checked = True
+            with contextlib.suppress(Exception):
+                self._timeline.unwatch()
+            self.timer = None

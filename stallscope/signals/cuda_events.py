@@ -1,0 +1,291 @@
+"""Device-side busy time of the compute phase from CUDA events, resolved lazily; pinned batches.
+
+On a CUDA run the timeline calls ``begin`` / ``end`` when the ``compute`` phase is entered and
+left (``Timeline.watch``). Each records a CUDA event on the current stream: recording is
+asynchronous, nothing waits for the device. Pairs queue up and are resolved later, oldest first,
+once ``query()`` says the end event has happened, every ``POLL_EVERY`` phases and at each epoch
+end; ``elapsed_time`` then gives the time the device spent between them. Never ``synchronize()``.
+The queue is bounded: when the device falls far behind, phases go untimed (counted) rather than
+piling up events. Events are pooled and reused.
+
+The device span of a compute phase runs from when the device reached its first piece of work to
+when it finished the last; gaps in between (a launch-bound loop) count as busy, so the idle
+fraction from CUDA events is a lower bound.
+
+Also here: facts about the CUDA device read on the training thread without initialising CUDA
+(``cuda_facts``), and ``batch_pinning``, which tells whether a batch lies in pinned memory.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: most compute phases waiting to be resolved
+MAX_PENDING = 256
+#: resolve finished pairs every this many compute phases
+POLL_EVERY = 16
+
+
+class EventLike(Protocol):
+    """The part of ``torch.cuda.Event`` used here."""
+
+    def record(self) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def elapsed_time(self, end_event: Any) -> float: ...
+
+
+@dataclass(frozen=True)
+class CudaSummary:
+    """Device-side timing of the compute phase over one window."""
+
+    #: device time between the start and end events of the compute phases resolved, ns
+    busy_ns: int
+    #: compute phases timed and resolved
+    phases: int
+    #: compute phases not timed (queue full, nested, or after an error)
+    dropped: int
+    #: phases still in flight on the device when the window closed (counted in a later window)
+    pending: int
+    #: batches checked for pinned memory, and how many of them held pageable CPU tensors
+    batches_checked: int = 0
+    pageable_batches: int = 0
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """Facts about the CUDA device torch uses, read without initialising CUDA."""
+
+    index: int
+    name: str
+    #: UUID as NVML spells it (``GPU-…``), None when torch does not report one
+    uuid: str | None
+    #: compute capability (major, minor)
+    capability: tuple[int, int]
+    total_memory_bytes: int
+    #: peak memory torch's caching allocator reserved in this process, bytes
+    max_reserved_bytes: int
+    #: peak memory held by tensors, bytes
+    max_allocated_bytes: int
+    #: whether float32 matmuls may use TF32 (``torch.backends.cuda.matmul.allow_tf32``)
+    tf32_matmul: bool
+
+
+class CudaComputeTimer:
+    """Times the compute phase on the device with pooled CUDA events. See the module docstring.
+
+    ``begin`` and ``end`` run on the hot path and never raise: a failure turns the timer off and
+    leaves a note.
+    """
+
+    def __init__(
+        self,
+        new_event: Callable[[], EventLike],
+        *,
+        max_pending: int = MAX_PENDING,
+        poll_every: int = POLL_EVERY,
+    ) -> None:
+        self._new_event = new_event
+        self._max_pending = max_pending
+        self._poll_every = max(1, poll_every)
+        self._free: list[EventLike] = []
+        self._pending: deque[tuple[EventLike, EventLike]] = deque()
+        self._open: EventLike | None = None
+        self._depth = 0
+        self._ended = 0
+        self.enabled = True
+        self.note: str | None = None
+        # cumulative counters; windows are differences
+        self._busy_ns = 0
+        self._phases = 0
+        self._dropped = 0
+        self._checked = 0
+        self._pageable = 0
+        self._mark = (0, 0, 0, 0, 0)
+
+    # -- hot path ------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """The compute phase starts: record a start event."""
+        self._depth += 1
+        if self._depth > 1 or not self.enabled:
+            return
+        try:
+            if len(self._pending) >= self._max_pending:
+                self._poll()
+                if len(self._pending) >= self._max_pending:
+                    self._dropped += 1
+                    return
+            event = self._free.pop() if self._free else self._new_event()
+            event.record()
+            self._open = event
+        except Exception as exc:
+            self._fail(exc)
+
+    def end(self) -> None:
+        """The compute phase ends: record an end event and queue the pair."""
+        self._depth = max(0, self._depth - 1)
+        start = self._open
+        if self._depth > 0 or start is None:
+            return
+        self._open = None
+        if not self.enabled:
+            return
+        try:
+            event = self._free.pop() if self._free else self._new_event()
+            event.record()
+            self._pending.append((start, event))
+            self._ended += 1
+            if self._ended % self._poll_every == 0:
+                self._poll()
+        except Exception as exc:
+            self._fail(exc)
+
+    # -- resolution ----------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        pending = self._pending
+        while pending:
+            start, end = pending[0]
+            if not (end.query() and start.query()):
+                break
+            pending.popleft()
+            self._busy_ns += max(0, round(start.elapsed_time(end) * 1e6))
+            self._phases += 1
+            self._free.append(start)
+            self._free.append(end)
+
+    def poll(self) -> None:
+        """Resolve the pairs the device has finished (training thread; never waits)."""
+        if not self.enabled:
+            return
+        try:
+            self._poll()
+        except Exception as exc:
+            self._fail(exc)
+
+    def note_batch(self, pinned: int, pageable: int) -> None:
+        """A batch was checked: ``pinned`` / ``pageable`` CPU tensors in it."""
+        if pinned or pageable:
+            self._checked += 1
+            if pageable:
+                self._pageable += 1
+
+    def _fail(self, exc: BaseException) -> None:
+        self.enabled = False
+        self._pending.clear()
+        self._free.clear()
+        self._open = None
+        self.note = f"CUDA-event timing of the compute phase turned itself off ({type(exc).__name__}: {exc})"
+
+    # -- summaries -----------------------------------------------------------------------
+
+    def _totals(self) -> tuple[int, int, int, int, int]:
+        return (self._busy_ns, self._phases, self._dropped, self._checked, self._pageable)
+
+    def close_window(self) -> CudaSummary | None:
+        """The window since the previous call; starts the next."""
+        self.poll()
+        now = self._totals()
+        before, self._mark = self._mark, now
+        return self._summary(now, before)
+
+    def run_summary(self) -> CudaSummary | None:
+        self.poll()
+        return self._summary(self._totals(), (0, 0, 0, 0, 0))
+
+    def _summary(self, now: tuple[int, ...], before: tuple[int, ...]) -> CudaSummary | None:
+        busy, phases, dropped, checked, pageable = (a - b for a, b in zip(now, before, strict=True))
+        if phases == 0 and checked == 0:
+            return None
+        return CudaSummary(
+            busy_ns=busy,
+            phases=phases,
+            dropped=dropped,
+            pending=len(self._pending),
+            batches_checked=checked,
+            pageable_batches=pageable,
+        )
+
+
+# -- torch, only when the user's code already initialised CUDA ----------------------------------
+
+
+def _cuda_torch() -> Any:
+    """torch, when it is imported and CUDA is initialised; else None. Never initialises CUDA."""
+    torch: Any = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return torch
+    except Exception:
+        return None
+    return None
+
+
+def event_factory() -> Callable[[], EventLike] | None:
+    """``torch.cuda.Event(enable_timing=True)`` when CUDA is in use; else None."""
+    torch = _cuda_torch()
+    if torch is None:
+        return None
+
+    def new_event() -> EventLike:
+        event: EventLike = torch.cuda.Event(enable_timing=True)
+        return event
+
+    return new_event
+
+
+def cuda_facts() -> CudaDevice | None:
+    """The CUDA device torch uses on this thread, or None when CUDA is not in use."""
+    torch = _cuda_torch()
+    if torch is None:
+        return None
+    try:
+        index = int(torch.cuda.current_device())
+        props = torch.cuda.get_device_properties(index)
+        raw = getattr(props, "uuid", None)
+        uuid = None if raw is None else str(raw)
+        if uuid is not None and not uuid.startswith(("GPU-", "MIG-")):
+            uuid = f"GPU-{uuid}"
+        return CudaDevice(
+            index=index,
+            name=str(props.name),
+            uuid=uuid,
+            capability=(int(props.major), int(props.minor)),
+            total_memory_bytes=int(props.total_memory),
+            max_reserved_bytes=int(torch.cuda.max_memory_reserved(index)),
+            max_allocated_bytes=int(torch.cuda.max_memory_allocated(index)),
+            tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+        )
+    except Exception:
+        return None
+
+
+def batch_pinning(batch: object, limit: int = 16) -> tuple[int, int]:
+    """(pinned, pageable) CPU tensors among the first ``limit`` tensors of a batch (nested tuples,
+    lists, dicts). (0, 0) when CUDA is not in use: pinning matters only for copies to a GPU, and
+    asking a tensor without CUDA could initialise it."""
+    torch = _cuda_torch()
+    if torch is None:
+        return 0, 0
+    pinned = pageable = seen = 0
+    stack = [batch]
+    while stack and seen < 4 * limit and pinned + pageable < limit:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "cpu":
+                if item.is_pinned():
+                    pinned += 1
+                else:
+                    pageable += 1
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return pinned, pageable

@@ -1,0 +1,491 @@
+"""The host side, sampled on a background thread: the training process and its DataLoader workers.
+
+Per tick: CPU time of the main process and of each child process (DataLoader workers and anything
+they spawn). About once a second: disk reads, resident memory of the process tree, memory
+available to it (the machine's, capped by the cgroup's ``memory.max`` / ``memory.limit_in_bytes``
+minus what the cgroup already uses), and the time tasks stalled on memory (PSI), when the kernel
+reports it.
+
+Workers come and go (non-persistent workers restart every epoch): the list of descendants is
+refreshed about once a second, less often where listing them is expensive (it reads every
+process on the machine). Nothing is lost in between: a child found late counts all its CPU time
+so far, and a child that exits is accounted through the parent's "children" CPU times, which the
+kernel raises by a child's whole CPU time when the parent reaps it, so its last stretch is not
+lost and nothing is counted twice.
+
+``psutil`` sits behind the small ``HostProbe`` protocol so tests can script the machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from stallscope.signals.host import usable_cores
+from stallscope.signals.sampler import Clock, PeriodicSampler
+
+#: the list of descendants is refreshed at most every ``SCAN_BUDGET_FACTOR`` times what a
+#: refresh costs (it reads every process on the machine): at most 0.2% of a core
+SCAN_BUDGET_FACTOR = 500
+#: host figures change slowly: sampling them more often than this costs CPU for nothing
+MIN_INTERVAL_S = 1.0
+#: a cgroup v1 limit at least this large means "no limit"
+_UNLIMITED = 1 << 60
+
+
+class MemoryReading(NamedTuple):
+    """Memory of the host and of this process tree at one instant, bytes."""
+
+    #: resident memory of the main process and its children
+    rss: int
+    #: memory this process tree can still get: the host's available memory, capped by the
+    #: cgroup's limit minus its usage
+    available: int
+    #: the effective limit: the cgroup's limit, or the host's total memory
+    limit: int
+    #: cumulative time tasks stalled on memory (PSI "some" / "full"), seconds; None without PSI
+    stall_some_s: float | None
+    stall_full_s: float | None
+
+
+class HostProbe(Protocol):
+    """What the host sampler reads; ``PsutilProbe`` is the real one."""
+
+    def main_cpu(self) -> tuple[float, float]:
+        """(CPU seconds of the main process, CPU seconds of its children already reaped)."""
+
+    def children(self) -> dict[int, bool]:
+        """Live descendants: pid -> whether it is a direct child of the main process."""
+
+    def child_cpu(self, pid: int) -> float | None:
+        """CPU seconds of one descendant; None when it is gone."""
+
+    def memory(self, pids: list[int]) -> MemoryReading | None:
+        """Memory now, with the RSS of the main process and ``pids``."""
+
+    def disk_read_bytes(self) -> int | None:
+        """Bytes read from block devices since boot (the whole machine); None when unknown."""
+
+
+class HostSample(NamedTuple):
+    """One tick, for the ring of recent samples."""
+
+    now_ns: int
+    main_cpu_s: float
+    workers_cpu_s: float
+    children: int
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    """What the host looked like over one window. CPU figures are in cores (1.0 = one core busy)."""
+
+    #: sampled wall time, seconds
+    wall_s: float
+    #: CPU seconds of the training process / of its child processes (DataLoader workers)
+    main_cpu_s: float
+    workers_cpu_s: float
+    #: most child processes alive at once
+    max_children: int
+    #: cores this process may use
+    cores: int
+    #: peak resident memory of the process tree, bytes
+    rss_max_bytes: int | None
+    #: least memory still available to the process tree, and the limit it counts against
+    mem_available_min_bytes: int | None
+    mem_limit_bytes: int | None
+    #: seconds tasks stalled on memory in the window (PSI "some" and "full"); None without PSI
+    mem_stall_some_s: float | None
+    mem_stall_full_s: float | None
+    #: machine-wide disk read rate, bytes per second
+    disk_read_bytes_per_s: float | None
+
+    @property
+    def main_cores(self) -> float:
+        return self.main_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def workers_cores(self) -> float:
+        return self.workers_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cpu_busy_fraction(self) -> float:
+        """Share of the usable cores the process tree kept busy, in [0, 1]."""
+        if self.wall_s <= 0 or self.cores <= 0:
+            return 0.0
+        return min(1.0, (self.main_cpu_s + self.workers_cpu_s) / (self.wall_s * self.cores))
+
+    @property
+    def mem_used_fraction(self) -> float | None:
+        """Largest share of the memory limit in use, in [0, 1]."""
+        if self.mem_available_min_bytes is None or not self.mem_limit_bytes:
+            return None
+        return min(1.0, max(0.0, 1.0 - self.mem_available_min_bytes / self.mem_limit_bytes))
+
+
+class _Tally:
+    def __init__(self, start_ns: int) -> None:
+        self.start_ns = start_ns
+        self.end_ns = start_ns
+        self.main_cpu = 0.0
+        self.workers_cpu = 0.0
+        self.max_children = 0
+        self.rss_max: int | None = None
+        self.avail_min: int | None = None
+        self.limit: int | None = None
+        self.stall_some: float | None = None
+        self.stall_full: float | None = None
+        self.disk_bytes = 0
+        self.disk_ns = 0
+
+
+class HostSampler(PeriodicSampler[HostSummary, HostSample]):
+    """Samples the process tree and host memory. See the module docstring."""
+
+    name = "host"
+
+    def __init__(
+        self,
+        *,
+        interval_s: float,
+        probe: HostProbe | None = None,
+        cores: int | None = None,
+        clock: Clock = time.perf_counter_ns,
+        slow_interval_s: float = 1.0,
+    ) -> None:
+        super().__init__(interval_s=interval_s, clock=clock)
+        self._probe = probe
+        self._cores = cores
+        self._slow_ns = int(slow_interval_s * 1e9)
+        self._tracked: dict[int, tuple[float, bool]] = {}  # pid -> (CPU seconds last seen, direct child)
+        self._last_main: tuple[float, float] | None = None
+        self._last_disk: int | None = None
+        self._last_disk_ns: int | None = None
+        self._next_scan: int | None = None
+        self._last_ns: int | None = None
+        self._last_slow: int | None = None
+        self._last_stall: tuple[float | None, float | None] = (None, None)
+        self._win: _Tally | None = None
+        self._all: _Tally | None = None
+
+    def _setup(self) -> None:
+        if self._probe is None:
+            try:
+                self._probe = PsutilProbe()
+            except ImportError:
+                self.disable(reason="psutil is not installed; pip install psutil")
+                return
+        if self._cores is None:
+            self._cores = usable_cores()
+        self.prime()
+
+    def prime(self) -> None:
+        """Take the baseline readings (``start`` does this on the thread; tests call it directly)."""
+        probe = self._require_probe()
+        now = self._clock()
+        with self._lock:
+            self._last_main = probe.main_cpu()
+            for pid, direct in probe.children().items():
+                cpu = probe.child_cpu(pid)
+                if cpu is not None:
+                    self._tracked[pid] = (cpu, direct)  # existed before: only later CPU counts
+            self._last_disk = probe.disk_read_bytes()
+            self._last_disk_ns = now
+            self._last_ns = now
+            self._win = _Tally(now)
+            self._all = _Tally(now)
+
+    def _require_probe(self) -> HostProbe:
+        if self._probe is None:
+            raise RuntimeError("the host sampler has no probe")
+        return self._probe
+
+    def _tick(self, now_ns: int) -> None:
+        probe = self._probe
+        if probe is None or self._win is None or self._all is None or self._last_main is None or self._last_ns is None:
+            return  # not primed yet (the thread is still setting up)
+        slow = self._last_slow is None or now_ns - self._last_slow >= self._slow_ns
+        if slow:
+            self._last_slow = now_ns
+        if self._next_scan is None or now_ns >= self._next_scan:
+            # listing descendants scans every process on the machine: keep it under ~0.2% of a core
+            began = time.perf_counter_ns()
+            live = probe.children()
+            cost = time.perf_counter_ns() - began
+            self._next_scan = now_ns + max(self._slow_ns, SCAN_BUDGET_FACTOR * cost)
+            for pid, direct in live.items():
+                if pid not in self._tracked:
+                    # born since the last look: everything it used so far is new
+                    self._tracked[pid] = (0.0, direct)
+        workers = 0.0
+        gone_counted = 0.0
+        for pid, (last, direct) in list(self._tracked.items()):
+            cpu = probe.child_cpu(pid)
+            if cpu is None:
+                del self._tracked[pid]
+                if direct:
+                    gone_counted += last  # its total reappears in the parent's children times
+                continue
+            workers += max(0.0, cpu - last)
+            self._tracked[pid] = (cpu, direct)
+        # the parent is read after the children, so a child reaped in between is in its totals
+        own, reaped = probe.main_cpu()
+        last_own, last_reaped = self._last_main
+        self._last_main = (own, reaped)
+        # may dip below zero for a tick when a reap raced the reads; the window's sum stays right
+        workers += (reaped - last_reaped) - gone_counted
+        main = max(0.0, own - last_own)
+        disk_delta: int | None = None
+        disk_dt = 0
+        if slow:
+            disk = probe.disk_read_bytes()
+            if disk is not None and self._last_disk is not None and self._last_disk_ns is not None:
+                disk_delta, disk_dt = disk - self._last_disk, now_ns - self._last_disk_ns
+            self._last_disk, self._last_disk_ns = disk, now_ns
+        self._last_ns = now_ns
+        memory = probe.memory(list(self._tracked)) if slow else None
+        stall_delta: tuple[float | None, float | None] = (None, None)
+        if memory is not None:
+            last_some, last_full = self._last_stall
+            stall_delta = (
+                memory.stall_some_s - last_some if memory.stall_some_s is not None and last_some is not None else None,
+                memory.stall_full_s - last_full if memory.stall_full_s is not None and last_full is not None else None,
+            )
+            self._last_stall = (memory.stall_some_s, memory.stall_full_s)
+        for t in (self._win, self._all):
+            t.end_ns = now_ns
+            t.main_cpu += main
+            t.workers_cpu += workers
+            t.max_children = max(t.max_children, len(self._tracked))
+            if disk_delta is not None and disk_delta >= 0:
+                t.disk_bytes += disk_delta
+                t.disk_ns += disk_dt
+            if memory is not None:
+                t.rss_max = max(t.rss_max or 0, memory.rss)
+                t.avail_min = memory.available if t.avail_min is None else min(t.avail_min, memory.available)
+                t.limit = memory.limit
+                some, full = stall_delta
+                if some is not None:
+                    t.stall_some = (t.stall_some or 0.0) + max(0.0, some)
+                if full is not None:
+                    t.stall_full = (t.stall_full or 0.0) + max(0.0, full)
+        self._ring.append(HostSample(now_ns, main, workers, len(self._tracked)))
+
+    # -- summaries (training thread) -----------------------------------------------------
+
+    def close_window(self) -> HostSummary | None:
+        self.sample_now()  # so the window ends where the epoch does
+        if not self._locked():
+            return None
+        try:
+            window = self._win
+            if window is not None:
+                self._win = _Tally(window.end_ns)
+        finally:
+            self._lock.release()
+        return self._summary(window)
+
+    def run_summary(self) -> HostSummary | None:
+        if not self._locked():
+            return None
+        try:
+            return self._summary(self._all)
+        finally:
+            self._lock.release()
+
+    def _summary(self, t: _Tally | None) -> HostSummary | None:
+        if t is None or t.end_ns <= t.start_ns:
+            return None
+        return HostSummary(
+            wall_s=(t.end_ns - t.start_ns) / 1e9,
+            main_cpu_s=t.main_cpu,
+            workers_cpu_s=max(0.0, t.workers_cpu),
+            max_children=t.max_children,
+            cores=self._cores or 1,
+            rss_max_bytes=t.rss_max,
+            mem_available_min_bytes=t.avail_min,
+            mem_limit_bytes=t.limit,
+            mem_stall_some_s=t.stall_some,
+            mem_stall_full_s=t.stall_full,
+            disk_read_bytes_per_s=t.disk_bytes / (t.disk_ns / 1e9) if t.disk_ns > 0 else None,
+        )
+
+
+#: host memory counts as close to its limit above this share in use
+MEMORY_RISK = 0.9
+
+
+def memory_risk_note(summary: HostSummary | None) -> str | None:
+    """A note for the report when host memory came close to its limit (a risk, not a time cost)."""
+    if summary is None:
+        return None
+    used = summary.mem_used_fraction
+    if used is None or used < MEMORY_RISK or not summary.mem_limit_bytes:
+        return None
+    gib = summary.mem_limit_bytes / 1024**3
+    return (
+        f"host memory reached {used:.0%} of its {gib:.1f} GiB limit; the training process risks being "
+        "killed when it runs out (fewer workers or a lower prefetch_factor use less)"
+    )
+
+
+# -- the real machine ------------------------------------------------------------------------
+
+
+class CgroupMemory:
+    """This process's cgroup memory limit, usage and pressure (v2, else v1); all optional."""
+
+    def __init__(self, root: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")) -> None:
+        self.limit_file: Path | None = None
+        self.usage_file: Path | None = None
+        self.stat_file: Path | None = None
+        self.pressure_file: Path | None = None
+        self.v2 = False
+        entries: dict[str, str] = {}
+        try:
+            for line in self_cgroup.read_text().splitlines():
+                parts = line.split(":", 2)
+                if len(parts) == 3:
+                    for controller in parts[1].split(",") if parts[1] else [""]:
+                        entries[controller] = parts[2]
+        except OSError:
+            pass
+        if "" in entries and "memory" not in entries:  # cgroup v2
+            for base in (root / entries[""].lstrip("/"), root):
+                if (base / "memory.max").exists():
+                    self.v2 = True
+                    self.limit_file, self.usage_file = base / "memory.max", base / "memory.current"
+                    self.stat_file, self.pressure_file = base / "memory.stat", base / "memory.pressure"
+                    break
+        else:
+            rel = entries.get("memory", "/").lstrip("/")
+            for base in (root / "memory" / rel, root / "memory"):
+                if (base / "memory.limit_in_bytes").exists():
+                    self.limit_file, self.usage_file = base / "memory.limit_in_bytes", base / "memory.usage_in_bytes"
+                    self.stat_file = base / "memory.stat"
+                    break
+        if self.pressure_file is None or not self.pressure_file.exists():
+            self.pressure_file = Path("/proc/pressure/memory")
+
+    def limit_and_usage(self) -> tuple[int, int] | None:
+        """(limit, working set) in bytes; None when unlimited or unreadable. The working set leaves
+        out inactive file cache, which the kernel reclaims before it kills anything."""
+        if self.limit_file is None or self.usage_file is None:
+            return None
+        try:
+            text = self.limit_file.read_text().strip()
+            if text == "max":
+                return None
+            limit = int(text)
+            if limit >= _UNLIMITED:
+                return None
+            usage = int(self.usage_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        inactive = 0
+        if self.stat_file is not None:
+            key = "inactive_file" if self.v2 else "total_inactive_file"
+            try:
+                for line in self.stat_file.read_text().splitlines():
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        inactive = int(value)
+                        break
+            except (OSError, ValueError):
+                pass
+        return limit, max(0, usage - inactive)
+
+    def stall_seconds(self) -> tuple[float | None, float | None]:
+        """Cumulative memory stall time (PSI "some", "full"), seconds."""
+        if self.pressure_file is None:
+            return None, None
+        try:
+            text = self.pressure_file.read_text()
+        except OSError:
+            self.pressure_file = None
+            return None, None
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            kind, *fields = line.split()
+            for f in fields:
+                if f.startswith("total="):
+                    out[kind] = int(f[6:]) / 1e6
+        return out.get("some"), out.get("full")
+
+
+class PsutilProbe:
+    """``HostProbe`` over psutil (imported when the probe is made)."""
+
+    def __init__(self, pid: int | None = None, cgroup: CgroupMemory | None = None) -> None:
+        psutil: Any = importlib.import_module("psutil")  # untyped; imported when a probe is made
+        self._ps = psutil
+        self._main: Any = psutil.Process(pid if pid is not None else os.getpid())
+        self._main_pid = self._main.pid
+        self._procs: dict[int, Any] = {}
+        self._cgroup = cgroup if cgroup is not None else CgroupMemory()
+        self._gone: tuple[type[BaseException], ...] = (psutil.NoSuchProcess, psutil.AccessDenied)
+
+    def main_cpu(self) -> tuple[float, float]:
+        t = self._main.cpu_times()
+        return t.user + t.system, t.children_user + t.children_system
+
+    def children(self) -> dict[int, bool]:
+        try:
+            kids = self._main.children(recursive=True)
+        except self._gone:
+            return {}
+        out: dict[int, bool] = {}
+        for proc in kids:
+            self._procs.setdefault(proc.pid, proc)
+            try:
+                out[proc.pid] = proc.ppid() == self._main_pid
+            except self._gone:
+                continue
+        for pid in set(self._procs) - set(out):
+            del self._procs[pid]
+        return out
+
+    def child_cpu(self, pid: int) -> float | None:
+        proc = self._procs.get(pid)
+        if proc is None:
+            return None
+        try:
+            t = proc.cpu_times()
+        except self._gone:
+            self._procs.pop(pid, None)
+            return None
+        return float(t.user + t.system)
+
+    def memory(self, pids: list[int]) -> MemoryReading | None:
+        rss = _rss(self._main, self._gone)
+        for pid in pids:
+            proc = self._procs.get(pid)
+            if proc is not None:
+                rss += _rss(proc, self._gone)
+        vm = self._ps.virtual_memory()
+        available, limit = int(vm.available), int(vm.total)
+        cg = self._cgroup.limit_and_usage()
+        if cg is not None:
+            cg_limit, cg_used = cg
+            limit = min(limit, cg_limit)
+            available = min(available, max(0, cg_limit - cg_used))
+        some, full = self._cgroup.stall_seconds()
+        return MemoryReading(rss=rss, available=available, limit=limit, stall_some_s=some, stall_full_s=full)
+
+    def disk_read_bytes(self) -> int | None:
+        try:
+            counters = self._ps.disk_io_counters()
+        except (OSError, RuntimeError):
+            return None
+        return int(counters.read_bytes) if counters is not None else None
+
+
+def _rss(proc: Any, gone: tuple[type[BaseException], ...]) -> int:
+    try:
+        return int(proc.memory_info().rss)
+    except gone:
+        return 0

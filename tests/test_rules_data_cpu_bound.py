@@ -1,0 +1,71 @@
+"""``data.cpu_bound``: starved, CPU-heavy loading, and the cores are the limit."""
+
+from __future__ import annotations
+
+import pytest
+from signal_fakes import context, host, loader, nvml, record_span
+
+from stallscope.analysis.rules import data_cpu_bound
+
+
+def starved_with_workers(**host_fields: object) -> object:
+    span = record_span(steps=20, data_ms=20, compute_ms=10, in_process=False)
+    return context(span, cores=4, loader=loader(num_workers=4), host_signals=host(**host_fields))
+
+
+def test_workers_burning_every_core() -> None:
+    ctx = starved_with_workers(wall_s=10.0, main_cpu_s=1.0, workers_cpu_s=38.0)  # 3.9 of 4 cores busy
+    f = data_cpu_bound.rule(ctx)  # type: ignore[arg-type]
+    assert f is not None
+    assert f.id == "data.cpu_bound"
+    assert f.suggestion == {}
+    assert f.evidence["cpu_busy_fraction"] == pytest.approx(0.975)
+    assert f.evidence["loading_cpu_share"] == pytest.approx(0.95)
+    assert f.evidence["cpu_measured_in"] == "workers"
+    assert 0.1 < f.est_saving_fraction < 0.6
+    assert f.est_speedup == pytest.approx(1 / (1 - f.est_saving_fraction), abs=1e-3)
+    assert "More workers cannot help" in f.fix
+
+
+def test_not_when_cores_are_left() -> None:
+    assert data_cpu_bound.rule(starved_with_workers(main_cpu_s=1.0, workers_cpu_s=12.0)) is None  # type: ignore[arg-type]
+
+
+def test_not_when_workers_wait() -> None:
+    assert data_cpu_bound.rule(starved_with_workers(main_cpu_s=1.0, workers_cpu_s=4.0)) is None  # type: ignore[arg-type]
+
+
+def test_not_without_worker_cpu_evidence() -> None:
+    span = record_span(steps=20, data_ms=20, compute_ms=10, in_process=False)
+    assert data_cpu_bound.rule(context(span, loader=loader(num_workers=4))) is None
+
+
+def test_the_saving_is_capped_by_the_gpus_idle_time_during_data_waits() -> None:
+    ctx = starved_with_workers(main_cpu_s=1.0, workers_cpu_s=38.0)
+    uncapped = data_cpu_bound.rule(ctx)  # type: ignore[arg-type]
+    capped_ctx = context(
+        ctx.span,  # type: ignore[attr-defined]
+        cores=4,
+        loader=loader(num_workers=4),
+        host_signals=ctx.host_signals,  # type: ignore[attr-defined]
+        nvml=nvml(util_by_phase={"data": 0.9, "compute": 0.95}),
+    )
+    capped = data_cpu_bound.rule(capped_ctx)
+    assert uncapped is not None
+    assert capped is not None
+    data_share = ctx.span.phase_fraction("data")  # type: ignore[attr-defined]
+    assert capped.est_saving_fraction == pytest.approx(data_share * 0.1, abs=1e-4)
+    assert capped.est_saving_fraction < uncapped.est_saving_fraction
+    assert capped.evidence["gpu_util_during_data"] == 0.9
+
+
+def test_in_process_loading_on_one_core() -> None:
+    span = record_span(steps=20, data_ms=20, data_cpu_ms=19, compute_ms=10)
+    f = data_cpu_bound.rule(context(span, cores=1))
+    assert f is not None
+    assert f.evidence["cpu_measured_in"] == "in_process"
+
+
+def test_in_process_loading_with_free_cores_is_data_workers_business() -> None:
+    span = record_span(steps=20, data_ms=20, data_cpu_ms=19, compute_ms=10)
+    assert data_cpu_bound.rule(context(span, cores=8)) is None

@@ -1,0 +1,49 @@
+"""``data.io_bound``: starved while the loading processes wait instead of computing."""
+
+from __future__ import annotations
+
+import pytest
+from signal_fakes import context, host, loader, nvml, record_span
+
+from stallscope.analysis.rules import data_io_bound
+
+
+def test_in_process_reads_that_wait() -> None:
+    span = record_span(steps=20, data_ms=100, data_cpu_ms=2, compute_ms=10)
+    f = data_io_bound.rule(context(span, cores=1))
+    assert f is not None
+    assert f.id == "data.io_bound"
+    assert f.evidence["loading_cpu_share"] == pytest.approx(0.02)
+    assert f.evidence["workers_assumed"] == 4  # what data.workers reaches on one core; the rest is storage's
+    # the loop model's step with 4 workers, 0.7 ms hand-over per batch: now (100 + 0.7) / 4; with the
+    # wait gone the one core binds: main CPU 10 + loading CPU 2 + 2 x 0.7 hand-over
+    assert f.est_saving_fraction == pytest.approx(20 * (100.7 / 4 - 13.4) / (20 * 110), abs=1e-3)
+    assert f.suggestion == {}
+
+
+def test_more_workers_hide_short_waits_so_no_finding() -> None:
+    span = record_span(steps=20, data_ms=20, data_cpu_ms=1, compute_ms=10)
+    assert data_io_bound.rule(context(span, cores=4)) is None
+
+
+def test_workers_that_wait() -> None:
+    span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)
+    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=host(main_cpu_s=1.0, workers_cpu_s=1.0))
+    f = data_io_bound.rule(ctx)
+    assert f is not None
+    assert f.evidence["cpu_measured_in"] == "workers"
+    assert f.evidence["loading_cpu_share"] == pytest.approx(0.05)
+    assert f.evidence["disk_read_mb_per_s"] == 1.0
+
+
+def test_not_when_workers_burn_cpu() -> None:
+    span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)
+    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=host(workers_cpu_s=19.0))
+    assert data_io_bound.rule(ctx) is None
+
+
+def test_a_gpu_busy_during_the_waits_leaves_little_to_gain() -> None:
+    span = record_span(steps=20, data_ms=100, data_cpu_ms=2, compute_ms=10)
+    ctx = context(span, cores=1, nvml=nvml(util_by_phase={"data": 0.99}))
+    f = data_io_bound.rule(ctx)
+    assert f is None or f.est_saving_fraction <= span.phase_fraction("data") * 0.01 + 1e-4

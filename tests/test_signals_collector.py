@@ -1,0 +1,164 @@
+"""The session's background signals: which samplers run, CUDA wiring, containment, clean exit."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import FakeClock
+from test_signals_cuda_events import FakeDevice
+from test_signals_host import FakeHost
+
+from stallscope import StallScope
+from stallscope.config import ScopeConfig
+from stallscope.hooks.session import Session
+from stallscope.signals import collector as collector_module
+from stallscope.signals.collector import SignalCollector
+from stallscope.signals.cuda_events import CudaDevice
+
+MS = 1_000_000
+
+
+def no_pynvml() -> Any:
+    raise ImportError("No module named 'pynvml'")
+
+
+def make_session(tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, **config: Any) -> Session:
+    session = Session(ScopeConfig.create(tmp_path, console=False, **config), clock=clock, cpu_clock=cpu_clock)
+    session.signals = SignalCollector(
+        session.timeline,
+        nvml_device=session.config.nvml_device,
+        interval_s=session.config.sample_interval_s,
+        host_probe=FakeHost(),
+        nvml_load=no_pynvml,
+        cores=2,
+    )
+    return session
+
+
+def steps(session: Session, clock: FakeClock, n: int, data_ms: float, compute_ms: float) -> None:
+    tl = session.timeline
+    compute = tl.phase_id("compute")
+    for _ in range(n):
+        tl.data_begin()
+        clock.advance_ms(data_ms)
+        tl.data_end(got_item=True)
+        tl.enter(compute)
+        clock.advance_ms(compute_ms)
+        tl.leave()
+
+
+def stallscope_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("stallscope-")]
+
+
+def test_a_cpu_run_samples_the_host_only_and_says_nothing_about_nvml(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock
+) -> None:
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    session.note_loader(None, None)
+    steps(session, clock, 8, 10, 10)
+    epoch = session.end_epoch()
+    report = session.finish(print_run=False)
+    assert epoch is not None
+    assert epoch.summary.idle_source == "host_phases"
+    assert session.signals.nvml is None
+    assert report.summary.nvml is None
+    assert report.notes == ()
+    assert stallscope_threads() == []
+
+
+def test_nvml_device_given_without_pynvml_is_a_note(tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    session = make_session(tmp_path, clock, cpu_clock, nvml_device=0)
+    session.start()
+    steps(session, clock, 4, 10, 10)
+    report = session.finish(print_run=False)
+    assert "nvml sampling is off: the nvidia-ml-py package is not installed; pip install nvidia-ml-py" in report.notes
+    assert report.summary.idle_source == "host_phases"
+
+
+def test_on_cuda_the_compute_phase_is_timed_with_events(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = FakeDevice()
+    facts = CudaDevice(
+        index=0,
+        name="Fake GPU",
+        uuid="GPU-1234",
+        capability=(9, 0),
+        total_memory_bytes=80 * 2**30,
+        max_reserved_bytes=2**30,
+        max_allocated_bytes=2**29,
+        tf32_matmul=False,
+    )
+    monkeypatch.setattr(collector_module, "cuda_facts", lambda: facts)
+    monkeypatch.setattr(collector_module, "event_factory", lambda: device.event)
+    monkeypatch.setattr(collector_module, "batch_pinning", lambda batch: (0, 2))
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    session.note_loader(None, None)
+    session.note_batch(object())
+    tl = session.timeline
+    compute = tl.phase_id("compute")
+    for _ in range(10):
+        tl.data_begin()
+        clock.advance_ms(30)
+        tl.data_end(got_item=True)
+        tl.enter(compute)
+        device.now_ms += 20  # the device works 20 ms of the 25 ms phase
+        clock.advance_ms(25)
+        tl.leave()
+        device.now_ms += 35
+    device.done_until = 1e12
+    epoch = session.end_epoch()
+    assert epoch is not None
+    assert epoch.summary.idle_source == "cuda_events"
+    assert epoch.summary.gpu_idle_fraction == pytest.approx(1 - 200 / 550, abs=1e-6)
+    ctx = session.context(tl.run_stats(), session.signals.run_window())
+    assert ctx.cuda is not None
+    assert (ctx.cuda.batches_checked, ctx.cuda.pageable_batches) == (1, 1)
+    assert ctx.cuda_device == facts
+    # the GPU torch uses is handed to NVML by UUID (here NVML is not installed: a note)
+    assert session.signals.nvml is not None
+    assert session.signals.nvml.target == "GPU-1234"
+    report = session.finish(print_run=False)
+    assert "nvml sampling is off: the nvidia-ml-py package is not installed; pip install nvidia-ml-py" in report.notes
+    tl.enter(compute)  # after the run the timeline no longer calls the timer
+    assert tl._watch == -1
+
+
+def test_a_broken_host_probe_is_contained(tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    session = make_session(tmp_path, clock, cpu_clock)
+    probe = session.signals.host._probe  # type: ignore[union-attr]
+
+    def broken() -> tuple[float, float]:
+        raise OSError("proc is gone")
+
+    probe.main_cpu = broken  # type: ignore[union-attr]
+    session.start()  # the thread's first read fails: the sampler turns itself off
+    steps(session, clock, 4, 10, 10)
+    assert session.end_epoch() is not None
+    report = session.finish(print_run=False)
+    assert "host sampling is off: OSError: proc is gone" in report.notes
+    assert report.summary.steps == 4
+
+
+def test_an_internal_failure_stops_the_samplers(tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    session.warn_internal(RuntimeError("boom"))
+    assert stallscope_threads() == []
+    session.signals.stop()  # idempotent
+
+
+def test_a_real_plain_loop_leaves_no_threads_behind(tmp_path: Path) -> None:
+    with StallScope(tmp_path, console=False, sample_interval_s=0.01) as scope:
+        for _ in scope.iter(range(20)):
+            with scope.phase("compute"):
+                pass
+    assert stallscope_threads() == []
+    assert scope.report is not None
+    assert scope.report.summary.nvml is None

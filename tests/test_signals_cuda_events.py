@@ -1,0 +1,160 @@
+"""CUDA-event timing of the compute phase, tested with fake events (no GPU here)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from stallscope.signals import cuda_events
+from stallscope.signals.cuda_events import CudaComputeTimer, batch_pinning
+
+
+class FakeDevice:
+    """A device timeline: events complete when ``run_until`` passes their time."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.done_until = -1.0
+        self.created = 0
+        self.synchronized = False
+
+    def event(self) -> FakeEvent:
+        self.created += 1
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, device: FakeDevice) -> None:
+        self.device = device
+        self.at: float | None = None
+
+    def record(self) -> None:
+        self.at = self.device.now_ms
+
+    def query(self) -> bool:
+        return self.at is not None and self.at <= self.device.done_until
+
+    def elapsed_time(self, end: Any) -> float:
+        if not (self.query() and end.query()):
+            raise RuntimeError("elapsed_time on unfinished events")
+        assert self.at is not None
+        return float(end.at - self.at)
+
+    def synchronize(self) -> None:  # pragma: no cover - must never be called
+        self.device.synchronized = True
+
+
+def compute_phase(timer: CudaComputeTimer, device: FakeDevice, ms: float) -> None:
+    timer.begin()
+    device.now_ms += ms
+    timer.end()
+
+
+def test_pairs_resolve_once_the_device_is_done_and_never_wait() -> None:
+    device = FakeDevice()
+    timer = CudaComputeTimer(device.event, poll_every=1)
+    for _ in range(3):
+        compute_phase(timer, device, 10)
+        device.now_ms += 5  # data wait
+    assert timer.close_window() is None  # nothing finished on the device yet
+    device.done_until = 26  # the first two phases are done
+    window = timer.close_window()
+    assert window is not None
+    assert (window.busy_ns, window.phases, window.pending) == (20_000_000, 2, 1)
+    device.done_until = 1000
+    window = timer.close_window()
+    assert window is not None
+    assert (window.busy_ns, window.phases, window.pending) == (10_000_000, 1, 0)
+    assert not device.synchronized
+
+
+def test_events_are_pooled() -> None:
+    device = FakeDevice()
+    device.done_until = 1e9
+    timer = CudaComputeTimer(device.event, poll_every=1)
+    for _ in range(100):
+        compute_phase(timer, device, 1)
+    run = timer.run_summary()
+    assert run is not None
+    assert run.phases == 100
+    assert device.created <= 4
+
+
+def test_the_pending_queue_is_bounded() -> None:
+    device = FakeDevice()  # never finishes anything
+    timer = CudaComputeTimer(device.event, max_pending=8, poll_every=4)
+    for _ in range(50):
+        compute_phase(timer, device, 1)
+    assert len(timer._pending) == 8
+    assert device.created <= 2 * 8 + 1
+    device.done_until = 1e9
+    window = timer.close_window()
+    assert window is not None
+    assert (window.phases, window.dropped) == (8, 42)
+
+
+def test_nested_compute_phases_are_timed_once() -> None:
+    device = FakeDevice()
+    device.done_until = 1e9
+    timer = CudaComputeTimer(device.event)
+    timer.begin()
+    device.now_ms += 3
+    compute_phase(timer, device, 4)  # nested
+    device.now_ms += 3
+    timer.end()
+    window = timer.close_window()
+    assert window is not None
+    assert (window.phases, window.busy_ns) == (1, 10_000_000)
+
+
+def test_a_failing_event_turns_the_timer_off_with_a_note() -> None:
+    def broken() -> Any:
+        raise RuntimeError("CUDA error: an illegal memory access")
+
+    timer = CudaComputeTimer(broken)
+    timer.begin()  # must not raise on the hot path
+    timer.end()
+    assert not timer.enabled
+    assert timer.note == (
+        "CUDA-event timing of the compute phase turned itself off (RuntimeError: CUDA error: an illegal memory access)"
+    )
+    assert timer.close_window() is None
+
+
+def test_batches_checked_for_pinning() -> None:
+    device = FakeDevice()
+    timer = CudaComputeTimer(device.event)
+    timer.note_batch(pinned=0, pageable=2)
+    timer.note_batch(pinned=2, pageable=0)
+    timer.note_batch(pinned=0, pageable=0)  # no CPU tensors: not a check
+    window = timer.close_window()
+    assert window is not None
+    assert (window.batches_checked, window.pageable_batches) == (2, 1)
+
+
+class FakeTensor:
+    def __init__(self, device: str, pinned: bool) -> None:
+        self.device = SimpleNamespace(type=device)
+        self._pinned = pinned
+
+    def is_pinned(self) -> bool:
+        return self._pinned
+
+
+def test_batch_pinning_walks_nested_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_torch = SimpleNamespace(Tensor=FakeTensor)
+    monkeypatch.setattr(cuda_events, "_cuda_torch", lambda: fake_torch)
+    batch = {"x": FakeTensor("cpu", False), "y": [FakeTensor("cpu", True), FakeTensor("cuda", False)], "n": 3}
+    assert batch_pinning(batch) == (1, 1)
+
+
+def test_without_cuda_nothing_is_asked_of_torch() -> None:
+    """On this CPU-only machine CUDA is never initialised, so nothing here touches it."""
+    import torch
+
+    assert batch_pinning((torch.zeros(2),)) == (0, 0)
+    assert cuda_events.cuda_facts() is None
+    assert cuda_events.event_factory() is None
+    assert not torch.cuda.is_initialized()

@@ -1,0 +1,228 @@
+"""The host sampler: CPU of the training process and its workers, memory, disk; cgroup limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stallscope.signals.host_sampler import CgroupMemory, HostSampler, MemoryReading, PsutilProbe, memory_risk_note
+
+MS = 1_000_000
+GIB = 1024**3
+
+
+class FakeHost:
+    """A scripted machine: set ``own``, ``reaped``, ``kids`` (pid -> [cpu s, direct]) between ticks."""
+
+    def __init__(self) -> None:
+        self.own = 0.0
+        self.reaped = 0.0
+        self.kids: dict[int, list[float | bool]] = {}
+        self.mem = MemoryReading(rss=GIB, available=8 * GIB, limit=16 * GIB, stall_some_s=0.0, stall_full_s=0.0)
+        self.disk: int | None = 0
+
+    def main_cpu(self) -> tuple[float, float]:
+        return self.own, self.reaped
+
+    def children(self) -> dict[int, bool]:
+        return {pid: bool(v[1]) for pid, v in self.kids.items()}
+
+    def child_cpu(self, pid: int) -> float | None:
+        kid = self.kids.get(pid)
+        return None if kid is None else float(kid[0])
+
+    def memory(self, pids: list[int]) -> MemoryReading | None:
+        return self.mem
+
+    def disk_read_bytes(self) -> int | None:
+        return self.disk
+
+    def reap(self, pid: int) -> None:
+        """The worker exits and the parent reaps it: its whole CPU moves to the parent's totals."""
+        cpu = self.kids.pop(pid)[0]
+        self.reaped += float(cpu)
+
+
+class Rig:
+    def __init__(self, host: FakeHost) -> None:
+        self.now = 0
+        self.host = host
+        self.sampler = HostSampler(interval_s=0.2, probe=host, cores=4, clock=lambda: self.now, slow_interval_s=1.0)
+        self.sampler.prime()
+
+    def tick(self, ms: float = 200) -> None:
+        self.now += round(ms * MS)
+        self.sampler.sample_once()
+
+
+def test_cpu_of_the_main_process_and_of_workers_that_come_and_go() -> None:
+    host = FakeHost()
+    host.kids = {10: [5.0, True]}  # a worker that existed before: its earlier CPU is not ours
+    rig = Rig(host)
+    host.own = 0.1
+    host.kids[10][0] = 5.15
+    rig.tick(1000)
+    host.kids[11] = [0.3, True]  # a new worker, found at the next refresh with CPU already used
+    rig.tick(1000)
+    host.kids[11][0] = 0.5
+    host.kids[10][0] = 5.25
+    rig.tick(200)
+    host.kids[11][0] = 0.6  # then it exits and is reaped before the next look
+    host.reap(11)
+    host.reap(10)
+    host.own = 0.4
+    rig.tick(200)
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    # worker 10: 0.25 s since we started; worker 11: all of its 0.6 s
+    assert summary.workers_cpu_s == pytest.approx(0.25 + 0.6)
+    assert summary.main_cpu_s == pytest.approx(0.4)
+    assert summary.wall_s == pytest.approx(2.4)
+    assert summary.max_children == 2
+    assert summary.cpu_busy_fraction == pytest.approx((0.4 + 0.85) / (2.4 * 4))
+
+
+def test_a_short_lived_worker_never_seen_alive_still_counts() -> None:
+    host = FakeHost()
+    rig = Rig(host)
+    host.reaped = 0.7  # born and reaped between two looks
+    rig.tick()
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    assert summary.workers_cpu_s == pytest.approx(0.7)
+
+
+def test_windows_split_the_run() -> None:
+    host = FakeHost()
+    rig = Rig(host)
+    host.own = 1.0
+    rig.tick(1000)
+    first = rig.sampler.close_window()
+    host.own = 1.5
+    rig.tick(1000)
+    second = rig.sampler.close_window()
+    run = rig.sampler.run_summary()
+    assert first is not None
+    assert second is not None
+    assert run is not None
+    assert (first.main_cpu_s, second.main_cpu_s, run.main_cpu_s) == pytest.approx((1.0, 0.5, 1.5))
+    assert second.wall_s == pytest.approx(1.0)
+
+
+def test_memory_available_and_stalls() -> None:
+    host = FakeHost()
+    rig = Rig(host)
+    rig.tick(1000)
+    host.mem = MemoryReading(rss=3 * GIB, available=GIB, limit=16 * GIB, stall_some_s=0.3, stall_full_s=0.1)
+    rig.tick(1000)
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    assert summary.rss_max_bytes == 3 * GIB
+    assert summary.mem_available_min_bytes == GIB
+    assert summary.mem_used_fraction == pytest.approx(15 / 16)
+    assert (summary.mem_stall_some_s, summary.mem_stall_full_s) == pytest.approx((0.3, 0.1))
+    assert memory_risk_note(summary) == (
+        "host memory reached 94% of its 16.0 GiB limit; the training process risks being killed when it "
+        "runs out (fewer workers or a lower prefetch_factor use less)"
+    )
+
+
+def test_disk_read_rate() -> None:
+    host = FakeHost()
+    rig = Rig(host)
+    host.disk = 50_000_000
+    rig.tick(500)
+    host.disk = None  # unreadable for a while: not counted
+    rig.tick(500)
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    assert summary.disk_read_bytes_per_s == pytest.approx(100e6)
+
+
+def test_a_probe_that_breaks_turns_the_sampler_off_with_a_note() -> None:
+    host = FakeHost()
+    rig = Rig(host)
+
+    def broken() -> tuple[float, float]:
+        raise PermissionError("no /proc")
+
+    host.main_cpu = broken  # type: ignore[method-assign]
+    rig.tick()
+    assert not rig.sampler.enabled
+    assert rig.sampler.notes() == ("host sampling is off: PermissionError: no /proc",)
+
+
+def test_cgroup_v2_limit_working_set_and_pressure(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cgroup").write_text("0::/job\n")
+    cg = tmp_path / "cg" / "job"
+    cg.mkdir(parents=True)
+    (cg / "memory.max").write_text(f"{4 * GIB}\n")
+    (cg / "memory.current").write_text(f"{3 * GIB}\n")
+    (cg / "memory.stat").write_text(f"anon 100\ninactive_file {GIB}\nactive_file 5\n")
+    (cg / "memory.pressure").write_text(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=2500000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=500000\n"
+    )
+    memory = CgroupMemory(root=tmp_path / "cg", self_cgroup=tmp_path / "proc" / "cgroup")
+    assert memory.limit_and_usage() == (4 * GIB, 2 * GIB)
+    assert memory.stall_seconds() == (2.5, 0.5)
+    (cg / "memory.max").write_text("max\n")
+    assert memory.limit_and_usage() is None
+
+
+def test_cgroup_v1_limit(tmp_path: Path) -> None:
+    (tmp_path / "cgroup").write_text("4:memory:/docker/abc\n1:cpu:/\n")
+    cg = tmp_path / "root" / "memory" / "docker" / "abc"
+    cg.mkdir(parents=True)
+    (cg / "memory.limit_in_bytes").write_text(f"{2 * GIB}\n")
+    (cg / "memory.usage_in_bytes").write_text(f"{GIB}\n")
+    (cg / "memory.stat").write_text("total_inactive_file 1024\n")
+    memory = CgroupMemory(root=tmp_path / "root", self_cgroup=tmp_path / "cgroup")
+    assert memory.limit_and_usage() == (2 * GIB, GIB - 1024)
+    (cg / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    assert memory.limit_and_usage() is None
+
+
+def test_no_cgroup_files_is_fine(tmp_path: Path) -> None:
+    memory = CgroupMemory(root=tmp_path, self_cgroup=tmp_path / "missing")
+    assert memory.limit_and_usage() is None
+
+
+@pytest.mark.slow
+def test_psutil_sees_real_dataloader_workers() -> None:
+    """A smoke test on this machine: two DataLoader workers burning CPU are seen and measured."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Burn(Dataset[torch.Tensor]):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            x = torch.randn(64, 64)
+            for _ in range(200):
+                x = torch.tanh(x @ x) / 8
+            return x
+
+    now = [0]
+    sampler = HostSampler(interval_s=0.05, probe=PsutilProbe(), cores=2, clock=lambda: now[0], slow_interval_s=0.0)
+    sampler.prime()
+    loader = DataLoader(Burn(), batch_size=2, num_workers=2)
+    for step, _ in enumerate(loader):
+        now[0] += 100 * MS
+        sampler.sample_once()
+        assert step < 100
+    now[0] += 100 * MS
+    sampler.sample_once()  # the workers have exited: their tail comes through the parent's totals
+    summary = sampler.close_window()
+    assert sampler.enabled, sampler.notes()
+    assert summary is not None
+    assert summary.max_children >= 2
+    assert summary.workers_cpu_s > 0
+    assert summary.rss_max_bytes is not None
+    assert summary.rss_max_bytes > 0
+    assert summary.mem_limit_bytes is not None
+    assert summary.mem_available_min_bytes is not None
+    assert os.getpid() == PsutilProbe()._main_pid

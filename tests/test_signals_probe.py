@@ -1,0 +1,86 @@
+"""The timeline's two seams for samplers: ``probe`` (read from another thread) and ``watch``."""
+
+from __future__ import annotations
+
+import threading
+
+from conftest import FakeClock
+
+from stallscope.timeline.recorder import Timeline
+
+MS = 1_000_000
+
+
+def test_probe_before_start_is_none(clock: FakeClock) -> None:
+    assert Timeline(clock=clock).probe() is None
+
+
+def test_probe_reports_the_phase_in_progress_and_the_totals(clock: FakeClock) -> None:
+    tl = Timeline(clock=clock)
+    tl.start()
+    compute = tl.phase_id("compute")
+    clock.advance_ms(5)
+    tl.enter(compute)
+    clock.advance_ms(7)
+    p = tl.probe()
+    assert p is not None
+    assert tl.phase_names()[p.phase] == "compute"
+    assert (p.now_ns, p.since_ns) == (12 * MS, 5 * MS)
+    assert p.totals_ns[tl.phase_id("other")] == 5 * MS
+    assert sum(p.totals_ns) == p.since_ns  # totals are credited up to the mark
+
+
+def test_probe_retries_while_the_training_thread_is_mid_change(clock: FakeClock) -> None:
+    """A probe taken between the totals update and the mark update would be inconsistent; the
+    totals-add-up check rejects it (simulated by corrupting the mark, then restoring it)."""
+    tl = Timeline(clock=clock)
+    tl.start()
+    clock.advance_ms(3)
+    tl._totals[0] += 3 * MS  # the first half of a change of phase
+    assert tl.probe() is None
+    tl._mark = 3 * MS  # the second half
+    assert tl.probe() is not None
+
+
+def test_probe_from_another_thread_is_always_consistent() -> None:
+    tl = Timeline()
+    tl.start()
+    data, compute = tl.phase_id("data"), tl.phase_id("compute")
+    stop = threading.Event()
+    bad: list[object] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            p = tl.probe()
+            if p is not None and sum(p.totals_ns) != p.since_ns - tl._start_ns:
+                bad.append(p)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(20_000):
+        tl.enter(data)
+        tl.leave()
+        tl.enter(compute)
+        tl.leave()
+    stop.set()
+    thread.join()
+    assert bad == []
+
+
+def test_watch_calls_listeners_around_one_phase_only(clock: FakeClock) -> None:
+    tl = Timeline(clock=clock)
+    tl.start()
+    calls: list[str] = []
+    compute, logging = tl.phase_id("compute"), tl.phase_id("logging")
+    tl.watch(compute, lambda: calls.append("enter"), lambda: calls.append("leave"))
+    tl.enter(logging)
+    tl.leave()
+    tl.enter(compute)
+    tl.enter(logging)  # nested: leaving it resumes compute, which is not an "enter"
+    tl.leave()
+    tl.leave()
+    assert calls == ["enter", "leave"]
+    tl.unwatch()
+    tl.enter(compute)
+    tl.leave()
+    assert calls == ["enter", "leave"]
