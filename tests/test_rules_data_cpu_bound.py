@@ -8,18 +8,22 @@ from signal_fakes import context, host, loader, nvml, record_span
 from stallscope.analysis.rules import data_cpu_bound
 
 
-def starved_with_workers(**host_fields: object) -> object:
+def starved_with_workers(*, cores: int = 4, **host_fields: object) -> object:
+    """20 steps of 20 ms waiting + 10 ms computing (0.6 s) with 4 workers: a worker takes
+    4 x 30 = 120 ms per batch, so 20 batches of all-CPU work are 2.4 worker-seconds."""
     span = record_span(steps=20, data_ms=20, compute_ms=10, in_process=False)
-    return context(span, cores=4, loader=loader(num_workers=4), host_signals=host(**host_fields))
+    fields: dict[str, object] = {"wall_s": 0.6, "main_cpu_s": 0.06, "cores": cores}
+    fields.update(host_fields)
+    return context(span, cores=cores, loader=loader(num_workers=4), host_signals=host(**fields))
 
 
 def test_workers_burning_every_core() -> None:
-    ctx = starved_with_workers(wall_s=10.0, main_cpu_s=1.0, workers_cpu_s=38.0)  # 3.9 of 4 cores busy
+    ctx = starved_with_workers(workers_cpu_s=2.28)  # 95% of each batch's time on a CPU
     f = data_cpu_bound.rule(ctx)  # type: ignore[arg-type]
     assert f is not None
     assert f.id == "data.cpu_bound"
     assert f.suggestion == {}
-    assert f.evidence["cpu_busy_fraction"] == pytest.approx(0.975)
+    assert f.evidence["cpu_busy_fraction"] == pytest.approx((0.06 + 2.28) / (0.6 * 4), abs=1e-4)
     assert f.evidence["loading_cpu_share"] == pytest.approx(0.95)
     assert f.evidence["cpu_measured_in"] == "workers"
     assert 0.1 < f.est_saving_fraction < 0.6
@@ -28,11 +32,11 @@ def test_workers_burning_every_core() -> None:
 
 
 def test_not_when_cores_are_left() -> None:
-    assert data_cpu_bound.rule(starved_with_workers(main_cpu_s=1.0, workers_cpu_s=12.0)) is None  # type: ignore[arg-type]
+    assert data_cpu_bound.rule(starved_with_workers(cores=8, workers_cpu_s=2.28)) is None  # type: ignore[arg-type]
 
 
 def test_not_when_workers_wait() -> None:
-    assert data_cpu_bound.rule(starved_with_workers(main_cpu_s=1.0, workers_cpu_s=4.0)) is None  # type: ignore[arg-type]
+    assert data_cpu_bound.rule(starved_with_workers(workers_cpu_s=0.24)) is None  # type: ignore[arg-type]
 
 
 def test_not_without_worker_cpu_evidence() -> None:
@@ -41,7 +45,7 @@ def test_not_without_worker_cpu_evidence() -> None:
 
 
 def test_the_saving_is_capped_by_the_gpus_idle_time_during_data_waits() -> None:
-    ctx = starved_with_workers(main_cpu_s=1.0, workers_cpu_s=38.0)
+    ctx = starved_with_workers(workers_cpu_s=2.28)
     uncapped = data_cpu_bound.rule(ctx)  # type: ignore[arg-type]
     capped_ctx = context(
         ctx.span,  # type: ignore[attr-defined]

@@ -27,8 +27,10 @@ def test_more_workers_hide_short_waits_so_no_finding() -> None:
 
 
 def test_workers_that_wait() -> None:
+    # 20 steps of 110 ms with 2 workers: 220 ms per batch per worker, of which 11 ms on a CPU
     span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)
-    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=host(main_cpu_s=1.0, workers_cpu_s=1.0))
+    signals = host(wall_s=2.2, main_cpu_s=0.2, workers_cpu_s=20 * 0.011, cores=2)
+    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=signals)
     f = data_io_bound.rule(ctx)
     assert f is not None
     assert f.evidence["cpu_measured_in"] == "workers"
@@ -38,7 +40,8 @@ def test_workers_that_wait() -> None:
 
 def test_not_when_workers_burn_cpu() -> None:
     span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)
-    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=host(workers_cpu_s=19.0))
+    signals = host(wall_s=2.2, main_cpu_s=0.2, workers_cpu_s=20 * 0.2, cores=2)
+    ctx = context(span, cores=2, loader=loader(num_workers=2), host_signals=signals)
     assert data_io_bound.rule(ctx) is None
 
 
@@ -47,3 +50,10 @@ def test_a_gpu_busy_during_the_waits_leaves_little_to_gain() -> None:
     ctx = context(span, cores=1, nvml=nvml(util_by_phase={"data": 0.99}))
     f = data_io_bound.rule(ctx)
     assert f is None or f.est_saving_fraction <= span.phase_fraction("data") * 0.01 + 1e-4
+
+
+def test_worker_cpu_says_nothing_when_the_loop_is_only_mildly_starved() -> None:
+    """Workers that keep up part of the time sit idle then: low CPU is no evidence of waiting."""
+    span = record_span(steps=20, data_ms=3, compute_ms=10, in_process=False)  # waits 30% of compute
+    signals = host(wall_s=0.26, main_cpu_s=0.2, workers_cpu_s=0.01, cores=2)
+    assert data_io_bound.rule(context(span, cores=2, loader=loader(num_workers=2), host_signals=signals)) is None

@@ -1,8 +1,8 @@
 """How hard the loader's processes work: the CPU evidence behind ``data.cpu_bound`` / ``data.io_bound``.
 
-With workers, the host sampler measures their CPU time: ``busy`` is the share of the time each
-worker spent on a CPU (1.0: every worker burns a core all the time; near 0: they wait on
-storage). Without workers, the timeline measures the CPU time of each in-process ``next()``
+With workers, the host sampler measures their CPU time: ``busy`` is their CPU time per batch
+over the time one worker takes to make a batch (1.0: making a batch is all CPU work; near 0:
+the workers wait on storage). Without workers, the timeline measures the CPU time of each in-process ``next()``
 directly. The loop model (``loop_model.py``) assumes a worker's batch costs as much CPU as wall
 time when it cannot measure it; ``refined_model`` puts the measured share in instead.
 """
@@ -16,6 +16,9 @@ from stallscope.analysis.loop_model import LoopModel, build_loop_model
 
 #: the process tree counts as saturating the cores above this share of them
 SATURATED = 0.85
+#: worker CPU is read as the CPU share of making a batch only when the loop waits at least this
+#: share of its consumer time: the workers then never idle (their queue is always empty)
+CLEARLY_STARVED = 0.5
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,13 @@ def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
     main = host.main_cores if host is not None and host.wall_s > 0 else None
     workers = host.workers_cores if host is not None and host.wall_s > 0 else None
     if model.workers > 0:
-        if host is None or host.wall_s <= 0 or workers is None:
+        if host is None or host.wall_s <= 0 or workers is None or model.load_s <= 0 or ctx.span.steps <= 0:
             return None
-        busy = min(1.0, workers / model.workers)
+        if model.wait_s < CLEARLY_STARVED * model.consumer_s:
+            return None  # workers that keep up part of the time idle then: their CPU says little
+        # CPU per batch over the time a worker takes per batch; per batch, not per second of the
+        # span, so worker start-up and quiet stretches do not dilute it
+        busy = min(1.0, host.workers_cpu_s / ctx.span.steps / model.load_s)
         return LoaderCpu(busy, "workers", cores_busy, main, workers)
     if not model.load_cpu_measured or model.load_s <= 0:
         return None
