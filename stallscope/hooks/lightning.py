@@ -508,7 +508,11 @@ def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO 
             width=real.width,
         )
         config = dataclasses.replace(config, console=console)
-    return Session(config, framework="lightning"), buffer
+    session = Session(config, framework="lightning")
+    precision = getattr(trainer, "precision", None)
+    if precision is not None:
+        session.precision = str(precision)  # lets compute.amp tell fp32 from mixed precision
+    return session, buffer
 
 
 class LightningCallbacks:

@@ -247,6 +247,7 @@ class StallScope(LightningCallbacks):
                 self._boundary[2], first = wait, False
                 try:
                     self._session.batch_tensors = count_tensors(item)
+                    self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory
                 except Exception as exc:
                     self._fail(exc)
             yield item

@@ -9,15 +9,19 @@ latency (little CPU per batch), up to ``io_workers_per_core`` per core.
 from __future__ import annotations
 
 from stallscope.analysis.context import Context
+from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import build_loop_model
 from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.worker_cpu import refined_model
 
 ID = "data.workers"
 
 
 def rule(ctx: Context) -> Finding | None:
-    model = build_loop_model(ctx)
+    # with workers, the host sampler's measured CPU share of a batch replaces "CPU = wall"
+    refined = refined_model(ctx)
+    model = refined[0] if refined is not None else build_loop_model(ctx)
     if model is None or not model.starved:
         return None
     io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5
@@ -26,7 +30,10 @@ def rule(ctx: Context) -> Finding | None:
     if suggested <= model.workers:
         return None
     predicted = model.predict_step_s(suggested)
-    saving = frac(model.predict_saving_s(suggested) / ctx.span.wall_s) if ctx.span.wall_s > 0 else 0.0
+    if ctx.span.wall_s <= 0:
+        return None
+    # on a GPU, only the time the device actually idled during the waits can be recovered
+    saving = frac(cap_by_device_idle(model.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
     if saving <= 0:
         return None
     competing = ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores
