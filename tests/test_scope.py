@@ -485,7 +485,7 @@ def _one_stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("method", ["enter", "leave", "data_begin", "data_end", "begin_epoch", "end_epoch"])
+@pytest.mark.parametrize("method", ["enter", "leave", "data_begin", "data_end", "fetch", "begin_epoch", "end_epoch"])
 def test_an_internal_error_turns_the_scope_off_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
 ) -> None:
@@ -509,16 +509,16 @@ def test_an_internal_error_turns_the_scope_off_once(
 def test_an_internal_error_after_some_steps_keeps_every_item(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = Timeline.data_begin
+    real = Timeline._close_step
     calls = {"n": 0}
 
-    def flaky(self: Timeline, *, new_step: bool = True) -> None:
+    def flaky(self: Timeline, now: int) -> None:  # runs inside fetch, before next()
         calls["n"] += 1
         if calls["n"] == 4:
             raise RuntimeError("planted")
-        real(self, new_step=new_step)
+        real(self, now)
 
-    monkeypatch.setattr(Timeline, "data_begin", flaky)
+    monkeypatch.setattr(Timeline, "_close_step", flaky)
     with StallScope(tmp_path, console=False) as scope:
         seen = list(scope.iter(range(10)))
         assert not scope.enabled
@@ -555,3 +555,30 @@ def test_an_exception_whose_str_fails_still_propagates_unchanged(tmp_path: Path)
         train()
     assert caught.value is error
     assert "the run ended with an exception (Unprintable)" in _read(tmp_path)["notes"]
+
+
+def test_an_internal_error_after_next_keeps_the_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure in the bookkeeping after ``next()`` took an item must not drop that item."""
+    cpu_calls = {"n": 0}
+
+    def broken_cpu_clock() -> int:
+        cpu_calls["n"] += 1
+        # calls: start, iter() begin/end, then the sampled fetch reads before and after next();
+        # fail only the read after next() returned an item
+        if cpu_calls["n"] == 5:
+            raise RuntimeError("planted")
+        return 0
+
+    from stallscope.hooks import session as session_module
+
+    real_session = session_module.Session
+    monkeypatch.setattr(
+        "stallscope.hooks.scope.Session", lambda config: real_session(config, cpu_clock=broken_cpu_clock)
+    )
+    with StallScope(tmp_path, console=False) as scope:
+        seen = list(scope.iter(range(20)))
+    assert seen == list(range(20))
+    assert not scope.enabled
+    assert "RuntimeError: planted" in _one_stderr_line(capsys)

@@ -235,13 +235,65 @@ def test_worker_loaders_have_no_data_cpu(tl: Timeline, clock: FakeClock, cpu_clo
     _close_pass(tl, clock)
     assert tl.end_epoch().data_cpu_ns is None
     tl.begin_epoch(in_process_data=True)
-    _open_pass(tl, clock)
-    tl.data_begin()
-    cpu_clock.advance(8)
-    tl.data_end(got_item=True)
+    _open_pass(tl, clock, iter_ns=10)
     _close_pass(tl, clock)
-    assert tl.end_epoch().data_cpu_ns == 8
+    assert tl.end_epoch().data_cpu_ns == 0  # measured: no CPU in that pass
     assert tl.run_stats().data_cpu_ns is None  # part of the run had workers
+
+
+class _BusyWaitClock:
+    """A wall clock and a CPU clock where every wait burns CPU for ``share`` of its wall time."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        self.wall = 0
+        self.cpu = 0
+
+    def advance(self, ns: int, busy: bool) -> None:
+        self.wall += ns
+        if busy:
+            self.cpu += round(ns * self.share)
+
+
+def test_in_process_data_cpu_is_sampled_and_scaled_by_wall_time() -> None:
+    """One next() in DATA_CPU_EVERY is measured; its CPU share scales to all the data time."""
+    from stallscope.timeline.recorder import DATA_CPU_EVERY
+
+    clocks = _BusyWaitClock(share=0.25)
+    tl = Timeline(clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
+    tl.start()
+    compute = tl.phase_id("compute")
+    tl.begin_epoch(in_process_data=True)
+    items = iter(range(10 * DATA_CPU_EVERY))
+
+    class Loader:
+        def __iter__(self) -> Loader:
+            return self
+
+        def __next__(self) -> int:
+            clocks.advance(400, busy=True)  # making a batch: 400 ns, a quarter of it on the CPU
+            return next(items)
+
+    loader = Loader()
+    reads = {"n": 0}
+    real_cpu = tl._cpu_clock
+
+    def counting_cpu() -> int:
+        reads["n"] += 1
+        return real_cpu()
+
+    tl._cpu_clock = counting_cpu
+    for _ in range(10 * DATA_CPU_EVERY):
+        tl.fetch(loader)
+        tl.enter(compute)
+        clocks.advance(1000, busy=False)
+        tl.leave()
+    stats = tl.end_epoch()
+    data_wall = stats.phase_ns["data"]
+    assert data_wall == 400 * 10 * DATA_CPU_EVERY
+    assert stats.data_cpu_ns == data_wall // 4
+    # two CPU-clock reads per sampled next(), plus one at the epoch end
+    assert reads["n"] == 2 * 10 + 1
 
 
 # -- epochs ----------------------------------------------------------------------------------

@@ -224,32 +224,25 @@ class StallScope(LightningCallbacks):
         finally:
             iter_ns = self._data_end(got_item=False)
         self._boundary = [index, iter_ns, 0, 0]
-        first = True
-        while True:
+        fetch = timeline.fetch
+        while True:  # the hot loop: one call per item
             if not self._active or generation != self._generation:
                 yield from it  # turned off, or a newer epoch started: just pass items through
                 return
             try:
-                timeline.data_begin()
-            except Exception as exc:
-                self._fail(exc)
-                continue
-            try:
-                item = next(it)
+                item = fetch(it)
             except StopIteration:
-                last_ns = self._data_end(got_item=False)
+                last_ns = timeline.last_wait_ns
                 break
-            except BaseException:
-                self._data_end(got_item=False)
-                raise  # the loader's own error, unchanged
-            wait = self._data_end(got_item=True)
-            if first:
-                self._boundary[2], first = wait, False
-                try:
-                    self._session.batch_tensors = count_tensors(item)
-                    self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory
-                except Exception as exc:
-                    self._fail(exc)
+            except BaseException as exc:
+                if timeline.raised_by_iterator:
+                    raise  # the loader's own error, unchanged
+                self._fail(exc)  # StallScope's own: turn off; no item was taken
+                continue
+            if timeline.error is not None:
+                self._fail(timeline.error)
+            if self._boundary[2] == 0:
+                self._first_item(item)
             yield item
         if self._active and generation == self._generation:
             try:
@@ -257,6 +250,16 @@ class StallScope(LightningCallbacks):
                 self._end_epoch()
             except Exception as exc:
                 self._fail(exc)
+
+    def _first_item(self, item: object) -> None:
+        """The first item of a pass: its wait is the start-up's; inspect the batch once."""
+        try:
+            assert self._boundary is not None
+            self._boundary[2] = max(1, self._session.timeline.step_wait_ns)
+            self._session.batch_tensors = count_tensors(item)
+            self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory
+        except Exception as exc:
+            self._fail(exc)
 
     def _data_end(self, *, got_item: bool) -> int:
         if not self._active:

@@ -29,7 +29,8 @@ def write_report(report: Report, path: str | os.PathLike[str]) -> Path:
     """Write ``report`` as UTF-8 JSON to ``path`` atomically (temp file + ``os.replace``)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report_to_dict(report), indent=1, ensure_ascii=False, allow_nan=False)
+    # compact: the C encoder is ~10x faster than an indented dump; `stallscope show` is for reading
+    text = json.dumps(report_to_dict(report), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, TypeVar
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
 
 Clock = Callable[[], int]
+T = TypeVar("T")
+
+#: the CPU time of in-process loading is read on one ``next()`` in this many (two syscalls each),
+#: and scaled to all of them by wall time
+DATA_CPU_EVERY = 8
 
 _DATA = BUILTIN_PHASES.index(DATA)
 _COMPUTE = BUILTIN_PHASES.index(COMPUTE)
@@ -89,8 +94,17 @@ class Timeline:
         self._ring_pos = 0
         # CPU time of in-process data loading
         self._measure_data_cpu = False
-        self._data_cpu_mark = 0
+        self._data_cpu_mark = -1
+        self._cpu_countdown = 1
+        #: CPU time and wall time of the sampled in-process waits (one in DATA_CPU_EVERY)
         self._data_cpu_total = 0
+        self._data_cpu_wall = 0
+        self._ep_data_cpu_wall = 0
+        self._last_wait = 0
+        #: set when the iterator given to ``fetch`` raised (its own error, or StopIteration)
+        self.raised_by_iterator = False
+        #: an internal failure inside ``fetch`` after the item was taken
+        self.error: Exception | None = None
         self._data_cpu_valid_run = True
         self._data_cpu_valid_epoch = True
         # idle windows
@@ -177,6 +191,66 @@ class Timeline:
         if left == self._watch:
             self._on_watch_leave()
 
+    def fetch(self, it: Iterator[T]) -> T:
+        """``next(it)``, timed as the data phase: the step in progress ends and a new one starts
+        with the item. ``data_begin`` + ``next`` + ``data_end`` in one call, for the plain-loop
+        iterator.
+
+        StopIteration and the iterator's own errors propagate unchanged, with
+        ``raised_by_iterator`` set (the wait is then ``last_wait_ns`` and no step starts). Any other
+        exception is StallScope's own. A failure after ``next`` succeeded is stored in ``error``
+        and the item is still returned.
+        """
+        now = self._clock()
+        if self._in_step:
+            self._close_step(now)
+        cur = self._cur
+        self._totals[cur] += now - self._mark
+        self._cur = _DATA
+        self._mark = now
+        self._counts[_DATA] += 1
+        self._step_start = now
+        cpu0 = -1
+        if self._measure_data_cpu:
+            self._cpu_countdown -= 1
+            if self._cpu_countdown <= 0:
+                self._cpu_countdown = DATA_CPU_EVERY
+                cpu0 = self._cpu_clock()
+        try:
+            item = next(it)
+        except BaseException:
+            self.raised_by_iterator = True
+            end = self._clock()
+            self._totals[_DATA] += end - now
+            self._cur = cur
+            self._mark = end
+            self._last_wait = end - now
+            raise
+        try:
+            end = self._clock()
+            wait = end - now
+            self._totals[_DATA] += wait
+            self._cur = cur
+            self._mark = end
+            self._in_step = True
+            self._step_wait = wait
+            if cpu0 >= 0:
+                self._data_cpu_total += self._cpu_clock() - cpu0
+                self._data_cpu_wall += wait
+        except Exception as exc:  # never lose the item: report the failure beside it
+            self.error = exc
+        return item
+
+    @property
+    def step_wait_ns(self) -> int:
+        """The data wait of the step in progress."""
+        return self._step_wait
+
+    @property
+    def last_wait_ns(self) -> int:
+        """The wait of the last ``fetch`` that raised (StopIteration: the end of a pass)."""
+        return self._last_wait
+
     def data_begin(self, *, new_step: bool = True) -> None:
         """About to wait for the next batch. With ``new_step`` the step in progress ends here."""
         now = self._clock()
@@ -189,15 +263,22 @@ class Timeline:
         self._mark = now
         if new_step:
             self._step_start = now
+        self._data_cpu_mark = -1
         if self._measure_data_cpu:
-            self._data_cpu_mark = self._cpu_clock()
+            self._cpu_countdown -= 1
+            if self._cpu_countdown <= 0:
+                self._cpu_countdown = DATA_CPU_EVERY
+                self._data_cpu_mark = self._cpu_clock()
 
     def data_end(self, *, got_item: bool) -> int:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns."""
-        if self._measure_data_cpu:
-            self._data_cpu_total += self._cpu_clock() - self._data_cpu_mark
+        cpu1 = self._cpu_clock() if self._data_cpu_mark >= 0 else -1
         now = self._clock()
         wait = now - self._mark
+        if cpu1 >= 0:
+            self._data_cpu_total += cpu1 - self._data_cpu_mark
+            self._data_cpu_wall += wait
+            self._data_cpu_mark = -1
         self._totals[self._cur] += wait
         self._cur = self._stack.pop() if self._stack else _OTHER
         self._mark = now
@@ -272,7 +353,13 @@ class Timeline:
             phase_counts=self._diff(self._counts, self._ep_counts),
             step=Distribution.of(self._recent(self._ring_step, ep_steps)),
             data_wait=Distribution.of(self._recent(self._ring_wait, ep_steps)),
-            data_cpu_ns=(self._data_cpu_total - self._ep_data_cpu) if self._data_cpu_valid_epoch else None,
+            data_cpu_ns=self._scaled_data_cpu(
+                self._data_cpu_total - self._ep_data_cpu,
+                self._data_cpu_wall - self._ep_data_cpu_wall,
+                self._totals[_DATA] - self._ep_totals[_DATA],
+            )
+            if self._data_cpu_valid_epoch
+            else None,
             process_cpu_ns=cpu - self._ep_cpu,
             boundaries=tuple(self._ep_boundaries),
         )
@@ -283,6 +370,7 @@ class Timeline:
         self._ep_step_total = self._step_total
         self._ep_cpu = cpu
         self._ep_data_cpu = self._data_cpu_total
+        self._ep_data_cpu_wall = self._data_cpu_wall
         self._ep_boundaries = []
         self._data_cpu_valid_epoch = True
         self._measure_data_cpu = False
@@ -304,7 +392,9 @@ class Timeline:
             phase_counts=self._diff(self._counts, [0] * len(self._counts)),
             step=Distribution.of(self._recent(self._ring_step, self._steps)),
             data_wait=Distribution.of(self._recent(self._ring_wait, self._steps)),
-            data_cpu_ns=self._data_cpu_total if self._data_cpu_valid_run else None,
+            data_cpu_ns=self._scaled_data_cpu(self._data_cpu_total, self._data_cpu_wall, self._totals[_DATA])
+            if self._data_cpu_valid_run
+            else None,
             process_cpu_ns=self._cpu_clock() - self._cpu_start,
             boundaries=tuple(self._boundaries),
             windows=tuple(windows),
@@ -346,6 +436,13 @@ class Timeline:
         return None
 
     # -- helpers -------------------------------------------------------------------------
+
+    @staticmethod
+    def _scaled_data_cpu(cpu_ns: int, sampled_wall_ns: int, data_wall_ns: int) -> int:
+        """CPU of all in-process waits, from the sampled ones: their CPU share times the data time."""
+        if sampled_wall_ns <= 0:
+            return 0
+        return round(min(1.0, cpu_ns / sampled_wall_ns) * data_wall_ns) if cpu_ns >= 0 else 0
 
     def _flush(self) -> int:
         """Credit the current phase up to now, so totals are exact at this instant."""
