@@ -555,3 +555,35 @@ def test_every_nanosecond_lands_in_exactly_one_phase(tl: Timeline, clock: FakeCl
     assert sum(e.steps for e in epochs) == run.steps
     assert sum(e.step_total_ns for e in epochs) == run.step_total_ns
     assert run.wall_ns == clock.now
+
+
+def test_switch_equals_leave_then_enter(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    """``switch(b)`` inside ``a`` attributes time exactly like ``leave(); enter(b)``."""
+
+    def run(use_switch: bool) -> dict[str, int]:
+        c = FakeClock()
+        tl = Timeline(clock=c, cpu_clock=FakeClock())
+        tl.start()
+        a, b = tl.phase_id("h2d"), tl.phase_id("compute")
+        tl.enter(tl.phase_id("validation"))  # an outer phase, resumed at the end
+        tl.enter(a)
+        c.advance(3)
+        if use_switch:
+            tl.switch(b)
+        else:
+            tl.leave()
+            tl.enter(b)
+        c.advance(5)
+        tl.leave()
+        c.advance(7)
+        tl.leave()
+        c.advance(11)
+        span = tl.run_stats()
+        return {k: v for k, v in span.phase_ns.items() if v} | {f"n_{k}": n for k, n in span.phase_counts.items() if n}
+
+    switched = run(True)
+    assert switched == run(False)
+    assert switched["h2d"] == 3
+    assert switched["compute"] == 5
+    assert switched["validation"] == 7
+    assert switched["other"] == 11

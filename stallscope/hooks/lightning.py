@@ -300,6 +300,10 @@ class _FitRun:
         top = self._top
         if top == new:
             return
+        if top is not None and top != _SETUP and new is not None and new != _SETUP:
+            self.timeline.switch(new)  # h2d -> compute each step: one clock read
+            self._top = new
+            return
         if top == _SETUP:
             self._setup_ns += self.timeline.data_end(got_item=False)
         elif top is not None:
@@ -587,11 +591,23 @@ class LightningCallbacks:
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._event("epoch_start")
 
+    # the two per-step hooks call the run directly (no _event/guard layers): they run every step
+
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._event("batch_start", batch)
+        run = self._fit_run
+        if run is not None and not run.closed and self._active:
+            try:
+                run.batch_start(batch)
+            except Exception as exc:
+                self._fail(exc)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._event("batch_end")
+        run = self._fit_run
+        if run is not None and not run.closed and self._active:
+            try:
+                run.batch_end()
+            except Exception as exc:
+                self._fail(exc)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._event("epoch_end", pl_module)
@@ -633,67 +649,19 @@ class LightningCallbacks:
     def _scope(self) -> StallScope:
         return cast("StallScope", self)
 
-    # -- the rest of the interface: nothing to do ----------------------------------------
+    # -- hooks not needed: None, so Lightning's dispatcher (which calls only callable hooks)
+    # skips them without opening a profiler context; the per-step ones matter most -----------
 
-    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        return None
+    on_before_backward = None
+    on_after_backward = None
+    on_before_optimizer_step = None
+    on_before_zero_grad = None
+    on_validation_batch_start = None
+    on_validation_batch_end = None
+    on_validation_epoch_start = None
+    on_validation_epoch_end = None
 
-    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_validation_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
-
-    def on_validation_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
-
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_test_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
-
-    def on_test_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
-
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_predict_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_predict_batch_start(
-        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
-
-    def on_predict_batch_end(
-        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        return None
+    # -- hooks Lightning calls directly (not through its callable() check) ---------------------
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         return None
@@ -701,27 +669,13 @@ class LightningCallbacks:
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         return None
 
-    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
-        return None
-
-    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
-        return None
-
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        return None
-
-    def on_before_zero_grad(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
-        return None
-
     if not TYPE_CHECKING:
 
         def __getattr__(self, name: str) -> Any:
-            # A hook added by a later Lightning release is a no-op rather than an AttributeError in
-            # the user's training (tests compare the hooks above with the installed Callback's).
+            # Every other ``on_*`` hook (backward, optimizer, test, predict, per validation batch,
+            # and any hook a later release adds) reads as None: Lightning's dispatcher calls a
+            # callback's hook only when it is callable, so these cost nothing per step, not even
+            # the profiler context Lightning opens around each call.
             if name.startswith("on_"):
-                return _no_op_hook
+                return None
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-
-def _no_op_hook(*args: Any, **kwargs: Any) -> None:
-    return None

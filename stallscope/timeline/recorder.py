@@ -181,6 +181,20 @@ class Timeline:
         if pid == self._watch:
             self._on_watch_enter()
 
+    def switch(self, pid: int) -> None:
+        """Leave the current phase and enter ``pid`` at one instant: ``leave()`` + ``enter(pid)``
+        with one clock read (Lightning's h2d -> compute, every step)."""
+        now = self._clock()
+        left = self._cur
+        self._totals[left] += now - self._mark
+        self._cur = pid
+        self._counts[pid] += 1
+        self._mark = now
+        if left == self._watch:
+            self._on_watch_leave()
+        if pid == self._watch:
+            self._on_watch_enter()
+
     def leave(self) -> None:
         """Leave the current phase."""
         now = self._clock()
