@@ -1,0 +1,238 @@
+"""Overhead: the same training loop bare and watched, interleaved in one process.
+
+Loops:
+  (a) tiny plain loop, ~150 us steps        target watched/bare <= 1.02
+  (b) plain loop with ~5 ms steps           target <= 1.005
+  (c) tiny Lightning fit                     target <= 1.02 (against Lightning without StallScope)
+
+Each pair runs the bare and the watched variant back to back (alternating which goes first);
+the ratio reported is the median over pairs. torch.profiler (and Lightning's SimpleProfiler for
+(c)) are measured on the same loops for comparison. A watched run includes everything a user
+pays: the epoch-end diagnosis, the printed panel (to a null console) and the report write.
+
+    .venv/bin/python benchmarks/overhead.py [--pairs 15] [--only a b c] [--markdown FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from torch import nn  # noqa: E402
+
+from stallscope import StallScope  # noqa: E402
+
+TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02}
+#: steps per run: a watched run pays its fixed costs (epoch-end diagnosis, report writes) once
+TINY_STEPS = 20_000
+MEDIUM_STEPS = 500
+LIGHTNING_STEPS = 3000
+#: the memory check: a no-op step this many times
+MEMORY_STEPS = 1_000_000
+
+
+def _null_console() -> Console:
+    return Console(file=io.StringIO(), width=100)
+
+
+class PlainLoop:
+    """A plain training loop over in-memory batches."""
+
+    def __init__(self, *, features: int, hidden: int, batch: int, steps: int, repeat: int = 1) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.batches = [(torch.randn(batch, features), torch.randn(batch, 1)) for _ in range(steps)]
+        self.repeat = repeat
+        self.loss_fn = nn.MSELoss()
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.repeat):
+            self.opt.zero_grad(set_to_none=True)
+            loss = self.loss_fn(self.model(x), y)
+            loss.backward()
+            self.opt.step()
+        return loss
+
+    def bare(self) -> float:
+        t0 = time.perf_counter()
+        for step, (x, y) in enumerate(self.batches):
+            loss = self.train_step(x, y)
+            if step % 50 == 0:
+                loss.item()
+        return time.perf_counter() - t0
+
+    def watched(self, report_dir: str) -> float:
+        t0 = time.perf_counter()
+        with StallScope(report_dir, console=_null_console()) as scope:
+            for step, (x, y) in enumerate(scope.iter(self.batches)):
+                with scope.phase("compute"):
+                    loss = self.train_step(x, y)
+                if step % 50 == 0:
+                    with scope.phase("logging"):
+                        loss.item()
+        return time.perf_counter() - t0
+
+    def torch_profiled(self) -> float:
+        from torch.profiler import ProfilerActivity, profile
+
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for step, (x, y) in enumerate(self.batches):
+                loss = self.train_step(x, y)
+                if step % 50 == 0:
+                    loss.item()
+                prof.step()
+        return time.perf_counter() - t0
+
+
+def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
+    """A tiny Lightning fit; mode: bare, watched, simple (SimpleProfiler), empty (a Callback that
+    overrides nothing: what Lightning's own dispatch costs for any callback)."""
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Tiny(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(32, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 1)), batch_size=8)
+    callbacks: list[Any] = []
+    if mode == "watched":
+        callbacks = [StallScope(report_dir, console=_null_console())]
+    elif mode == "empty":
+        callbacks = [pl.Callback()]
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        profiler="simple" if mode == "simple" else None,
+    )
+    model = Tiny()
+    t0 = time.perf_counter()
+    trainer.fit(model, data)
+    return time.perf_counter() - t0
+
+
+def memory_check(report_dir: str) -> tuple[float, int, float]:
+    """RSS growth (MB) and report size (bytes) of a MEMORY_STEPS no-op loop, and its seconds."""
+    import psutil
+
+    process = psutil.Process()
+    items = range(MEMORY_STEPS)
+    before = process.memory_info().rss
+    t0 = time.perf_counter()
+    with StallScope(report_dir, console=False) as scope:
+        compute = scope.phase("compute")
+        for _ in scope.iter(items):
+            with compute:
+                pass
+    seconds = time.perf_counter() - t0
+    grown = (process.memory_info().rss - before) / 2**20
+    return grown, (Path(report_dir) / "report.json").stat().st_size, seconds
+
+
+def pairs(bare: Callable[[], float], other: Callable[[], float], n: int) -> tuple[float, float, float]:
+    """Median ratio other/bare over ``n`` interleaved pairs, with the medians of both."""
+    ratios, b_times, o_times = [], [], []
+    bare()
+    other()  # warm-up
+    for i in range(n):
+        if i % 2:
+            o, b = other(), bare()
+        else:
+            b, o = bare(), other()
+        ratios.append(o / b)
+        b_times.append(b)
+        o_times.append(o)
+    return statistics.median(ratios), statistics.median(b_times), statistics.median(o_times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=15)
+    parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="loops to run (default: all)")
+    parser.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler / SimpleProfiler rows")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--memory", action="store_true", help=f"also run the {MEMORY_STEPS:,}-step memory check")
+    args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error(f"--pairs must be >= 1, got {args.pairs}")
+    torch.set_num_threads(1)
+    rows = []
+    tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
+    loops = {
+        "a": ("tiny plain loop", PlainLoop(features=32, hidden=32, batch=8, steps=TINY_STEPS)),
+        "b": ("~5 ms plain loop", PlainLoop(features=256, hidden=1024, batch=256, steps=MEDIUM_STEPS, repeat=2)),
+    }
+    for key in args.only or sorted(TARGETS):
+        if key in loops:
+            label, loop = loops[key]
+            ratio, b, w = pairs(loop.bare, lambda loop=loop: loop.watched(tmp), args.pairs)
+            steps = len(loop.batches)
+            rows.append((key, label, "StallScope", ratio, b / steps, TARGETS[key]))
+            if not args.no_profiler:
+                ratio, b, _ = pairs(loop.bare, loop.torch_profiled, max(3, args.pairs // 3))
+                rows.append((key, label, "torch.profiler", ratio, b / steps, None))
+        else:
+            steps = LIGHTNING_STEPS
+
+            def fit(mode: str) -> Callable[[], float]:
+                return lambda: lightning_fit(mode, LIGHTNING_STEPS, tmp)
+
+            try:
+                ratio, b, _ = pairs(fit("bare"), fit("watched"), args.pairs)
+            except Exception as exc:  # Lightning missing or not wired yet
+                print(f"(c) skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+            rows.append((key, "tiny Lightning fit", "StallScope", ratio, b / steps, TARGETS[key]))
+            ratio, b, _ = pairs(fit("bare"), fit("empty"), max(3, args.pairs // 3))
+            rows.append((key, "tiny Lightning fit", "an empty pl.Callback()", ratio, b / steps, None))
+            if not args.no_profiler:
+                ratio, b, _ = pairs(fit("bare"), fit("simple"), max(3, args.pairs // 3))
+                rows.append((key, "tiny Lightning fit", "SimpleProfiler", ratio, b / steps, None))
+    if args.memory:
+        grown, size, seconds = memory_check(tmp)
+        print(
+            f"memory: {MEMORY_STEPS:,} no-op steps in {seconds:.1f} s: RSS grew {grown:.1f} MB (target <= 20), "
+            f"report.json {size / 1e3:.0f} kB (target < 1000)"
+        )
+    lines = ["| loop | step (bare) | tool | watched / bare | target |", "|---|---|---|---|---|"]
+    for key, label, tool, ratio, step_s, target in rows:
+        verdict = "-" if target is None else f"<= {target} {'met' if ratio <= target else 'MISSED'}"
+        lines.append(f"| ({key}) {label} | {step_s * 1e6:.0f} us | {tool} | {ratio:.3f} | {verdict} |")
+    table = "\n".join(lines)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
