@@ -16,7 +16,8 @@ PACKAGE = str(Path(stallscope.__file__).parent)
 
 
 def _held_by_stallscope(snapshot: tracemalloc.Snapshot) -> int:
-    return sum(s.size for s in snapshot.filter_traces([tracemalloc.Filter(True, f"{PACKAGE}/*")]).statistics("filename"))
+    ours = snapshot.filter_traces([tracemalloc.Filter(True, f"{PACKAGE}/*")])
+    return sum(stat.size for stat in ours.statistics("filename"))
 
 
 def _held_after(steps: int, report_dir: Path) -> int:

@@ -582,3 +582,22 @@ def test_an_internal_error_after_next_keeps_the_item(
     assert seen == list(range(20))
     assert not scope.enabled
     assert "RuntimeError: planted" in _one_stderr_line(capsys)
+
+
+def test_a_scope_pickles_as_its_configuration(tmp_path: Path) -> None:
+    """``ddp_spawn`` pickles the Trainer with its callbacks: a copy arrives unstarted, same settings."""
+    import pickle
+
+    scope = StallScope(tmp_path, console=Console(file=io.StringIO()), min_saving=0.05)
+    with scope:
+        list(scope.iter(range(3)))
+    copy = pickle.loads(pickle.dumps(scope))
+    assert copy is not scope
+    assert copy._config.report_dir == scope._config.report_dir
+    assert copy._config.min_saving == 0.05
+    assert copy._config.console is True
+    assert copy.report is None  # nothing recorded travels
+    with copy:
+        assert list(copy.iter(range(4))) == [0, 1, 2, 3]
+    assert copy.report is not None
+    assert copy.report.summary.steps == 4

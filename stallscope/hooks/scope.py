@@ -7,6 +7,7 @@ on. The user's own exceptions (from the loader, from phases) propagate unchanged
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator
 from types import TracebackType
@@ -92,6 +93,10 @@ class StallScope(LightningCallbacks):
             sample_interval_s=sample_interval_s,
             recent_steps=recent_steps,
         )
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh, unstarted recording state for ``self._config``."""
         self._session = Session(self._config)
         self._phases: dict[str, _Phase] = {}
         self._active = True
@@ -306,5 +311,15 @@ class StallScope(LightningCallbacks):
         state = "on" if self._active else "off"
         return f"StallScope(report_dir={str(self._config.report_dir)!r}, {state})"
 
-    def __getstate__(self) -> dict[str, Any]:  # pragma: no cover - defensive
-        raise TypeError("StallScope cannot be pickled; create it in the process that trains")
+    def __getstate__(self) -> dict[str, Any]:
+        """Only the configuration travels (``ddp_spawn`` pickles the Trainer and its callbacks):
+        a copy starts unstarted, with its own session, in the process that unpickles it. A rich
+        Console given as ``console`` cannot travel; the copy prints to its own stdout."""
+        config = self._config
+        if not isinstance(config.console, bool):
+            config = dataclasses.replace(config, console=True)
+        return {"config": config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._config = state["config"]
+        self._reset()
