@@ -601,3 +601,37 @@ def test_a_scope_pickles_as_its_configuration(tmp_path: Path) -> None:
         assert list(copy.iter(range(4))) == [0, 1, 2, 3]
     assert copy.report is not None
     assert copy.report.summary.steps == 4
+
+
+def test_set_up_inside_the_with_block_is_not_counted(tmp_path: Path, clocked: FakeClock) -> None:
+    """Building the model after ``__enter__`` is not idle accelerator time: the clock starts at
+    the first ``scope.iter`` (or phase)."""
+    with StallScope(tmp_path, console=False) as scope:
+        clocked.advance_ms(1000)  # model construction, data set indexing, ...
+        for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=2)):
+            _train_step(scope, clocked)
+    summary = _read(tmp_path)["summary"]
+    assert summary["wall_s"] == pytest.approx(0.040)
+    assert summary["phase_fractions"]["other"] == pytest.approx(0.1)
+
+
+def test_a_phase_before_the_first_iter_starts_the_clock(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        clocked.advance_ms(500)  # not counted
+        with scope.phase("checkpoint"):  # loading a checkpoint: counted
+            clocked.advance_ms(10)
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=2)):
+            _train_step(scope, clocked)
+    summary = _read(tmp_path)["summary"]
+    assert summary["wall_s"] == pytest.approx(0.040)
+    assert summary["phase_seconds"]["checkpoint"] == pytest.approx(0.010)
+
+
+def test_a_scope_with_no_steps_writes_an_empty_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        pass
+    assert scope.enabled is False  # closed, not failed
+    assert capsys.readouterr().err == ""
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert data["summary"]["steps"] == 0

@@ -40,7 +40,10 @@ class _Phase:
         scope = self._scope
         if scope._active:
             try:
-                scope._session.timeline.enter(self._pid)
+                timeline = scope._session.timeline
+                if not timeline.started:  # a phase before the first scope.iter starts the clock
+                    scope._start_clock()
+                timeline.enter(self._pid)
             except Exception as exc:  # internal failure: contain it
                 scope._fail(exc)
 
@@ -131,12 +134,22 @@ class StallScope(LightningCallbacks):
         # never suppress: the user's exception propagates unchanged
 
     def start(self) -> None:
-        """Start watching (``__enter__`` calls this)."""
+        """Start watching (``__enter__`` calls this). The clock starts at the first ``iter`` or
+        phase, so building the model inside the ``with`` block is not counted as idle time."""
+        self._start(clock=False)
+
+    def _start(self, *, clock: bool) -> None:
         if self._started:
             return
         self._started = True
         try:
-            self._session.start()
+            self._session.start(clock=clock)
+        except Exception as exc:
+            self._fail(exc)
+
+    def _start_clock(self) -> None:
+        try:
+            self._session.start_clock()
         except Exception as exc:
             self._fail(exc)
 
@@ -150,7 +163,7 @@ class StallScope(LightningCallbacks):
         self._in_epoch = False
         self._boundary = None
         self._generation += 1
-        self.start()
+        self._start(clock=True)
 
     def close(self) -> None:
         """End the run: close the epoch in progress, write the final report (``__exit__`` calls this)."""
@@ -195,6 +208,8 @@ class StallScope(LightningCallbacks):
         """
         if not self._started:
             self.start()
+        if self._active and not self._session.timeline.started:
+            self._start_clock()
         self._generation += 1
         if self._active and self._in_epoch:
             try:

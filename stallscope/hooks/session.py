@@ -75,10 +75,19 @@ class Session:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, clock: bool = True) -> None:
+        """Start the run. Without ``clock`` the timeline waits for ``start_clock`` (the plain loop
+        starts it at the first ``scope.iter`` or phase, so set-up inside ``with`` is not counted)."""
         self._started_at = utc_now_iso()
-        self.timeline.start()
+        if clock:
+            self.timeline.start()
         self.signals.start()
+
+    def start_clock(self) -> None:
+        """Start the timeline now if it has not started."""
+        if not self.timeline.started:
+            self._started_at = utc_now_iso()
+            self.timeline.start()
 
     def note(self, text: str) -> None:
         """Add a note to the report (once per distinct text)."""
@@ -157,9 +166,8 @@ class Session:
         return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml_fields(signals.nvml))
 
     def build_report(self, *, complete: bool) -> Report:
-        run_stats = self.timeline.run_stats() if self.timeline.started else None
-        if run_stats is None:
-            raise RuntimeError("the timeline was never started")
+        self.start_clock()  # a run that never reached its first step: an empty report, not an error
+        run_stats = self.timeline.run_stats()
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)

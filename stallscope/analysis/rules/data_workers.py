@@ -8,6 +8,8 @@ latency (little CPU per batch), up to ``io_workers_per_core`` per core.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
@@ -29,6 +31,15 @@ def rule(ctx: Context) -> Finding | None:
     suggested = model.best_workers(min(cap, 64))
     if suggested <= model.workers:
         return None
+    # Training on the CPU itself: its intra-op threads and the workers share the cores. The
+    # suggestion then also lowers torch's threads so both fit, and the prediction assumes that
+    # the compute runs on those fewer threads (its CPU time per step spread over them).
+    threads: int | None = None
+    if ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores:
+        threads = max(1, ctx.cores - suggested)
+        model = replace(model, consumer_s=max(model.consumer_s, model.main_cpu_s / threads))
+        if model.predict_step_s(suggested) >= model.step_s:
+            return None
     predicted = model.predict_step_s(suggested)
     if ctx.span.wall_s <= 0:
         return None
@@ -36,11 +47,11 @@ def rule(ctx: Context) -> Finding | None:
     saving = frac(cap_by_device_idle(model.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
     if saving <= 0:
         return None
-    competing = ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores
     wait_share = ctx.span.phase_fraction("data")
     lightning = ctx.config.framework == "lightning"
     where = "the train DataLoader" if lightning else "the DataLoader"
     snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested})"
+    suggestion: dict[str, int] = {"num_workers": suggested}
     if model.workers == 0 and ctx.loader is None:
         fix = (
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
@@ -48,17 +59,19 @@ def rule(ctx: Context) -> Finding | None:
         )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
-    if competing:
+    if threads is not None:
         fix += (
-            f" Training runs on the CPU with {ctx.compute_threads} intra-op threads that the workers will compete"
-            f" with; torch.set_num_threads({max(1, ctx.cores - suggested)}) keeps them from stalling each other."
+            f" Training runs on the CPU with {ctx.compute_threads} intra-op threads; also call"
+            f" torch.set_num_threads({threads}) so the workers and the compute do not stall each other."
         )
+        snippet = f"torch.set_num_threads({threads})\n{snippet}"
+        suggestion["torch_num_threads"] = threads
     return Finding(
         id=ID,
         title=f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
-        confidence="low" if competing else "high" if model.load_cpu_measured else "medium",
+        confidence="low" if threads is not None else "high" if model.load_cpu_measured else "medium",
         evidence={
             "num_workers": model.workers,
             "data_wait_fraction": frac(wait_share),
@@ -75,6 +88,6 @@ def rule(ctx: Context) -> Finding | None:
             "predicted_step_ms": ms(predicted),
         },
         fix=fix,
-        suggestion={"num_workers": suggested},
+        suggestion=suggestion,
         snippet=snippet,
     )

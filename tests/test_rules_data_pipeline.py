@@ -1,0 +1,127 @@
+"""The data-pipeline rules: data.workers, data.prefetch, data.persistent_workers."""
+
+from __future__ import annotations
+
+import pytest
+from test_analysis_loop_model import MS, ctx, loader, starved_span
+
+from stallscope.analysis.context import AnalysisConfig, Context
+from stallscope.analysis.diagnose import diagnose
+from stallscope.analysis.finding import speedup_for
+from stallscope.analysis.loop_model import build_loop_model
+from stallscope.analysis.rules import data_persistent_workers, data_prefetch, data_workers
+from stallscope.timeline.stats import Distribution, EpochBoundary, SpanStats
+
+
+def test_data_workers_suggests_what_the_cores_can_run() -> None:
+    context = ctx(starved_span(), cores=2)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2}
+    model = build_loop_model(context)
+    assert model is not None
+    expected = model.predict_saving_s(2) / 1.0  # the span lasts 1.0 s
+    assert finding.est_saving_fraction == pytest.approx(expected, abs=1e-4)
+    assert finding.est_speedup == pytest.approx(speedup_for(finding.est_saving_fraction), abs=1e-3)
+    assert finding.evidence["load_cpu_measured"] is True
+    assert "from 0 to 2" in finding.fix
+
+
+def test_data_workers_on_a_cpu_trained_model_also_lowers_torch_threads() -> None:
+    """Compute on the CPU with 2 intra-op threads on 2 cores: workers need cores of their own."""
+    plain = data_workers.rule(ctx(starved_span(), cores=2))
+    context = Context(
+        span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(), batch_tensors=2, compute_threads=2
+    )
+    finding = data_workers.rule(context)
+    assert plain is not None
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2, "torch_num_threads": 1}
+    assert "torch.set_num_threads(1)" in finding.fix
+    assert finding.confidence == "low"
+    assert finding.est_saving_fraction <= plain.est_saving_fraction
+
+
+def test_a_fed_loop_gets_no_data_workers_finding() -> None:
+    assert data_workers.rule(ctx(starved_span(wait_ms=0, consumer_ms=10))) is None
+
+
+def test_lightning_wording() -> None:
+    context = Context(
+        span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(framework="lightning"), batch_tensors=2
+    )
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert "the train DataLoader" in finding.fix
+
+
+def _respawning_span() -> SpanStats:
+    """3 passes with 2 non-persistent workers: 300 ms iter(), 50 ms first batch, 20 ms shutdown;
+    30 steps of 10 ms consumer time, no steady wait."""
+    passes = [EpochBoundary(i, 300 * MS, 50 * MS, 20 * MS) for i in range(3)]
+    step_total = 27 * 10 * MS + 3 * 60 * MS
+    data = 3 * (300 + 50 + 20) * MS
+    return SpanStats(
+        wall_ns=step_total + 3 * (300 + 20) * MS,
+        steps=30,
+        epochs=3,
+        step_total_ns=step_total,
+        phase_ns={"data": data, "compute": 30 * 10 * MS, "other": 0},
+        phase_counts={"data": 33, "compute": 30},
+        step=Distribution.of([10 * MS] * 27 + [60 * MS] * 3),
+        data_wait=Distribution.of([0] * 27 + [50 * MS] * 3),
+        data_cpu_ns=None,
+        process_cpu_ns=300 * MS,
+        boundaries=tuple(passes),
+    )
+
+
+def test_persistent_workers_saves_every_respawn_but_the_first() -> None:
+    span = _respawning_span()
+    context = Context(span=span, loader=loader(workers=2), cores=4, config=AnalysisConfig())
+    finding = data_persistent_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"persistent_workers": True}
+    assert finding.evidence["respawns"] == 2
+    one_batch_ms = 2 * 10  # two workers keeping up with a 10 ms consumer: 20 ms per batch each
+    saved_ms = 2 * (300 + 50 + 20 - one_batch_ms)
+    assert finding.est_saving_fraction == pytest.approx(saved_ms / (span.wall_ns / MS), abs=1e-4)
+
+
+def test_persistent_workers_already_on_or_no_workers_gives_nothing() -> None:
+    span = _respawning_span()
+    for cfg in (loader(workers=2, persistent=True), loader(workers=0)):
+        assert data_persistent_workers.rule(Context(span=span, loader=cfg, cores=4, config=AnalysisConfig())) is None
+
+
+def test_prefetch_fires_on_bursts_not_on_steady_starvation() -> None:
+    steps = 100
+    waits = [0] * 85 + [30 * MS] * 15  # most batches ready, a few very late
+    span = SpanStats(
+        wall_ns=steps * 10 * MS + sum(waits),
+        steps=steps,
+        epochs=1,
+        step_total_ns=steps * 10 * MS + sum(waits),
+        phase_ns={"data": sum(waits), "compute": steps * 10 * MS, "other": 0},
+        phase_counts={"data": steps, "compute": steps},
+        step=Distribution.of([10 * MS + w for w in waits]),
+        data_wait=Distribution.of(waits),
+        data_cpu_ns=None,
+        process_cpu_ns=steps * 10 * MS,
+        boundaries=(EpochBoundary(0, 0, 0, 0),),
+    )
+    context = Context(span=span, loader=loader(workers=2), cores=4, config=AnalysisConfig())
+    finding = data_prefetch.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"prefetch_factor": 4}
+    assert finding.confidence == "low"
+    assert data_prefetch.rule(Context(span=starved_span(), loader=loader(2), cores=4, config=AnalysisConfig())) is None
+
+
+def test_diagnose_ranks_and_filters_by_min_saving() -> None:
+    found = diagnose(ctx(starved_span(), cores=2))
+    assert [f.id for f in found][:1] == ["data.workers"]
+    savings = [f.est_saving_fraction for f in found]
+    assert savings == sorted(savings, reverse=True)
+    strict = Context(span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(min_saving=0.99))
+    assert diagnose(strict) == []
