@@ -67,6 +67,8 @@ class ScopeConfig:
             raise ValueError(f"report_dir must be a path or None, got {report_dir!r}")
         if isinstance(report_dir, str) and not report_dir.strip():
             raise ValueError(f"report_dir must not be empty, got {report_dir!r}")
+        if report_dir is not None and Path(report_dir).exists() and not Path(report_dir).is_dir():
+            raise ValueError(f"report_dir must be a folder, got {str(report_dir)!r}, which is a file")
         if not isinstance(console, (bool, Console)):
             raise ValueError(f"console must be True, False or a rich Console, got {console!r}")
         if isinstance(min_saving, bool) or not isinstance(min_saving, (int, float)) or not 0 <= min_saving < 1:

@@ -131,3 +131,10 @@ def test_mig_uuids_are_accepted(value: str) -> None:
 def test_recent_steps_has_an_upper_bound() -> None:
     with pytest.raises(ValueError, match="recent_steps"):
         ScopeConfig.create(recent_steps=10**9)
+
+
+def test_report_dir_that_is_a_file_is_refused_up_front(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    target.write_text("{}")
+    with pytest.raises(ValueError, match="report.json"):
+        ScopeConfig.create(target)

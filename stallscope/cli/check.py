@@ -64,7 +64,7 @@ def fraction(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1] (0.02 = 2 percentage points), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1], like 0.3 or 30%, got {text!r}")
     return value
 
 

@@ -21,5 +21,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console) -> int:
     report = load_report(args.report)
-    print_diagnosis(console, "run", report.summary, report.findings, report.notes)
+    epochs = len(report.epochs)
+    title = "run" if epochs == 0 else f"run ({epochs} epoch{'s' if epochs > 1 else ''})"
+    print_diagnosis(console, title, report.summary, report.findings, report.notes)
     return 0

@@ -15,8 +15,16 @@ def utc_now_iso() -> str:
 
 
 def torch_version() -> str:
+    """The torch in use, or installed (without importing it when the user's code did not)."""
     torch = sys.modules.get("torch")
-    return str(getattr(torch, "__version__", "")) if torch is not None else ""
+    if torch is not None:
+        return str(getattr(torch, "__version__", ""))
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:
+        return ""
 
 
 def _cpu_name() -> str:

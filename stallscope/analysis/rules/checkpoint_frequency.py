@@ -10,21 +10,29 @@ from stallscope.timeline.phases import CHECKPOINT
 ID = "checkpoint.frequency"
 
 
+def _training_time(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    if seconds >= 1:
+        return f"{seconds:.0f} s"
+    return f"{seconds * 1e3:.0f} ms"
+
+
 def rule(ctx: Context) -> Finding | None:
     est = estimate(ctx, CHECKPOINT, ctx.config.checkpoint_target_share)
     if est is None:
         return None
     k = est.interval
-    minutes = k * est.step_without_s / 60
+    span_text = _training_time(k * est.step_without_s)
     if ctx.config.framework == "lightning":
         fix = (
-            f"Save checkpoints every {k} steps (about {minutes:.1f} min of training) "
+            f"Save checkpoints every {k} steps (about {span_text} of training at the current speed) "
             f"instead of every {est.interval_now:.0f}."
         )
         snippet = f"ModelCheckpoint(every_n_train_steps={k})"
     else:
         fix = (
-            f"Save a checkpoint every {k} steps (about {minutes:.1f} min of training) instead of every "
+            f"Save a checkpoint every {k} steps (about {span_text} of training at the current speed) instead of every "
             f"{est.interval_now:.0f}, or save from a background thread."
         )
         snippet = f"if step % {k} == 0:\n    torch.save(state, path)"

@@ -54,6 +54,7 @@ def rule(ctx: Context) -> Finding | None:
     if saving <= 0:
         return None
     busy_cores = f"{cpu.cores_busy:.0%}" if cpu.cores_busy is not None else "all"
+    on_gpu = ctx.cuda_device is not None
     return Finding(
         id=ID,
         title=(
@@ -78,14 +79,18 @@ def rule(ctx: Context) -> Finding | None:
         },
         fix=(
             "More workers cannot help: preprocessing already uses the cores. Make each sample cheaper "
-            "(decode and resize once and cache the result, use a lighter augmentation), move augmentation "
-            "to the GPU, or run on a machine with more cores."
+            "(decode and resize once and cache the result, use a lighter augmentation)"
+            + (", move augmentation to the GPU," if on_gpu else "")
+            + " or run on a machine with more cores. The estimate assumes the per-batch CPU cost is cut by "
+            f"{COST_REDUCTION:.0%}."
         ),
         suggestion={},
         snippet=(
             "# augment on the GPU instead of in the DataLoader workers\n"
             'x = x.to("cuda", non_blocking=True)\n'
             "x = gpu_augment(x)  # e.g. torchvision.transforms.v2 on CUDA tensors"
+            if on_gpu
+            else "# prepare once, then load the cached tensors\ntorch.save(preprocess(raw_dataset), cache_path)"
         ),
     )
 

@@ -2,7 +2,7 @@
 
 The suggestion uses Lightning's ``val_check_interval``: an int is a number of training batches,
 a float a fraction of the epoch (1.0 = once per epoch). When even once per epoch is too often,
-``check_val_every_n_epoch`` is suggested instead.
+it is ``val_check_interval=1.0`` plus ``check_val_every_n_epoch``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def rule(ctx: Context) -> Finding | None:
             suggestion = {"val_check_interval": 1.0}
             what = "once per epoch (val_check_interval=1.0)"
         else:
-            suggestion = {"check_val_every_n_epoch": epochs_between}
-            what = f"every {epochs_between} epochs (check_val_every_n_epoch={epochs_between})"
+            # val_check_interval (SPEC's key) stays: once per epoch, on every n-th epoch
+            suggestion = {"val_check_interval": 1.0, "check_val_every_n_epoch": epochs_between}
+            what = f"every {epochs_between} epochs (val_check_interval=1.0, check_val_every_n_epoch={epochs_between})"
         after_s = span.steps / (per_epoch * epochs_between) * est.each_s
         saving = frac((span.phase_s(VALIDATION) - after_s) / span.wall_s)
     else:
@@ -49,7 +50,14 @@ def rule(ctx: Context) -> Finding | None:
         what = f"every {est.interval} training batches (val_check_interval={est.interval})"
     if saving <= 0:
         return None
-    key, value = next(iter(suggestion.items()))
+    if ctx.config.framework == "lightning":
+        snippet = "Trainer(" + ", ".join(f"{k}={v!r}" for k, v in suggestion.items()) + ")"
+    elif "check_val_every_n_epoch" in suggestion:
+        snippet = f"if (epoch + 1) % {suggestion['check_val_every_n_epoch']} == 0:\n    validate()"
+    elif suggestion["val_check_interval"] == 1.0:
+        snippet = "# once, after the epoch's last batch\nvalidate()"
+    else:
+        snippet = f"if step % {suggestion['val_check_interval']} == 0:\n    validate()"
     return Finding(
         id=ID,
         title=f"Validation takes {est.share_now:.0%} of the time ({_duration(est.each_s)} per run)",
@@ -59,5 +67,5 @@ def rule(ctx: Context) -> Finding | None:
         evidence={**est.evidence(), "batches_per_epoch": per_epoch or 0},
         fix=f"Validate {what} instead of every {est.interval_now:.0f} batches.",
         suggestion=suggestion,
-        snippet=f"Trainer({key}={value!r})",
+        snippet=snippet,
     )
