@@ -171,7 +171,11 @@ class Timeline:
     # -- hot path ------------------------------------------------------------------------
 
     def enter(self, pid: int) -> None:
-        """Enter phase ``pid``; the phase that was current resumes at the matching ``leave``."""
+        """Enter phase ``pid``; the phase that was current resumes at the matching ``leave``.
+        Starts the clock if it has not started (a plain loop's first phase may come before its
+        first ``scope.iter``)."""
+        if not self._started:
+            self.start()
         now = self._clock()
         self._totals[self._cur] += now - self._mark
         self._stack.append(self._cur)
