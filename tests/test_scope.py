@@ -635,3 +635,27 @@ def test_a_scope_with_no_steps_writes_an_empty_report(tmp_path: Path, capsys: py
     data = _read(tmp_path)
     assert data["complete"] is True
     assert data["summary"]["steps"] == 0
+
+
+def test_a_loader_error_does_not_make_a_later_internal_error_look_like_the_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the user's loader raised once (caught by the user), a later StallScope failure inside
+    ``fetch`` is still contained, not re-raised into the loop."""
+
+    class Flaky:
+        def __iter__(self) -> Iterator[int]:
+            yield 1
+            raise Boom("the user's loader")
+
+    with StallScope(tmp_path, console=False) as scope:
+        with pytest.raises(Boom):
+            list(scope.iter(Flaky()))
+
+        def broken(self: Timeline, now: int) -> None:
+            raise RuntimeError("planted")
+
+        monkeypatch.setattr(Timeline, "_close_step", broken)
+        assert list(scope.iter(range(5))) == [0, 1, 2, 3, 4]
+    assert not scope.enabled
+    assert "RuntimeError: planted" in _one_stderr_line(capsys)

@@ -254,10 +254,12 @@ class StallScope(LightningCallbacks):
             try:
                 item = fetch(it)
             except StopIteration:
+                timeline.raised_by_iterator = False
                 last_ns = timeline.last_wait_ns
                 break
             except BaseException as exc:
                 if timeline.raised_by_iterator:
+                    timeline.raised_by_iterator = False
                     raise  # the loader's own error, unchanged
                 self._fail(exc)  # StallScope's own: turn off; no item was taken
                 continue
