@@ -659,3 +659,12 @@ def test_a_loader_error_does_not_make_a_later_internal_error_look_like_the_users
         assert list(scope.iter(range(5))) == [0, 1, 2, 3, 4]
     assert not scope.enabled
     assert "RuntimeError: planted" in _one_stderr_line(capsys)
+
+
+def test_the_no_fix_line_states_the_configured_threshold(tmp_path: Path) -> None:
+    out = io.StringIO()
+    with StallScope(tmp_path, console=Console(file=out, width=100), min_saving=0.5) as scope:
+        for _ in scope.iter(range(8)):
+            with scope.phase("compute"):
+                pass
+    assert "no fix predicted to save 50% or more" in out.getvalue()

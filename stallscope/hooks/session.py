@@ -200,7 +200,7 @@ class Session:
         notes: tuple[str, ...] = (),
     ) -> None:
         if self._console is not None:
-            print_diagnosis(self._console, title, summary, findings, notes)
+            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
 
     def write(self) -> None:
         if self.report is not None and self.config.report_dir is not None:
