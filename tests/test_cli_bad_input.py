@@ -250,3 +250,15 @@ def test_real_process_exit_codes(tmp_path: Path) -> None:
     ok = subprocess.run([*cmd, "check", good, "--baseline", good], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("OK:")
+
+
+@pytest.mark.parametrize(
+    "argv", [["check"], ["check", "r.json", "--max-increase", "lots"], ["bogus"], [], ["show", "a", "b"]]
+)
+def test_usage_errors_are_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from stallscope.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("stallscope: error: ")

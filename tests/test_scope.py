@@ -172,7 +172,7 @@ def test_phases_between_epochs_count_for_the_run(tmp_path: Path, clocked: FakeCl
     assert fractions["validation"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("name", ["", 42, None, "x" * 65, "new\nline"])
+@pytest.mark.parametrize("name", ["", "   ", 42, None])
 def test_invalid_phase_names_raise(tmp_path: Path, name: Any) -> None:
     with StallScope(tmp_path, console=False) as scope, pytest.raises(ValueError, match="phase name"):
         scope.phase(name)
@@ -668,3 +668,48 @@ def test_the_no_fix_line_states_the_configured_threshold(tmp_path: Path) -> None
             with scope.phase("compute"):
                 pass
     assert "no fix predicted to save 50% or more" in out.getvalue()
+
+
+def test_stallscope_own_epoch_end_work_is_not_counted(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The diagnosis, print and report write at an epoch end take StallScope's time, not the run's:
+    they must not show up as ``other`` (idle) in the next epoch or in the run."""
+    from stallscope.hooks import session as session_module
+
+    real_write = session_module.write_report
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        clocked.advance_ms(500)  # an fsync on a slow disk
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "write_report", slow_write)
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in range(3):
+            for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=2)):
+                _train_step(scope, clocked)
+    data = _read(tmp_path)
+    # 3 epochs x 4 steps x 10 ms
+    assert data["summary"]["wall_s"] == pytest.approx(0.120)
+    assert data["summary"]["phase_fractions"]["other"] == pytest.approx(0.1)
+    for epoch in data["epochs"]:
+        assert epoch["summary"]["wall_s"] == pytest.approx(0.040)
+    assert [w["idle_fraction"] for w in data["summary"]["idle_windows"]] == pytest.approx(
+        [0.5] * len(data["summary"]["idle_windows"])
+    )
+
+
+def test_any_non_empty_name_is_a_phase_and_names_are_bounded(tmp_path: Path) -> None:
+    """SPEC: any other name is allowed. Names made per step are capped, not grown without end."""
+    from stallscope.hooks.scope import MAX_PHASE_NAMES
+
+    with StallScope(tmp_path, console=False) as scope:
+        for i in scope.iter(range(MAX_PHASE_NAMES + 50)):
+            with scope.phase("x" * 100 if i == 0 else f"batch {i}\n"):
+                pass
+    data = _read(tmp_path)
+    fractions = data["summary"]["phase_fractions"]
+    assert "x" * 100 in fractions
+    assert len(fractions) <= MAX_PHASE_NAMES + 8
+    assert sum(fractions.values()) == pytest.approx(1.0)
+    assert any("phase names" in note for note in data["notes"])

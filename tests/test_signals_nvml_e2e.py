@@ -156,7 +156,10 @@ def test_the_ranking_discounts_data_waits_the_gpu_works_through(tmp_path: Path, 
 
 def test_partial_nvml_degrades_metric_by_metric(tmp_path: Path, libs: Callable[..., Path]) -> None:
     lib = libs("nvmlDeviceGetSamples", "nvmlDeviceGetCurrentClocksEventReasons")
-    report = run_loop(tmp_path, lib, fail={"nvmlDeviceGetPowerUsage": 3}, reasons_busy=0x4, sm_clock_busy=1200)
+    # long enough (about 2 s) for the once-a-second reads to happen even on a busy 2-core machine
+    report = run_loop(
+        tmp_path, lib, steps=30, fail={"nvmlDeviceGetPowerUsage": 3}, reasons_busy=0x4, sm_clock_busy=1200
+    )
     nvml = report["summary"]["nvml"]
     assert nvml["util_source"] == "rates"  # nvmlDeviceGetSamples is missing from this "driver"
     assert report["summary"]["idle_source"] == "nvml"

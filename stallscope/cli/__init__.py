@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from rich.console import Console
 
@@ -27,8 +28,16 @@ EXIT_REGRESSION = 1
 EXIT_ERROR = 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (SPEC §5), then exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _error(f"{message} (see '{self.prog} --help')")
+        raise SystemExit(EXIT_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stallscope",
         description="Why is the accelerator waiting? Show, compare and gate StallScope reports.",
         epilog="exit status: 0 ok, 1 regression (check), 2 usage error or unreadable report",

@@ -21,10 +21,13 @@ from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
-from stallscope.timeline.phases import check_phase_name
+from stallscope.timeline.phases import BUILTIN_PHASES, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
+
+#: distinct phase names a scope records; later new names count as ``other`` (with a note)
+MAX_PHASE_NAMES = 256
 
 
 class _Phase:
@@ -195,7 +198,12 @@ class StallScope(LightningCallbacks):
         if not self._started:
             self.start()
         try:
-            phase = _Phase(self, self._session.timeline.phase_id(name))
+            timeline = self._session.timeline
+            if len(self._phases) >= MAX_PHASE_NAMES and name not in BUILTIN_PHASES:
+                # bounded: names made per step (f"batch {i}") would otherwise grow without end
+                self._session.note(f"more than {MAX_PHASE_NAMES} phase names: later ones count as 'other'")
+                name = OTHER
+            phase = _Phase(self, timeline.phase_id(name))
         except Exception as exc:
             self._fail(exc)
             return _NULL_PHASE
@@ -258,9 +266,9 @@ class StallScope(LightningCallbacks):
                 last_ns = timeline.last_wait_ns
                 break
             except BaseException as exc:
-                if timeline.raised_by_iterator:
+                if timeline.raised_by_iterator or not isinstance(exc, Exception):
                     timeline.raised_by_iterator = False
-                    raise  # the loader's own error, unchanged
+                    raise  # the loader's own error, or Ctrl-C / SystemExit: unchanged
                 self._fail(exc)  # StallScope's own: turn off; no item was taken
                 continue
             if timeline.error is not None:

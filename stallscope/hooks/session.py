@@ -109,6 +109,14 @@ class Session:
         stats = self.timeline.end_epoch()
         if stats.steps == 0 and stats.epochs == 0:
             return None
+        # the diagnosis, the print and the report write are StallScope's time, not the run's
+        self.timeline.pause()
+        try:
+            return self._close_epoch(stats)
+        finally:
+            self.timeline.resume()
+
+    def _close_epoch(self, stats: SpanStats) -> EpochReport:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()

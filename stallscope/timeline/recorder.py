@@ -81,6 +81,9 @@ class Timeline:
         self._mark = 0
         self._start_ns = 0
         self._started = False
+        #: while StallScope does its own work (``pause``): when the clock stopped
+        self._paused_at: int | None = None
+        self._paused_cpu = 0
         # steps
         self._steps = 0
         self._step_total = 0
@@ -463,11 +466,41 @@ class Timeline:
         return round(min(1.0, cpu_ns / sampled_wall_ns) * data_wall_ns) if cpu_ns >= 0 else 0
 
     def _flush(self) -> int:
-        """Credit the current phase up to now, so totals are exact at this instant."""
+        """Credit the current phase up to now, so totals are exact at this instant (while paused:
+        up to the pause)."""
+        if self._paused_at is not None:
+            return self._paused_at
         now = self._clock()
         self._totals[self._cur] += now - self._mark
         self._mark = now
         return now
+
+    # -- StallScope's own work -----------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop the clock for StallScope's own work (the epoch-end diagnosis, printing, the report
+        write): until ``resume``, no time is credited to any phase, epoch or the run."""
+        if self._paused_at is not None or not self._started:
+            return
+        self._paused_at = self._flush()
+        self._paused_cpu = self._cpu_clock()
+
+    def resume(self) -> None:
+        """Restart the clock: the paused interval is cut out of the run, as if it never happened."""
+        paused_at = self._paused_at
+        if paused_at is None:
+            return
+        now = self._clock()
+        gap = now - paused_at
+        cpu_gap = self._cpu_clock() - self._paused_cpu
+        self._start_ns += gap
+        self._ep_start_ns += gap
+        self._win_start += gap
+        self._step_start += gap
+        self._cpu_start += cpu_gap
+        self._ep_cpu += cpu_gap
+        self._paused_at = None
+        self._mark = now  # last: a probe reading totals against _mark sees a consistent state
 
     def _diff(self, now: list[int], then: list[int]) -> dict[str, int]:
         out = {name: now[i] - then[i] for i, name in enumerate(self._names) if i < len(BUILTIN_PHASES)}

@@ -86,6 +86,11 @@ def rule(ctx: Context) -> Finding | None:
             "transfer_per_batch_ms": ms(model.transfer_s),
             "step_ms": ms(model.step_s),
             "predicted_step_ms": ms(predicted),
+            # the saving also pays for each pass's worker start-up (spawn, first batch, shutdown)
+            "passes": model.passes,
+            "pass_start_ms": ms(model.pass_overhead_s / max(1, model.passes)),
+            "predicted_pass_start_ms": ms(model.predict_pass_overhead_s(suggested)),
+            "predicted_saving_ms": ms(model.predict_saving_s(suggested)),
         },
         fix=fix,
         suggestion=suggestion,
