@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -66,12 +67,13 @@ def render_panel(
                 Text.assemble(
                     f" {rank}. ",
                     (f.id, "bold cyan"),
-                    f"  {_gain(f)}  ",
-                    (f"confidence {f.confidence}", "dim"),
+                    f"  {_gain(f)}",
                 )
             )
-            parts.append(Text(f"    {f.title}", style="dim"))
-            parts.append(Text(f"    {f.fix}"))
+            # the confidence goes with the evidence line, so the headline fits 80 columns; padded
+            # blocks keep their indent when a long line wraps
+            parts.append(Padding(Text(f"{f.title} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
+            parts.append(Padding(Text(f.fix), (0, 0, 0, 4)))
             if f.snippet:
                 for line in f.snippet.splitlines():
                     parts.append(Text(f"      {line}", style="magenta"))
