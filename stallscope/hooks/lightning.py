@@ -210,9 +210,7 @@ class _FitRun:
 
     def attach(self) -> None:
         """Install the probes: the fetch touch point, the loggers, ``trainer.save_checkpoint``."""
-        self._undo.append(
-            attach_fetch_probe(self.trainer, lambda: self.guard(self.fetch_begin), lambda: self.guard(self.fetch_end))
-        )
+        self._undo.append(attach_fetch_probe(self.trainer, self._on_fetch_begin, self._on_fetch_end))
         loggers = list(getattr(self.trainer, "loggers", None) or [])
         self._last_logger = loggers[-1] if loggers else None
         for logger in loggers:
@@ -263,6 +261,31 @@ class _FitRun:
     def on_training_thread(self) -> bool:
         """The timeline is driven from the training thread only; calls from others pass untimed."""
         return threading.get_ident() == self._thread
+
+    # -- per step: the guard inlined, and a fast path for the usual state -----------------
+    # (every Python call between two training steps costs several times its tight-loop price,
+    # because the step's own work has just evicted it from the CPU caches)
+
+    def _on_fetch_begin(self) -> None:
+        if self.closed or not self.scope._active:
+            return
+        try:
+            if self._top is None and self._lazy is None:  # the usual case: between two steps
+                self._lazy_depth = 0
+                self._resume_setup = False
+                self.timeline.data_begin(new_step=True)
+            else:
+                self.fetch_begin()
+        except Exception as exc:
+            self.scope._fail(exc)
+
+    def _on_fetch_end(self) -> None:
+        if self.closed or not self.scope._active:
+            return
+        try:
+            self.fetch_end()
+        except Exception as exc:
+            self.scope._fail(exc)
 
     def guard(self, fn: Callable[..., object], *args: Any) -> bool:
         """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
@@ -368,6 +391,13 @@ class _FitRun:
         self._top = self.h2d
 
     def batch_start(self, batch: Any) -> None:
+        if self._fetched and self._top == self.h2d and self._lazy is None and not self._count_tensors:
+            self._fetched = False  # the usual case: h2d -> compute in one clock read
+            self._lazy_depth = 0
+            self._resume_setup = False
+            self.timeline.switch(self.compute)
+            self._top = self.compute
+            return
         if not self._fetched:  # no fetch before this step (dataloader_iter): the step starts here
             self._set_top(None)
             self.timeline.data_begin(new_step=True)
@@ -379,6 +409,12 @@ class _FitRun:
             self.session.batch_tensors = count_tensors(batch)
 
     def batch_end(self) -> None:
+        if self._top == self.compute and self._lazy is None:  # the usual case
+            self._lazy_depth = 0
+            self._resume_setup = False
+            self.timeline.leave()
+            self._top = None
+            return
         self._set_top(None)
 
     def validation_start(self) -> None:
