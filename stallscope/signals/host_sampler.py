@@ -279,23 +279,16 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
 
     def close_window(self) -> HostSummary | None:
         self.sample_now()  # so the window ends where the epoch does
-        if not self._locked():
-            return None
-        try:
-            window = self._win
-            if window is not None:
-                self._win = _Tally(window.end_ns)
-        finally:
-            self._lock.release()
-        return self._summary(window)
+        return self._summary(self._with_lock(self._swap_window))  # None when the lock timed out
+
+    def _swap_window(self) -> _Tally | None:
+        window = self._win
+        if window is not None:
+            self._win = _Tally(window.end_ns)
+        return window
 
     def run_summary(self) -> HostSummary | None:
-        if not self._locked():
-            return None
-        try:
-            return self._summary(self._all)
-        finally:
-            self._lock.release()
+        return self._with_lock(lambda: self._summary(self._all))
 
     def _summary(self, t: _Tally | None) -> HostSummary | None:
         if t is None or t.end_ns <= t.start_ns:

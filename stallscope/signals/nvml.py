@@ -445,21 +445,15 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
     # -- summaries (training thread) -----------------------------------------------------
 
     def close_window(self) -> NvmlSummary | None:
-        if not self._locked():
-            return None
-        try:
-            window, self._win = self._win, _Window()
-        finally:
-            self._lock.release()
-        return self._summary(window)
+        window = self._with_lock(self._swap_window)
+        return self._summary(window) if window is not None else None
+
+    def _swap_window(self) -> _Window:
+        window, self._win = self._win, _Window()
+        return window
 
     def run_summary(self) -> NvmlSummary | None:
-        if not self._locked():
-            return None
-        try:
-            return self._summary(self._all)
-        finally:
-            self._lock.release()
+        return self._with_lock(lambda: self._summary(self._all))
 
     def _summary(self, w: _Window) -> NvmlSummary | None:
         if self._handle is None:

@@ -23,6 +23,7 @@ from typing import Generic, Protocol, TypeVar
 S_co = TypeVar("S_co", covariant=True)
 S = TypeVar("S")
 R = TypeVar("R")
+T = TypeVar("T")
 
 Clock = Callable[[], int]
 
@@ -177,6 +178,15 @@ class PeriodicSampler(Generic[S, R]):
             return True
         self.disable(reason=f"a sample took longer than {LOCK_TIMEOUT_S} s")
         return False
+
+    def _with_lock(self, read: Callable[[], T]) -> T | None:
+        """``read()`` with the lock held, or None when the lock could not be had in time."""
+        if not self._locked():
+            return None
+        try:
+            return read()
+        finally:
+            self._lock.release()
 
     # -- for subclasses ------------------------------------------------------------------
 
