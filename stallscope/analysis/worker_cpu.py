@@ -56,14 +56,19 @@ def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
     return LoaderCpu(model.cpu_share_of_loading, "in_process", cores_busy, main, workers)
 
 
+def refine(ctx: Context, model: LoopModel) -> tuple[LoopModel, LoaderCpu | None]:
+    """``model`` with the measured CPU share of loading put in, and that measurement (None, and
+    the model unchanged, when it was not measured)."""
+    cpu = loader_cpu(ctx, model)
+    if cpu is not None and cpu.source == "workers":
+        model = replace(model, load_cpu_s=cpu.busy * model.load_s, load_cpu_measured=True)
+    return model, cpu
+
+
 def refined_model(ctx: Context) -> tuple[LoopModel, LoaderCpu] | None:
     """The loop model with the measured CPU share of loading; None when either is unknown."""
     model = build_loop_model(ctx)
     if model is None:
         return None
-    cpu = loader_cpu(ctx, model)
-    if cpu is None:
-        return None
-    if cpu.source == "workers":
-        model = replace(model, load_cpu_s=cpu.busy * model.load_s, load_cpu_measured=True)
-    return model, cpu
+    model, cpu = refine(ctx, model)
+    return (model, cpu) if cpu is not None else None

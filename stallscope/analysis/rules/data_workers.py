@@ -15,16 +15,18 @@ from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import build_loop_model
 from stallscope.analysis.numbers import frac, ms
-from stallscope.analysis.worker_cpu import refined_model
+from stallscope.analysis.worker_cpu import refine
 
 ID = "data.workers"
 
 
 def rule(ctx: Context) -> Finding | None:
+    model = build_loop_model(ctx)
+    if model is None:
+        return None
     # with workers, the host sampler's measured CPU share of a batch replaces "CPU = wall"
-    refined = refined_model(ctx)
-    model = refined[0] if refined is not None else build_loop_model(ctx)
-    if model is None or not model.starved:
+    model, _ = refine(ctx, model)
+    if not model.starved:
         return None
     io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
