@@ -103,9 +103,9 @@ class StallScope(LightningCallbacks):
         )
         self._reset()
 
-    def _reset(self) -> None:
-        """Fresh, unstarted recording state for ``self._config``."""
-        self._session = Session(self._config)
+    def _reset(self, session: Session | None = None) -> None:
+        """Fresh, unstarted recording state: ``session``, or a new one for ``self._config``."""
+        self._session = session if session is not None else Session(self._config)
         self._phases: dict[str, _Phase] = {}
         self._active = True
         self._started = False
@@ -160,14 +160,9 @@ class StallScope(LightningCallbacks):
 
     def _begin_run(self, session: Session) -> None:
         """Start a fresh run recorded by ``session`` (the Lightning callback starts one per ``fit``)."""
-        self._session = session
-        self._phases = {}
-        self._active = True
-        self._started = False
-        self._finished = False
-        self._in_epoch = False
-        self._boundary = None
-        self._generation += 1
+        generation = self._generation + 1  # iterators of an earlier run must see they are stale
+        self._reset(session)
+        self._generation = generation
         self._start(clock=True)
 
     def close(self) -> None:
