@@ -18,7 +18,7 @@ from stallscope.hooks import scope as scope_module
 from stallscope.hooks.session import Session
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.schema import report_to_dict
-from stallscope.timeline.recorder import Timeline
+from stallscope.timeline.recorder import FOLD_AT, Timeline
 
 MS = 1_000_000
 
@@ -485,11 +485,22 @@ def _one_stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("method", ["enter", "leave", "data_begin", "data_end", "fetch", "begin_epoch", "end_epoch"])
+@pytest.mark.parametrize("method", ["_fold", "stream", "data_begin", "data_end", "begin_epoch", "end_epoch"])
 def test_an_internal_error_turns_the_scope_off_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
 ) -> None:
-    monkeypatch.setattr(Timeline, method, _planted)
+    """A bug hit once: the method fails the first time it is called, then works (the report is
+    still written, from what was recorded)."""
+    real = getattr(Timeline, method)
+    calls = {"n": 0}
+
+    def fails_once(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("planted")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(Timeline, method, fails_once)
     seen = []
     with StallScope(tmp_path, console=False) as scope:
         for epoch in range(2):
@@ -506,24 +517,42 @@ def test_an_internal_error_turns_the_scope_off_once(
     assert any("RuntimeError: planted" in note for note in data["notes"])
 
 
+def test_an_internal_error_inside_a_phase_turns_the_scope_off_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Phases alone (no ``scope.iter``): the log is folded when a phase ends, inside the user's
+    ``with`` block; a failure there is contained and the user's code runs on."""
+    monkeypatch.setattr(Timeline, "_fold", _planted)
+    seen = []
+    with StallScope(tmp_path, console=False) as scope:
+        compute = scope.phase("compute")
+        for i in range(FOLD_AT):  # enough events to fill the log
+            with compute:
+                seen.append(i)
+        assert not scope.enabled
+    assert seen == list(range(FOLD_AT))
+    assert "turned itself off" in _one_stderr_line(capsys)
+
+
 def test_an_internal_error_after_some_steps_keeps_every_item(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = Timeline._close_step
+    real = Timeline._fold
     calls = {"n": 0}
 
-    def flaky(self: Timeline, now: int) -> None:  # runs inside fetch, before next()
+    def flaky(self: Timeline) -> None:  # the second fold runs inside the loop, mid-pass
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == 2:
             raise RuntimeError("planted")
-        real(self, now)
+        real(self)
 
-    monkeypatch.setattr(Timeline, "_close_step", flaky)
+    monkeypatch.setattr(Timeline, "_fold", flaky)
+    items = 4 * FOLD_AT  # two events per item: the log fills every FOLD_AT / 2 items
     with StallScope(tmp_path, console=False) as scope:
-        seen = list(scope.iter(range(10)))
+        seen = list(scope.iter(range(items)))
         assert not scope.enabled
-        seen += list(scope.iter(range(10, 13)))  # a later epoch passes items straight through
-    assert seen == list(range(13))
+        seen += list(scope.iter(range(items, items + 3)))  # a later epoch passes items straight through
+    assert seen == list(range(items + 3))
     _one_stderr_line(capsys)
 
 
@@ -641,7 +670,7 @@ def test_a_loader_error_does_not_make_a_later_internal_error_look_like_the_users
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """After the user's loader raised once (caught by the user), a later StallScope failure inside
-    ``fetch`` is still contained, not re-raised into the loop."""
+    the stream is still contained, not re-raised into the loop."""
 
     class Flaky:
         def __iter__(self) -> Iterator[int]:
@@ -652,11 +681,11 @@ def test_a_loader_error_does_not_make_a_later_internal_error_look_like_the_users
         with pytest.raises(Boom):
             list(scope.iter(Flaky()))
 
-        def broken(self: Timeline, now: int) -> None:
+        def broken(self: Timeline) -> None:
             raise RuntimeError("planted")
 
-        monkeypatch.setattr(Timeline, "_close_step", broken)
-        assert list(scope.iter(range(5))) == [0, 1, 2, 3, 4]
+        monkeypatch.setattr(Timeline, "_fold", broken)  # the stream folds the log mid-pass
+        assert list(scope.iter(range(FOLD_AT))) == list(range(FOLD_AT))
     assert not scope.enabled
     assert "RuntimeError: planted" in _one_stderr_line(capsys)
 

@@ -30,16 +30,47 @@ def test_probe_reports_the_phase_in_progress_and_the_totals(clock: FakeClock) ->
     assert sum(p.totals_ns) == p.since_ns  # totals are credited up to the mark
 
 
-def test_probe_retries_while_the_training_thread_is_mid_change(clock: FakeClock) -> None:
-    """A probe taken between the totals update and the mark update would be inconsistent; the
-    totals-add-up check rejects it (simulated by corrupting the mark, then restoring it)."""
+def test_probe_retries_while_the_training_thread_is_mid_fold(clock: FakeClock) -> None:
+    """A probe taken while the training thread rewrites the folded state would be inconsistent;
+    the odd fold count rejects it (simulated by leaving a fold half-way, then finishing it)."""
     tl = Timeline(clock=clock)
     tl.start()
     clock.advance_ms(3)
-    tl._totals[0] += 3 * MS  # the first half of a change of phase
+    tl._folds += 1  # a fold begins
     assert tl.probe() is None
-    tl._mark = 3 * MS  # the second half
+    tl._folds += 1  # and ends
     assert tl.probe() is not None
+
+
+def test_probe_applies_the_events_not_folded_yet(clock: FakeClock) -> None:
+    """The probe sees events still in the log exactly as it sees them once folded."""
+    tl = Timeline(clock=clock)
+    tl.start()
+    compute, logging = tl.phase_id("compute"), tl.phase_id("logging")
+    for wait, work, log in [(2, 5, 1), (3, 4, 2)]:
+        tl.data_begin()
+        clock.advance_ms(wait)
+        tl.data_end(got_item=True)
+        tl.enter(compute)
+        clock.advance_ms(work)
+        tl.enter(logging)  # nested: compute resumes when it ends
+        clock.advance_ms(log)
+        tl.leave()
+        tl.leave()
+        clock.advance_ms(1)
+    custom = tl.phase_id("registered late")
+    tl.switch(custom)
+    clock.advance_ms(2)
+    assert tl._log  # events are pending
+    pending = tl.probe()
+    assert tl.depth == 1  # reading the depth folds the log
+    assert not tl._log
+    assert tl.probe() == pending
+    assert pending is not None
+    assert (pending.phase, pending.since_ns, pending.now_ns) == (custom, 19 * MS, 21 * MS)
+    expected = {"data": 5 * MS, "compute": 9 * MS, "logging": 3 * MS, "other": 2 * MS}
+    names = tl.phase_names()
+    assert {names[i]: ns for i, ns in enumerate(pending.totals_ns) if ns} == expected
 
 
 def test_probe_from_another_thread_is_always_consistent() -> None:

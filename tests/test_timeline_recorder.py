@@ -283,8 +283,9 @@ def test_in_process_data_cpu_is_sampled_and_scaled_by_wall_time() -> None:
         return real_cpu()
 
     tl._cpu_clock = counting_cpu
+    stream = tl.stream(loader, lambda item, wait: None)
     for _ in range(10 * DATA_CPU_EVERY):
-        tl.fetch(loader)
+        next(stream)
         tl.enter(compute)
         clocks.advance(1000, busy=False)
         tl.leave()

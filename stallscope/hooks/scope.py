@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -22,43 +22,13 @@ from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
 from stallscope.timeline.phases import BUILTIN_PHASES, OTHER, check_phase_name
+from stallscope.timeline.recorder import PhaseTimer
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
-
-
-class _Phase:
-    """The reusable context manager ``scope.phase(name)`` returns (one per name, no allocation).
-
-    It holds the timeline's bound methods, so entering and leaving touch as few objects as
-    possible: in a real loop the model's work evicts them from the CPU caches between steps.
-    """
-
-    __slots__ = ("_scope", "_pid", "_enter", "_leave")
-
-    def __init__(self, scope: StallScope, pid: int) -> None:
-        self._scope = scope
-        self._pid = pid
-        timeline = scope._session.timeline
-        self._enter = timeline.enter
-        self._leave = timeline.leave
-
-    def __enter__(self) -> None:
-        if self._scope._active:
-            try:
-                self._enter(self._pid)  # a phase before the first scope.iter starts the clock
-            except Exception as exc:  # internal failure: contain it
-                self._scope._fail(exc)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._scope._active:
-            try:
-                self._leave()
-            except Exception as exc:
-                self._scope._fail(exc)
 
 
 class _NullPhase:
@@ -72,6 +42,19 @@ class _NullPhase:
 
 
 _NULL_PHASE = _NullPhase()
+
+
+class _PhaseCache(dict[str, "PhaseTimer | _NullPhase"]):
+    """The timers ``scope.phase`` hands out, by name; a name not seen yet goes to ``make``."""
+
+    __slots__ = ("_make",)
+
+    def __init__(self, make: Callable[[str], PhaseTimer | _NullPhase]) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, name: str) -> PhaseTimer | _NullPhase:
+        return self._make(name)
 
 
 class StallScope(LightningCallbacks):
@@ -106,7 +89,10 @@ class StallScope(LightningCallbacks):
     def _reset(self, session: Session | None = None) -> None:
         """Fresh, unstarted recording state: ``session``, or a new one for ``self._config``."""
         self._session = session if session is not None else Session(self._config)
-        self._phases: dict[str, _Phase] = {}
+        self._session.timeline.on_error = self._fail  # a failure on the hot path turns the scope off
+        self._phases = _PhaseCache(self._new_phase)
+        # per instance, in C: a timer already made is one dict lookup (see ``phase``)
+        self.phase = self._phases.__getitem__  # type: ignore[method-assign,assignment]
         self._active = True
         self._started = False
         self._finished = False
@@ -179,14 +165,19 @@ class StallScope(LightningCallbacks):
         except Exception as exc:
             self._fail(exc)
         self._active = False
+        self._session.timeline.stop()
 
     # -- recording -----------------------------------------------------------------------
 
-    def phase(self, name: str) -> _Phase | _NullPhase:
-        """A context manager that attributes the time inside it to phase ``name``."""
-        cached = self._phases.get(name)
-        if cached is not None:
-            return cached if self._active else _NULL_PHASE
+    def phase(self, name: str) -> PhaseTimer | _NullPhase:
+        """A context manager that attributes the time inside it to phase ``name``.
+
+        (Each instance answers this with its cache's ``__getitem__``, set in ``_reset``: a name
+        seen before costs one dict lookup in C, per step. This method is the first-use path.)"""
+        return self._phases[name]
+
+    def _new_phase(self, name: str) -> PhaseTimer | _NullPhase:
+        """The first ``phase(name)``: check the name, make the timer and cache it."""
         check_phase_name(name)
         if not self._active:
             return _NULL_PHASE
@@ -197,8 +188,8 @@ class StallScope(LightningCallbacks):
             if len(self._phases) >= MAX_PHASE_NAMES and name not in BUILTIN_PHASES:
                 # bounded: names made per step (f"batch {i}") would otherwise grow without end
                 self._session.note(f"more than {MAX_PHASE_NAMES} phase names: later ones count as 'other'")
-                name = OTHER
-            phase = _Phase(self, timeline.phase_id(name))
+                return timeline.timer(timeline.phase_id(OTHER))
+            phase = timeline.timer(timeline.phase_id(name))
         except Exception as exc:
             self._fail(exc)
             return _NULL_PHASE
@@ -216,6 +207,7 @@ class StallScope(LightningCallbacks):
         if self._active and not self._session.timeline.started:
             self._start_clock()
         self._generation += 1
+        self._session.timeline.end_streams()  # an earlier pass still running passes items through
         if self._active and self._in_epoch:
             try:
                 self._end_epoch()
@@ -249,40 +241,28 @@ class StallScope(LightningCallbacks):
         finally:
             iter_ns = self._data_end(got_item=False)
         self._boundary = [index, iter_ns, 0, 0]
-        fetch = timeline.fetch
-        while True:  # the hot loop: one call per item
-            if not self._active or generation != self._generation:
-                yield from it  # turned off, or a newer epoch started: just pass items through
-                return
-            try:
-                item = fetch(it)
-            except StopIteration:
-                timeline.raised_by_iterator = False
-                last_ns = timeline.last_wait_ns
-                break
-            except BaseException as exc:
-                if timeline.raised_by_iterator or not isinstance(exc, Exception):
-                    timeline.raised_by_iterator = False
-                    raise  # the loader's own error, or Ctrl-C / SystemExit: unchanged
-                self._fail(exc)  # StallScope's own: turn off; no item was taken
-                continue
-            if timeline.error is not None:
-                self._fail(timeline.error)
-            if self._boundary[2] == 0:
-                self._first_item(item)
-            yield item
-        if self._active and generation == self._generation:
+        if not self._active or generation != self._generation:
+            yield from it
+            return
+        try:
+            stream = timeline.stream(it, self._first_item)
+        except Exception as exc:
+            self._fail(exc)
+            yield from it
+            return
+        last_ns = yield from stream  # the hot loop
+        if last_ns is not None and self._active and generation == self._generation:
             try:
                 self._boundary[3] = last_ns
                 self._end_epoch()
             except Exception as exc:
                 self._fail(exc)
 
-    def _first_item(self, item: object) -> None:
+    def _first_item(self, item: object, wait_ns: int) -> None:
         """The first item of a pass: its wait is the start-up's; inspect the batch once."""
         try:
             assert self._boundary is not None
-            self._boundary[2] = max(1, self._session.timeline.step_wait_ns)
+            self._boundary[2] = max(1, wait_ns)
             self._session.batch_tensors = count_tensors(item)
             self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory
         except Exception as exc:
@@ -323,6 +303,7 @@ class StallScope(LightningCallbacks):
             return
         self._active = False
         try:
+            self._session.timeline.stop()
             self._session.warn_internal(exc)
             if self._started and not self._finished:
                 self._session.write()

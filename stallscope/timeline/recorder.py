@@ -1,4 +1,4 @@
-"""The timeline recorder: attributes every nanosecond to exactly one phase, in O(1) per event.
+"""The timeline recorder: attributes every nanosecond to exactly one phase.
 
 The recorder keeps a *current phase* and the timestamp it was entered at. Entering a phase
 credits the time since then to the current one and pushes it; leaving credits the phase being
@@ -10,6 +10,15 @@ sum to the wall time, nested phases count exclusively, and no per-step structure
 * idle windows of ``window_steps`` steps, at most ``max_windows`` of them: when full, neighbours
   are merged and the window doubles, so a run of any length keeps a bounded, evenly spaced series.
 
+The training thread only *logs* each event, a (code, timestamp) pair appended to a short list
+(``_log``), and the log is folded into the totals every ``FOLD_AT`` entries and whenever
+statistics are read. Between two training steps the CPU caches hold the step's own work, not
+ours, so every Python call and every object touched there costs several times its tight-loop
+price: one append per event is what keeps the recording cheap enough to leave on. The fold runs
+the log through the same rules, in a tight loop, with the same result as applying each event at
+once. One exception: while a phase is *watched* (CUDA events around ``compute``), each event is
+folded at once, so the listeners run at the real phase boundary.
+
 Epoch and run statistics are differences of snapshots of the totals, taken at epoch ends only.
 """
 
@@ -17,7 +26,8 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
 from typing import NamedTuple, TypeVar
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
@@ -30,13 +40,38 @@ T = TypeVar("T")
 #: and scaled to all of them by wall time
 DATA_CPU_EVERY = 8
 
+#: the log is folded into the totals when it holds this many entries (two per event)
+FOLD_AT = 512
+
+# Event codes in the log. A code >= 0 enters the phase with that id.
+#: leave the current phase
+LEAVE = -1
+#: a wait for data begins, and a new step with it (the step in progress ends)
+STEP = -2
+#: a wait for data begins that starts no step (``iter(loader)``; a fetch inside a step)
+WAIT = -3
+#: the wait is over and an item came: the step runs
+GOT = -4
+#: the wait is over without an item (``iter()`` returned; the pass ended)
+NONE = -5
+#: the step in progress ends (the epoch ends)
+END = -6
+
 _DATA = BUILTIN_PHASES.index(DATA)
 _COMPUTE = BUILTIN_PHASES.index(COMPUTE)
 _OTHER = BUILTIN_PHASES.index(OTHER)
 
+#: a push that records nothing (after ``stop``), in C: ``deque(maxlen=0)`` drops what it is given
+_SINK: deque[int] = deque(maxlen=0)
+_DISCARD: Callable[[tuple[int, ...]], None] = _SINK.extend
+
 
 def _nothing() -> None:
     return None
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
 
 
 class PhaseProbe(NamedTuple):
@@ -52,8 +87,103 @@ class PhaseProbe(NamedTuple):
     totals_ns: tuple[int, ...]
 
 
+class PhaseTimer:
+    """``with timer:`` counts the time inside to one phase (``Timeline.timer``). Reusable, and
+    nothing is allocated but the two events it logs."""
+
+    # what __enter__ and __exit__ use is held here, on one object (the timeline keeps ``push``
+    # up to date): between two training steps each object touched costs
+    __slots__ = ("_pid", "_push", "_clock", "_log", "_timeline")
+
+    def __init__(self, timeline: Timeline, pid: int) -> None:
+        self._pid = pid
+        self._push = timeline._push
+        self._clock = timeline._clock
+        self._log = timeline._log
+        self._timeline = timeline
+
+    def __enter__(self) -> None:
+        try:
+            self._push((self._pid, self._clock()))
+        except Exception as exc:
+            self._timeline._failed(exc)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self._push((LEAVE, self._clock()))
+            if len(self._log) >= FOLD_AT:
+                self._timeline._fold()
+        except Exception as err:
+            self._timeline._failed(err)
+        # returns None: the user's exception, if any, propagates unchanged
+
+
 class Timeline:
-    """Records phases and steps of one run. Not thread-safe: drive it from the training thread."""
+    """Records phases and steps of one run. Not thread-safe: drive it from the training thread
+    (``probe`` is the one method for other threads)."""
+
+    # slots: attribute reads on the hot path are fixed offsets, and the object stays compact
+    __slots__ = (
+        "_clock",
+        "_cpu_clock",
+        "on_error",
+        "_log",
+        "_live",
+        "_push",
+        "_timers",
+        "_folds",
+        "_streams",
+        "_names",
+        "_ids",
+        "_totals",
+        "_counts",
+        "_cur",
+        "_stack",
+        "_mark",
+        "_start_ns",
+        "_started",
+        "_paused_at",
+        "_paused_cpu",
+        "_steps",
+        "_step_total",
+        "_ep_step_total",
+        "_in_step",
+        "_step_start",
+        "_step_wait",
+        "_data_mark",
+        "_ring_size",
+        "_ring_step",
+        "_ring_wait",
+        "_ring_pos",
+        "_data_t0",
+        "_measure_data_cpu",
+        "_data_cpu_mark",
+        "_cpu_countdown",
+        "_data_cpu_total",
+        "_data_cpu_wall",
+        "_ep_data_cpu_wall",
+        "_data_cpu_valid_run",
+        "_data_cpu_valid_epoch",
+        "_window_steps",
+        "_max_windows",
+        "_windows",
+        "_win_steps",
+        "_win_start",
+        "_win_busy",
+        "_epochs",
+        "_ep_start_ns",
+        "_ep_totals",
+        "_ep_counts",
+        "_ep_steps",
+        "_ep_cpu",
+        "_ep_data_cpu",
+        "_cpu_start",
+        "_boundaries",
+        "_ep_boundaries",
+        "_watch",
+        "_on_watch_enter",
+        "_on_watch_leave",
+    )
 
     def __init__(
         self,
@@ -72,6 +202,19 @@ class Timeline:
             raise ValueError(f"max_windows must be an even number >= 2, got {max_windows!r}")
         self._clock = clock
         self._cpu_clock = cpu_clock
+        #: called with StallScope's own error when the hot path fails (the timeline then stops);
+        #: by default it is raised
+        self.on_error: Callable[[Exception], None] = _raise
+        # the event log and how events reach it
+        self._log: list[int] = []
+        self._live = True
+        self._push: Callable[[tuple[int, ...]], None] = self._push_first
+        self._timers: dict[int, PhaseTimer] = {}
+        #: bumped whenever the folded state is rewritten: odd while that is in progress (``probe``)
+        self._folds = 0
+        #: bumped to make the running ``stream`` pass items through unrecorded
+        self._streams = 0
+        # the folded state
         self._names: list[str] = list(BUILTIN_PHASES)
         self._ids: dict[str, int] = {name: i for i, name in enumerate(BUILTIN_PHASES)}
         self._totals: list[int] = [0] * len(BUILTIN_PHASES)
@@ -91,10 +234,14 @@ class Timeline:
         self._in_step = False
         self._step_start = 0
         self._step_wait = 0
+        #: when the data wait being folded began
+        self._data_mark = 0
         self._ring_size = recent_steps
         self._ring_step = array("q", bytes(8 * recent_steps))
         self._ring_wait = array("q", bytes(8 * recent_steps))
         self._ring_pos = 0
+        # the wait in progress, measured at once (``data_end`` returns it)
+        self._data_t0 = 0
         # CPU time of in-process data loading
         self._measure_data_cpu = False
         self._data_cpu_mark = -1
@@ -103,11 +250,6 @@ class Timeline:
         self._data_cpu_total = 0
         self._data_cpu_wall = 0
         self._ep_data_cpu_wall = 0
-        self._last_wait = 0
-        #: set when the iterator given to ``fetch`` raised (its own error, or StopIteration)
-        self.raised_by_iterator = False
-        #: an internal failure inside ``fetch`` after the item was taken
-        self.error: Exception | None = None
         self._data_cpu_valid_run = True
         self._data_cpu_valid_epoch = True
         # idle windows
@@ -136,14 +278,16 @@ class Timeline:
 
     # -- set-up --------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the clock: the run (and its first epoch) begins now."""
-        now = self._clock()
+    def start(self, at: int | None = None) -> None:
+        """Start the clock: the run (and its first epoch) begins now (or at ``at``, a reading of
+        the clock already taken)."""
+        now = self._clock() if at is None else at
         self._start_ns = self._mark = self._ep_start_ns = self._win_start = now
         self._cpu_start = self._ep_cpu = self._cpu_clock()
         self._ep_totals = list(self._totals)
         self._ep_counts = list(self._counts)
         self._started = True
+        self._set_push()
 
     @property
     def started(self) -> bool:
@@ -162,128 +306,123 @@ class Timeline:
             self._ep_counts.append(0)
         return pid
 
+    def timer(self, pid: int) -> PhaseTimer:
+        """A reusable context manager for phase ``pid`` (what ``scope.phase`` hands out). Entering
+        one starts the clock if it has not started. One per phase id: at most one per name."""
+        timer = self._timers.get(pid)
+        if timer is None:
+            timer = self._timers[pid] = PhaseTimer(self, pid)
+        return timer
+
     @property
     def steps(self) -> int:
+        self._fold()
         return self._steps
 
     @property
     def depth(self) -> int:
         """How many phases are open (0 outside any phase)."""
+        self._fold()
         return len(self._stack)
 
-    # -- hot path ------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Record nothing more: later events are dropped and a running ``stream`` passes its items
+        through. What was recorded stays readable."""
+        self._live = False
+        self._streams += 1
+        self._set_push()
+        try:
+            self._fold()
+        except Exception:  # a log that cannot be folded is dropped; what was folded stays
+            del self._log[:]
+            self._folds += self._folds % 2
+
+    def end_streams(self) -> None:
+        """A running ``stream`` passes its remaining items through unrecorded (a new pass began)."""
+        self._streams += 1
+
+    # -- hot path: log one event ---------------------------------------------------------
 
     def enter(self, pid: int) -> None:
         """Enter phase ``pid``; the phase that was current resumes at the matching ``leave``.
-        Starts the clock if it has not started (a plain loop's first phase may come before its
-        first ``scope.iter``)."""
-        if not self._started:
-            self.start()
-        now = self._clock()
-        self._totals[self._cur] += now - self._mark
-        self._stack.append(self._cur)
-        self._cur = pid
-        self._counts[pid] += 1
-        self._mark = now
-        if pid == self._watch:
-            self._on_watch_enter()
+        Starts the clock if it has not started."""
+        self._push((pid, self._clock()))
 
     def switch(self, pid: int) -> None:
         """Leave the current phase and enter ``pid`` at one instant: ``leave()`` + ``enter(pid)``
         with one clock read (Lightning's h2d -> compute, every step)."""
         now = self._clock()
-        left = self._cur
-        self._totals[left] += now - self._mark
-        self._cur = pid
-        self._counts[pid] += 1
-        self._mark = now
-        if left == self._watch:
-            self._on_watch_leave()
-        if pid == self._watch:
-            self._on_watch_enter()
+        self._push((LEAVE, now, pid, now))
 
     def leave(self) -> None:
         """Leave the current phase."""
-        now = self._clock()
-        left = self._cur
-        self._totals[left] += now - self._mark
-        self._cur = self._stack.pop() if self._stack else _OTHER
-        self._mark = now
-        if left == self._watch:
-            self._on_watch_leave()
+        self._push((LEAVE, self._clock()))
+        if len(self._log) >= FOLD_AT:
+            self._fold()
 
-    def fetch(self, it: Iterator[T]) -> T:
-        """``next(it)``, timed as the data phase: the step in progress ends and a new one starts
-        with the item. ``data_begin`` + ``next`` + ``data_end`` in one call, for the plain-loop
-        iterator.
+    def stream(self, it: Iterator[T], on_first: Callable[[T, int], None]) -> Generator[T, None, int | None]:
+        """The items of ``it``, each ``next()`` timed as the data phase: the step in progress ends
+        and a new one starts with the item. ``on_first(item, wait_ns)`` sees the first item.
 
-        StopIteration and the iterator's own errors propagate unchanged, with
-        ``raised_by_iterator`` set (the wait is then ``last_wait_ns`` and no step starts). Any other
-        exception is StallScope's own. A failure after ``next`` succeeded is stored in ``error``
-        and the item is still returned.
+        Returns the wait of the final ``next()`` (the one that raised StopIteration), or None when
+        the stream stopped recording (``stop``, ``end_streams``, or StallScope's own failure,
+        which goes to ``on_error``): it then passes the remaining items through. The iterator's
+        own errors propagate unchanged.
         """
-        now = self._clock()
-        if self._in_step:
-            self._close_step(now)
-        cur = self._cur
-        self._totals[cur] += now - self._mark
-        self._cur = _DATA
-        self._mark = now
-        self._counts[_DATA] += 1
-        self._step_start = now
-        cpu0 = -1
-        if self._measure_data_cpu:
-            self._cpu_countdown -= 1
-            if self._cpu_countdown <= 0:
-                self._cpu_countdown = DATA_CPU_EVERY
-                cpu0 = self._cpu_clock()
-        try:
-            item = next(it)
-        except BaseException:
-            self.raised_by_iterator = True
-            end = self._clock()
-            self._totals[_DATA] += end - now
-            self._cur = cur
-            self._mark = end
-            self._last_wait = end - now
-            raise
-        try:
-            end = self._clock()
-            wait = end - now
-            self._totals[_DATA] += wait
-            self._cur = cur
-            self._mark = end
-            self._in_step = True
-            self._step_wait = wait
-            if cpu0 >= 0:
-                self._data_cpu_total += self._cpu_clock() - cpu0
-                self._data_cpu_wall += wait
-        except Exception as exc:  # never lose the item: report the failure beside it
-            self.error = exc
-        return item
-
-    @property
-    def step_wait_ns(self) -> int:
-        """The data wait of the step in progress."""
-        return self._step_wait
-
-    @property
-    def last_wait_ns(self) -> int:
-        """The wait of the last ``fetch`` that raised (StopIteration: the end of a pass)."""
-        return self._last_wait
+        gen = self._streams
+        clock = self._clock
+        cpu_clock = self._cpu_clock
+        log = self._log
+        countdown = 1 if self._measure_data_cpu else 0
+        first = True
+        while True:  # the hot loop: one log entry per item
+            if self._streams != gen:
+                yield from it
+                return None
+            try:
+                cpu0 = -1
+                if countdown:
+                    countdown -= 1
+                    if not countdown:
+                        countdown = DATA_CPU_EVERY
+                        cpu0 = cpu_clock()
+                now = clock()
+            except Exception as exc:
+                self._failed(exc)
+                yield from it
+                return None
+            try:
+                item = next(it)
+            except StopIteration:
+                end = clock()
+                self._push((STEP, now, NONE, end))
+                return end - now
+            except BaseException:
+                self._push((STEP, now, NONE, clock()))
+                raise  # the loader's own error, or Ctrl-C: unchanged
+            try:
+                end = clock()
+                self._push((STEP, now, GOT, end))
+                if cpu0 >= 0:
+                    self._data_cpu_total += cpu_clock() - cpu0
+                    self._data_cpu_wall += end - now
+                if first:
+                    first = False
+                    on_first(item, end - now)
+                if len(log) >= FOLD_AT:
+                    self._fold()
+            except Exception as exc:  # never lose the item: pass it on, then the rest
+                self._failed(exc)
+                yield item
+                yield from it
+                return None
+            yield item
 
     def data_begin(self, *, new_step: bool = True) -> None:
         """About to wait for the next batch. With ``new_step`` the step in progress ends here."""
         now = self._clock()
-        if self._in_step and new_step:
-            self._close_step(now)
-        self._totals[self._cur] += now - self._mark
-        self._stack.append(self._cur)
-        self._cur = _DATA
-        self._counts[_DATA] += 1
-        self._mark = now
-        if new_step:
-            self._step_start = now
+        self._data_t0 = now
+        self._push((STEP if new_step else WAIT, now))
         self._data_cpu_mark = -1
         if self._measure_data_cpu:
             self._cpu_countdown -= 1
@@ -295,34 +434,126 @@ class Timeline:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns."""
         cpu1 = self._cpu_clock() if self._data_cpu_mark >= 0 else -1
         now = self._clock()
-        wait = now - self._mark
+        wait = now - self._data_t0
         if cpu1 >= 0:
             self._data_cpu_total += cpu1 - self._data_cpu_mark
             self._data_cpu_wall += wait
             self._data_cpu_mark = -1
-        self._totals[self._cur] += wait
-        self._cur = self._stack.pop() if self._stack else _OTHER
-        self._mark = now
-        if got_item:
-            self._in_step = True
-            self._step_wait = wait
+        self._push((GOT if got_item else NONE, now))
+        if len(self._log) >= FOLD_AT:
+            self._fold()
         return wait
 
-    def _close_step(self, now: int) -> None:
+    # -- where events go -----------------------------------------------------------------
+
+    def _set_push(self) -> None:
+        if not self._live:
+            self._push = _DISCARD
+        elif not self._started:
+            self._push = self._push_first
+        elif self._watch >= 0:
+            self._push = self._push_now
+        else:
+            self._push = self._log.extend
+        for timer in self._timers.values():
+            timer._push = self._push
+
+    def _push_first(self, event: tuple[int, ...]) -> None:
+        """The first event starts the clock at its own timestamp."""
+        self.start(at=event[1])
+        self._push(event)
+
+    def _push_now(self, event: tuple[int, ...]) -> None:
+        """While a phase is watched: fold each event at once, so its listeners run on time."""
+        self._log.extend(event)
+        self._fold()
+
+    def _failed(self, exc: Exception) -> None:
+        """StallScope's own failure on the hot path: stop recording, hand the error on."""
+        self.stop()
+        self.on_error(exc)
+
+    def _fold(self) -> None:
+        """Apply the logged events to the totals, steps and windows, in order. The hot state is
+        held in locals while the loop runs, and written back at its end."""
+        log = self._log
+        n = len(log)
+        if not n:
+            return
+        self._folds += 1
+        totals = self._totals
+        counts = self._counts
+        stack = self._stack
+        cur = self._cur
+        mark = self._mark
+        watch = self._watch
+        in_step = self._in_step
+        step_start = self._step_start
+        step_wait = self._step_wait
+        data_mark = self._data_mark
+        ring_step = self._ring_step
+        ring_wait = self._ring_wait
         pos = self._ring_pos
-        dur = now - self._step_start
-        self._step_total += dur
-        self._ring_step[pos] = dur
-        self._ring_wait[pos] = self._step_wait
-        self._ring_pos = pos + 1 if pos + 1 < self._ring_size else 0
-        self._steps += 1
-        self._in_step = False
-        self._win_steps += 1
-        if self._win_steps >= self._window_steps:
-            self._close_window(now)
+        size = self._ring_size
+        steps = self._steps
+        step_total = self._step_total
+        window_left = self._window_steps - self._win_steps
+        events = iter(log)
+        for code, t in zip(events, events, strict=True):
+            totals[cur] += t - mark
+            mark = t
+            if code >= 0:
+                stack.append(cur)
+                cur = code
+                counts[code] += 1
+                if code == watch:
+                    self._on_watch_enter()
+            elif code == LEAVE:
+                if cur == watch:
+                    self._on_watch_leave()
+                cur = stack.pop() if stack else _OTHER
+            elif code == GOT:  # the wait is over, the step runs
+                cur = stack.pop() if stack else _OTHER
+                in_step = True
+                step_wait = t - data_mark
+            else:
+                if in_step and code in (STEP, END):  # the step in progress ends
+                    in_step = False
+                    duration = t - step_start
+                    step_total += duration
+                    ring_step[pos] = duration
+                    ring_wait[pos] = step_wait
+                    pos = pos + 1 if pos + 1 < size else 0
+                    steps += 1
+                    window_left -= 1
+                    if not window_left:
+                        self._win_steps = self._window_steps
+                        self._close_window(t)
+                        window_left = self._window_steps
+                if code in (STEP, WAIT):
+                    if code == STEP:
+                        step_start = t
+                    data_mark = t
+                    stack.append(cur)
+                    cur = _DATA
+                    counts[_DATA] += 1
+                elif code == NONE:
+                    cur = stack.pop() if stack else _OTHER
+        del log[:n]
+        self._in_step = in_step
+        self._step_start = step_start
+        self._step_wait = step_wait
+        self._data_mark = data_mark
+        self._ring_pos = pos
+        self._steps = steps
+        self._step_total = step_total
+        self._win_steps = self._window_steps - window_left
+        self._cur = cur
+        self._mark = mark
+        self._folds += 1
 
     def _close_window(self, now: int) -> None:
-        busy = self._totals[_COMPUTE] + (now - self._mark if self._cur == _COMPUTE else 0)
+        busy = self._totals[_COMPUTE]  # credited up to ``now`` by the fold
         self._windows.append(
             IdleWindow(steps=self._win_steps, wall_ns=now - self._win_start, busy_ns=busy - self._win_busy)
         )
@@ -362,7 +593,8 @@ class Timeline:
         """
         now = self._flush()
         if self._in_step:
-            self._close_step(now)
+            self._log.extend((END, now))
+            self._fold()
         ep_steps = self._steps - self._ep_steps
         cpu = self._cpu_clock()
         stats = SpanStats(
@@ -425,14 +657,19 @@ class Timeline:
 
     def watch(self, pid: int, on_enter: Callable[[], None], on_leave: Callable[[], None]) -> None:
         """Call ``on_enter`` / ``on_leave`` whenever phase ``pid`` is entered / left (one phase at a
-        time; the listeners must not raise). Call from the training thread."""
+        time; the listeners must not raise). Call from the training thread. While a phase is
+        watched, every event is folded at once."""
+        self._fold()  # events logged before the watch began call no listener
         self._on_watch_enter = on_enter
         self._on_watch_leave = on_leave
         self._watch = pid
+        self._set_push()
 
     def unwatch(self) -> None:
+        self._fold()
         self._watch = -1
         self._on_watch_enter = self._on_watch_leave = _nothing
+        self._set_push()
 
     def phase_names(self) -> tuple[str, ...]:
         """Phase names indexed by phase id."""
@@ -440,20 +677,28 @@ class Timeline:
 
     def probe(self) -> PhaseProbe | None:
         """The phase in progress and the totals, read consistently from any thread; None before
-        ``start`` or when the training thread kept changing phase during four attempts.
+        ``start`` or when the training thread kept rewriting the state during four attempts.
 
-        Lock-free: every change of phase credits the totals and then moves ``_mark``, so a reading
-        is consistent when ``_mark`` did not move while it was taken and the totals add up to it.
+        Lock-free: the folded state is read between two equal, even readings of ``_folds``, and
+        the events logged since (a copy of the log) are applied to that copy.
         """
         if not self._started:
             return None
         for _ in range(4):
-            mark = self._mark
+            folds = self._folds
+            if folds % 2:
+                time.sleep(0)  # a fold is in progress on the training thread: let it finish
+                continue
             cur = self._cur
-            totals = tuple(self._totals)
+            mark = self._mark
+            totals = list(self._totals)
+            stack = list(self._stack)
+            events = list(self._log)
             now = self._clock()
-            if self._mark == mark and sum(totals) == mark - self._start_ns:
-                return PhaseProbe(now_ns=now, phase=cur, since_ns=mark, totals_ns=totals)
+            if self._folds != folds:
+                continue
+            cur, mark = _apply_phases(events, cur, mark, totals, stack)
+            return PhaseProbe(now_ns=now, phase=cur, since_ns=mark, totals_ns=tuple(totals))
         return None
 
     # -- helpers -------------------------------------------------------------------------
@@ -466,13 +711,16 @@ class Timeline:
         return round(min(1.0, cpu_ns / sampled_wall_ns) * data_wall_ns) if cpu_ns >= 0 else 0
 
     def _flush(self) -> int:
-        """Credit the current phase up to now, so totals are exact at this instant (while paused:
-        up to the pause)."""
+        """Fold the log and credit the current phase up to now, so totals are exact at this instant
+        (while paused: up to the pause)."""
+        self._fold()
         if self._paused_at is not None:
             return self._paused_at
         now = self._clock()
+        self._folds += 1
         self._totals[self._cur] += now - self._mark
         self._mark = now
+        self._folds += 1
         return now
 
     # -- StallScope's own work -----------------------------------------------------------
@@ -497,10 +745,14 @@ class Timeline:
         self._ep_start_ns += gap
         self._win_start += gap
         self._step_start += gap
+        self._data_mark += gap
+        self._data_t0 += gap
         self._cpu_start += cpu_gap
         self._ep_cpu += cpu_gap
         self._paused_at = None
-        self._mark = now  # last: a probe reading totals against _mark sees a consistent state
+        self._folds += 1
+        self._mark = now
+        self._folds += 1
 
     def _diff(self, now: list[int], then: list[int]) -> dict[str, int]:
         out = {name: now[i] - then[i] for i, name in enumerate(self._names) if i < len(BUILTIN_PHASES)}
@@ -515,3 +767,24 @@ class Timeline:
         if count <= end:
             return list(ring[end - count : end])
         return list(ring[self._ring_size - (count - end) :]) + list(ring[:end])
+
+
+def _apply_phases(events: list[int], cur: int, mark: int, totals: list[int], stack: list[int]) -> tuple[int, int]:
+    """What ``Timeline._fold`` does to the phases, on copies: credits ``totals`` and moves
+    ``stack``; returns the phase in progress and when it began (``probe``)."""
+    pairs = iter(events)
+    for code, t in zip(pairs, pairs, strict=False):  # a copy taken mid-append may end half-way
+        top = max(code, cur)
+        if top >= len(totals):  # a phase registered after ``totals`` was copied
+            totals.extend([0] * (top + 1 - len(totals)))
+        totals[cur] += t - mark
+        mark = t
+        if code >= 0:
+            stack.append(cur)
+            cur = code
+        elif code in (STEP, WAIT):
+            stack.append(cur)
+            cur = _DATA
+        else:  # LEAVE, GOT, NONE
+            cur = stack.pop() if stack else _OTHER
+    return cur, mark
