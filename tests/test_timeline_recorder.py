@@ -6,7 +6,7 @@ import pytest
 from conftest import FakeClock
 
 from stallscope.timeline.phases import BUILTIN_PHASES
-from stallscope.timeline.recorder import Timeline
+from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, Timeline
 from stallscope.timeline.stats import EpochBoundary, IdleWindow, SpanStats
 
 
@@ -255,16 +255,23 @@ class _BusyWaitClock:
             self.cpu += round(ns * self.share)
 
 
-def test_in_process_data_cpu_is_sampled_and_scaled_by_wall_time() -> None:
-    """One next() in DATA_CPU_EVERY is measured; its CPU share scales to all the data time."""
-    from stallscope.timeline.recorder import DATA_CPU_EVERY
-
+@pytest.mark.parametrize(
+    ("compute_ns", "sampled"),
+    [
+        (DATA_CPU_INTERVAL_NS, 80),  # long steps: every wait is read
+        (1000, 1),  # 80 steps in 0.1 ms: only the first wait is read
+        (DATA_CPU_INTERVAL_NS // 4 - 400, 20),  # one wait in four
+    ],
+)
+def test_in_process_data_cpu_is_sampled_by_time_and_scaled_by_wall_time(compute_ns: int, sampled: int) -> None:
+    """The CPU time of one next() per DATA_CPU_INTERVAL_NS is read; its CPU share scales to all
+    the data time."""
     clocks = _BusyWaitClock(share=0.25)
     tl = Timeline(clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu)
     tl.start()
     compute = tl.phase_id("compute")
     tl.begin_epoch(in_process_data=True)
-    items = iter(range(10 * DATA_CPU_EVERY))
+    items = iter(range(80))
 
     class Loader:
         def __iter__(self) -> Loader:
@@ -274,7 +281,6 @@ def test_in_process_data_cpu_is_sampled_and_scaled_by_wall_time() -> None:
             clocks.advance(400, busy=True)  # making a batch: 400 ns, a quarter of it on the CPU
             return next(items)
 
-    loader = Loader()
     reads = {"n": 0}
     real_cpu = tl._cpu_clock
 
@@ -283,18 +289,18 @@ def test_in_process_data_cpu_is_sampled_and_scaled_by_wall_time() -> None:
         return real_cpu()
 
     tl._cpu_clock = counting_cpu
-    stream = tl.stream(loader, lambda item, wait: None)
-    for _ in range(10 * DATA_CPU_EVERY):
+    stream = tl.stream(Loader(), lambda item, wait: None)
+    for _ in range(80):
         next(stream)
         tl.enter(compute)
-        clocks.advance(1000, busy=False)
+        clocks.advance(compute_ns, busy=False)
         tl.leave()
     stats = tl.end_epoch()
     data_wall = stats.phase_ns["data"]
-    assert data_wall == 400 * 10 * DATA_CPU_EVERY
+    assert data_wall == 400 * 80
     assert stats.data_cpu_ns == data_wall // 4
     # two CPU-clock reads per sampled next(), plus one at the epoch end
-    assert reads["n"] == 2 * 10 + 1
+    assert reads["n"] == 2 * sampled + 1
 
 
 # -- epochs ----------------------------------------------------------------------------------

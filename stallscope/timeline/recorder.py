@@ -36,9 +36,11 @@ from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, S
 Clock = Callable[[], int]
 T = TypeVar("T")
 
-#: the CPU time of in-process loading is read on one ``next()`` in this many (two syscalls each),
-#: and scaled to all of them by wall time
-DATA_CPU_EVERY = 8
+#: the CPU time of in-process loading is read around one ``next()`` per this much wall time (two
+#: syscalls, several microseconds between training steps), and scaled to all of them by wall time
+DATA_CPU_INTERVAL_NS = 2_000_000
+#: a time no clock reaches: no data-CPU reading is due
+_NEVER = 1 << 62
 
 #: the log is folded into the totals when it holds this many entries (two per event)
 FOLD_AT = 512
@@ -156,9 +158,8 @@ class Timeline:
         "_ring_wait",
         "_ring_pos",
         "_data_t0",
-        "_measure_data_cpu",
         "_data_cpu_mark",
-        "_cpu_countdown",
+        "_cpu_due",
         "_data_cpu_total",
         "_data_cpu_wall",
         "_ep_data_cpu_wall",
@@ -243,10 +244,10 @@ class Timeline:
         # the wait in progress, measured at once (``data_end`` returns it)
         self._data_t0 = 0
         # CPU time of in-process data loading
-        self._measure_data_cpu = False
         self._data_cpu_mark = -1
-        self._cpu_countdown = 1
-        #: CPU time and wall time of the sampled in-process waits (one in DATA_CPU_EVERY)
+        #: when the next wait's CPU time is read (_NEVER: loading is not in this process)
+        self._cpu_due = _NEVER
+        #: CPU time and wall time of the sampled in-process waits (one per DATA_CPU_INTERVAL_NS)
         self._data_cpu_total = 0
         self._data_cpu_wall = 0
         self._ep_data_cpu_wall = 0
@@ -373,20 +374,18 @@ class Timeline:
         clock = self._clock
         cpu_clock = self._cpu_clock
         log = self._log
-        countdown = 1 if self._measure_data_cpu else 0
+        cpu_due = self._cpu_due
         first = True
         while True:  # the hot loop: one log entry per item
             if self._streams != gen:
                 yield from it
                 return None
             try:
-                cpu0 = -1
-                if countdown:
-                    countdown -= 1
-                    if not countdown:
-                        countdown = DATA_CPU_EVERY
-                        cpu0 = cpu_clock()
                 now = clock()
+                cpu0 = -1
+                if now >= cpu_due:
+                    cpu_due = now + DATA_CPU_INTERVAL_NS
+                    cpu0 = cpu_clock()
             except Exception as exc:
                 self._failed(exc)
                 yield from it
@@ -424,11 +423,9 @@ class Timeline:
         self._data_t0 = now
         self._push((STEP if new_step else WAIT, now))
         self._data_cpu_mark = -1
-        if self._measure_data_cpu:
-            self._cpu_countdown -= 1
-            if self._cpu_countdown <= 0:
-                self._cpu_countdown = DATA_CPU_EVERY
-                self._data_cpu_mark = self._cpu_clock()
+        if now >= self._cpu_due:
+            self._cpu_due = now + DATA_CPU_INTERVAL_NS
+            self._data_cpu_mark = self._cpu_clock()
 
     def data_end(self, *, got_item: bool) -> int:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns."""
@@ -571,8 +568,8 @@ class Timeline:
 
     def begin_epoch(self, *, in_process_data: bool) -> None:
         """A pass over a loader starts. ``in_process_data``: batches are made in this process,
-        so the CPU time of each ``next()`` is measured (two clock reads per step)."""
-        self._measure_data_cpu = in_process_data
+        so the CPU time of ``next()`` is measured (on one wait per ``DATA_CPU_INTERVAL_NS``)."""
+        self._cpu_due = 0 if in_process_data else _NEVER
         if not in_process_data:
             self._data_cpu_valid_epoch = False
             self._data_cpu_valid_run = False
@@ -626,7 +623,7 @@ class Timeline:
         self._ep_data_cpu_wall = self._data_cpu_wall
         self._ep_boundaries = []
         self._data_cpu_valid_epoch = True
-        self._measure_data_cpu = False
+        self._cpu_due = _NEVER
         return stats
 
     def run_stats(self) -> SpanStats:
