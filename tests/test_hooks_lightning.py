@@ -279,6 +279,11 @@ def test_callback_interface_matches_installed_callback(pl: ModuleType) -> None:
     for hook in DIRECT_HOOKS:
         assert f"callback.{hook}(" in inspect.getsource(pl.trainer.call), hook
     assert scope.state_key == "StallScope"
+
+    class MyScope(StallScope):
+        pass
+
+    assert MyScope(None, console=False).state_key.endswith("<locals>.MyScope")
     assert scope.state_dict() == {}
     assert scope.on_some_future_hook is None  # skipped by Lightning, not an AttributeError
     with pytest.raises(AttributeError, match="no_such_attribute"):

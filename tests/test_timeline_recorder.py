@@ -594,3 +594,33 @@ def test_switch_equals_leave_then_enter(clock: FakeClock, cpu_clock: FakeClock) 
     assert switched["compute"] == 5
     assert switched["validation"] == 7
     assert switched["other"] == 11
+
+
+def test_data_end_then_equals_data_end_and_enter_at_one_instant(clock: FakeClock) -> None:
+    """``data_end(then=pid)`` (Lightning's fetch -> h2d) records what ``data_end`` followed by
+    ``enter(pid)`` at the same instant records."""
+
+    def run(fused: bool) -> tuple[int, SpanStats]:
+        c = FakeClock()
+        tl = Timeline(clock=c, cpu_clock=FakeClock())
+        tl.start()
+        h2d = tl.phase_id("h2d")
+        waits = 0
+        for _ in range(3):
+            tl.data_begin()
+            c.advance(4)
+            if fused:
+                waits += tl.data_end(got_item=True, then=h2d)
+            else:
+                waits += tl.data_end(got_item=True)
+                tl.enter(h2d)
+            c.advance(6)
+            tl.leave()
+            c.advance(1)
+        return waits, tl.end_epoch()
+
+    fused, plain = run(True), run(False)
+    assert fused == plain
+    waits, stats = fused
+    assert waits == 12
+    assert (stats.steps, stats.phase_ns["h2d"], stats.phase_counts["h2d"]) == (3, 18, 3)

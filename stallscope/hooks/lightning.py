@@ -383,11 +383,10 @@ class _FitRun:
             self._nested_fetch = False
             self.timeline.data_end(got_item=False)
             return
-        wait = self.timeline.data_end(got_item=True)
+        wait = self.timeline.data_end(got_item=True, then=self.h2d)
         if self._first_wait_ns is None:
             self._first_wait_ns = wait
         self._fetched = True
-        self.timeline.enter(self.h2d)
         self._top = self.h2d
 
     def batch_start(self, batch: Any) -> None:
@@ -573,9 +572,13 @@ class LightningCallbacks:
 
     # -- identity, as Lightning reads it -------------------------------------------------
 
-    @property
-    def state_key(self) -> str:
-        return type(self).__qualname__
+    #: a plain class attribute, not a property: Lightning formats it into a profiler label on
+    #: every hook call, twice per step (a subclass gets its own name, ``__init_subclass__``)
+    state_key: str = "StallScope"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.state_key = cls.__qualname__
 
     @property
     def _legacy_state_key(self) -> type[Any]:

@@ -427,8 +427,9 @@ class Timeline:
             self._cpu_due = now + DATA_CPU_INTERVAL_NS
             self._data_cpu_mark = self._cpu_clock()
 
-    def data_end(self, *, got_item: bool) -> int:
-        """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns."""
+    def data_end(self, *, got_item: bool, then: int | None = None) -> int:
+        """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns.
+        ``then``: enter this phase at the same instant (Lightning's h2d, every step)."""
         cpu1 = self._cpu_clock() if self._data_cpu_mark >= 0 else -1
         now = self._clock()
         wait = now - self._data_t0
@@ -436,7 +437,8 @@ class Timeline:
             self._data_cpu_total += cpu1 - self._data_cpu_mark
             self._data_cpu_wall += wait
             self._data_cpu_mark = -1
-        self._push((GOT if got_item else NONE, now))
+        code = GOT if got_item else NONE
+        self._push((code, now) if then is None else (code, now, then, now))
         if len(self._log) >= FOLD_AT:
             self._fold()
         return wait
