@@ -10,14 +10,18 @@ the ratio reported is the median over pairs. torch.profiler (and Lightning's Sim
 (c)) are measured on the same loops for comparison. A watched run includes everything a user
 pays: the epoch-end diagnosis, the printed panel (to a null console) and the report write.
 
-    .venv/bin/python benchmarks/overhead.py [--pairs 15] [--only a b c] [--markdown FILE]
+    .venv/bin/python benchmarks/overhead.py [--pairs 15] [--processes 1] [--only a b c] [--memory]
+                                            [--no-profiler] [--markdown FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
+import logging
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -174,19 +178,14 @@ def pairs(bare: Callable[[], float], other: Callable[[], float], n: int) -> tupl
     return statistics.median(ratios), statistics.median(b_times), statistics.median(o_times)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=15)
-    parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="loops to run (default: all)")
-    parser.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler / SimpleProfiler rows")
-    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
-    parser.add_argument("--memory", action="store_true", help=f"also run the {MEMORY_STEPS:,}-step memory check")
-    args = parser.parse_args()
-    if args.pairs < 1:
-        parser.error(f"--pairs must be >= 1, got {args.pairs}")
+Row = tuple[str, str, str, float, float, float | None]
+
+
+def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
+    """The rows of the table, measured in this process: (loop key, loop, tool, median ratio,
+    bare step seconds, target)."""
     torch.set_num_threads(1)
-    rows = []
-    tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
+    rows: list[Row] = []
     loops = {
         "a": ("tiny plain loop", PlainLoop(features=32, hidden=32, batch=8, steps=TINY_STEPS)),
         "b": ("~5 ms plain loop", PlainLoop(features=256, hidden=1024, batch=256, steps=MEDIUM_STEPS, repeat=2)),
@@ -217,16 +216,71 @@ def main() -> int:
             if not args.no_profiler:
                 ratio, b, _ = pairs(fit("bare"), fit("simple"), max(3, args.pairs // 3))
                 rows.append((key, "tiny Lightning fit", "SimpleProfiler", ratio, b / steps, None))
+    return rows
+
+
+def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float, float]]:
+    """Run the measurement in ``args.processes`` fresh processes, one after the other: a ratio
+    measured in one process can sit a percent or two off the others' (where the allocator put
+    the tensors, which core ran it), more than pairs within a process vary. Each row is the
+    median over processes, with the lowest and highest."""
+    runs: list[list[Row]] = []
+    for i in range(args.processes):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [sys.executable, __file__, *argv, "--processes", "1", "--rows-json", out.name]
+            print(f"process {i + 1}/{args.processes} ...", file=sys.stderr, flush=True)
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            runs.append([tuple(row) for row in json.loads(Path(out.name).read_text(encoding="utf-8"))])
+    combined = []
+    for rows in zip(*runs, strict=True):
+        ratios = [row[3] for row in rows]
+        first = rows[0]
+        step = statistics.median(row[4] for row in rows)
+        row = (first[0], first[1], first[2], statistics.median(ratios), step, first[5])
+        combined.append((row, min(ratios), max(ratios)))
+    return combined
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=15, help="bare/watched pairs per loop and process")
+    parser.add_argument("--processes", type=int, default=1, help="repeat in this many fresh processes (median)")
+    parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="loops to run (default: all)")
+    parser.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler / SimpleProfiler rows")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--memory", action="store_true", help=f"also run the {MEMORY_STEPS:,}-step memory check")
+    parser.add_argument("--rows-json", type=Path, help=argparse.SUPPRESS)  # a worker process's output
+    args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error(f"--pairs must be >= 1, got {args.pairs}")
+    if args.processes < 1:
+        parser.error(f"--processes must be >= 1, got {args.processes}")
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: ..." per fit
+    tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
+    if args.processes > 1:
+        argv = [a for a in sys.argv[1:] if a != "--memory"]
+        argv = [a for i, a in enumerate(argv) if a != "--processes" and (i == 0 or argv[i - 1] != "--processes")]
+        results = across_processes(args, argv)
+    else:
+        results = [(row, row[3], row[3]) for row in measure(args, tmp)]
+        if args.rows_json:
+            args.rows_json.write_text(json.dumps([row for row, _, _ in results]), encoding="utf-8")
+            return 0
     if args.memory:
         grown, size, seconds = memory_check(tmp)
         print(
             f"memory: {MEMORY_STEPS:,} no-op steps in {seconds:.1f} s: RSS grew {grown:.1f} MB (target <= 20), "
             f"report.json {size / 1e3:.0f} kB (target < 1000)"
         )
-    lines = ["| loop | step (bare) | tool | watched / bare | target |", "|---|---|---|---|---|"]
-    for key, label, tool, ratio, step_s, target in rows:
+    spread = args.processes > 1
+    header = "| loop | step (bare) | tool | watched / bare |" + (" lowest - highest |" if spread else "") + " target |"
+    lines = [header, "|---|---|---|---|" + ("---|" if spread else "") + "---|"]
+    for (key, label, tool, ratio, step_s, target), low, high in results:
         verdict = "-" if target is None else f"<= {target} {'met' if ratio <= target else 'MISSED'}"
-        lines.append(f"| ({key}) {label} | {step_s * 1e6:.0f} us | {tool} | {ratio:.3f} | {verdict} |")
+        cells = [f"({key}) {label}", f"{step_s * 1e6:.0f} us", tool, f"{ratio:.3f}"]
+        if spread:
+            cells.append(f"{low:.3f} - {high:.3f}")
+        lines.append("| " + " | ".join([*cells, verdict]) + " |")
     table = "\n".join(lines)
     print(table)
     if args.markdown:

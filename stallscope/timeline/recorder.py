@@ -43,7 +43,7 @@ DATA_CPU_INTERVAL_NS = 2_000_000
 _NEVER = 1 << 62
 
 #: the log is folded into the totals when it holds this many entries (two per event)
-FOLD_AT = 512
+FOLD_AT = 2048
 
 # Event codes in the log. A code >= 0 enters the phase with that id.
 #: leave the current phase
