@@ -106,7 +106,10 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
     """A tiny Lightning fit; mode: bare, watched, simple (SimpleProfiler), empty (a Callback that
     overrides nothing: what Lightning's own dispatch costs for any callback)."""
     import lightning.pytorch as pl
+    from lightning.pytorch.profilers import SimpleProfiler
     from torch.utils.data import DataLoader, TensorDataset
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: ..." per fit
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
@@ -136,7 +139,8 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
-        profiler="simple" if mode == "simple" else None,
+        # its summary goes to a file in report_dir, not to the console
+        profiler=SimpleProfiler(dirpath=report_dir, filename="simple-profiler") if mode == "simple" else None,
     )
     model = Tiny()
     t0 = time.perf_counter()
@@ -255,7 +259,6 @@ def main() -> int:
         parser.error(f"--pairs must be >= 1, got {args.pairs}")
     if args.processes < 1:
         parser.error(f"--processes must be >= 1, got {args.processes}")
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: ..." per fit
     tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
     if args.processes > 1:
         argv = [a for a in sys.argv[1:] if a != "--memory"]

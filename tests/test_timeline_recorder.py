@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 from conftest import FakeClock
@@ -624,3 +625,33 @@ def test_data_end_then_equals_data_end_and_enter_at_one_instant(clock: FakeClock
     waits, stats = fused
     assert waits == 12
     assert (stats.steps, stats.phase_ns["h2d"], stats.phase_counts["h2d"]) == (3, 18, 3)
+
+
+def test_a_failure_while_the_loader_raises_keeps_the_loaders_error() -> None:
+    """StallScope's own failure on the way out of a loader's exception goes to ``on_error``; the
+    loader's exception is the one the loop sees."""
+
+    class Boom(Exception):
+        pass
+
+    broken = {"now": False}
+
+    def clock() -> int:
+        if broken["now"]:
+            raise RuntimeError("planted")
+        return 0
+
+    def loader() -> Iterator[int]:
+        yield 1
+        broken["now"] = True
+        raise Boom("the loader's own")
+
+    errors: list[Exception] = []
+    tl = Timeline(clock=clock, cpu_clock=lambda: 0)
+    tl.on_error = errors.append
+    tl.start()
+    stream = tl.stream(loader(), lambda item, wait: None)
+    assert next(stream) == 1
+    with pytest.raises(Boom, match="the loader's own"):
+        next(stream)
+    assert [str(e) for e in errors] == ["planted"]

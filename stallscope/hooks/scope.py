@@ -1,8 +1,9 @@
 """``StallScope``: the plain-loop context manager (SPEC §2).
 
-Recording only. Each public method does O(1) work and never lets an internal error reach the
-user: the first one turns the scope off (``_fail``), is noted in the report, and training goes
-on. The user's own exceptions (from the loader, from phases) propagate unchanged.
+Recording only. Each public method does O(1) work (amortized: the timeline folds its event log
+in batches) and never lets an internal error reach the user: the first one turns the scope off
+(``_fail``), is noted in the report, and training goes on. The user's own exceptions (from the
+loader, from phases) propagate unchanged.
 """
 
 from __future__ import annotations

@@ -392,12 +392,19 @@ class Timeline:
                 return None
             try:
                 item = next(it)
-            except StopIteration:
-                end = clock()
-                self._push((STEP, now, NONE, end))
+            except StopIteration:  # the pass is over
+                try:
+                    end = clock()
+                    self._push((STEP, now, NONE, end))
+                except Exception as exc:
+                    self._failed(exc)
+                    return None
                 return end - now
             except BaseException:
-                self._push((STEP, now, NONE, clock()))
+                try:
+                    self._push((STEP, now, NONE, clock()))
+                except Exception as exc:
+                    self._failed(exc)
                 raise  # the loader's own error, or Ctrl-C: unchanged
             try:
                 end = clock()
