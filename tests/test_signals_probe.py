@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from conftest import FakeClock
 
 from stallscope.timeline.recorder import Timeline
@@ -115,3 +116,53 @@ def test_watch_calls_listeners_around_one_phase_only(clock: FakeClock) -> None:
     tl.enter(compute)
     tl.leave()
     assert calls == ["enter", "leave"]
+
+
+@pytest.mark.parametrize("timer_first", [True, False])
+def test_a_watched_phase_timer_calls_its_listeners_at_the_boundaries(clock: FakeClock, timer_first: bool) -> None:
+    """The plain loop's timers call the listeners as the phase is entered and left (CUDA events are
+    recorded then), while the events themselves are still folded later."""
+    tl = Timeline(clock=clock)
+    tl.start()
+    compute, logging = tl.phase_id("compute"), tl.phase_id("logging")
+    calls: list[tuple[str, int]] = []
+    if timer_first:
+        timer = tl.timer(compute)
+    tl.watch(compute, lambda: calls.append(("enter", clock.now)), lambda: calls.append(("leave", clock.now)))
+    if not timer_first:
+        timer = tl.timer(compute)
+    other = tl.timer(logging)
+    clock.advance(5)
+    with timer:
+        clock.advance(7)
+        with other:  # nested: leaving it resumes compute, which is not an "enter"
+            clock.advance(1)
+        clock.advance(2)
+    with other:
+        clock.advance(3)
+    assert calls == [("enter", 5), ("leave", 15)]
+    assert tl._log  # not folded per event
+    assert tl.run_stats().phase_ns["compute"] == 9
+    tl.unwatch()
+    with timer:
+        clock.advance(1)
+    assert calls == [("enter", 5), ("leave", 15)]
+
+
+def test_a_watched_phase_entered_by_lightnings_calls_gets_its_listeners(clock: FakeClock) -> None:
+    """Lightning drives the timeline through its methods: fetch -> h2d -> (switch) compute -> leave."""
+    tl = Timeline(clock=clock)
+    tl.start()
+    h2d, compute = tl.phase_id("h2d"), tl.phase_id("compute")
+    calls: list[tuple[str, int]] = []
+    tl.watch(compute, lambda: calls.append(("enter", clock.now)), lambda: calls.append(("leave", clock.now)))
+    for _ in range(2):
+        tl.data_begin()
+        clock.advance(2)
+        tl.data_end(got_item=True, then=h2d)
+        clock.advance(3)
+        tl.switch(compute)
+        clock.advance(10)
+        tl.leave()
+        clock.advance(1)
+    assert calls == [("enter", 5), ("leave", 15), ("enter", 21), ("leave", 31)]

@@ -16,8 +16,9 @@ statistics are read. Between two training steps the CPU caches hold the step's o
 ours, so every Python call and every object touched there costs several times its tight-loop
 price: one append per event is what keeps the recording cheap enough to leave on. The fold runs
 the log through the same rules, in a tight loop, with the same result as applying each event at
-once. One exception: while a phase is *watched* (CUDA events around ``compute``), each event is
-folded at once, so the listeners run at the real phase boundary.
+once. A *watched* phase (CUDA events around ``compute``) calls its listeners when it is entered
+and left, not when the log is folded: its ``PhaseTimer`` calls them itself, and the methods
+Lightning drives track their own phases while a watch is on (``_tracked``).
 
 Epoch and run statistics are differences of snapshots of the totals, taken at epoch ends only.
 """
@@ -184,6 +185,7 @@ class Timeline:
         "_watch",
         "_on_watch_enter",
         "_on_watch_leave",
+        "_tracked",
     )
 
     def __init__(
@@ -276,6 +278,8 @@ class Timeline:
         self._watch = -1
         self._on_watch_enter: Callable[[], None] = _nothing
         self._on_watch_leave: Callable[[], None] = _nothing
+        #: while a phase is watched: the phases the methods below entered and have not left
+        self._tracked: list[int] = []
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -313,6 +317,7 @@ class Timeline:
         timer = self._timers.get(pid)
         if timer is None:
             timer = self._timers[pid] = PhaseTimer(self, pid)
+            timer._push = self._timer_push(pid)
         return timer
 
     @property
@@ -348,16 +353,23 @@ class Timeline:
         """Enter phase ``pid``; the phase that was current resumes at the matching ``leave``.
         Starts the clock if it has not started."""
         self._push((pid, self._clock()))
+        if self._watch >= 0:
+            self._track_enter(pid)
 
     def switch(self, pid: int) -> None:
         """Leave the current phase and enter ``pid`` at one instant: ``leave()`` + ``enter(pid)``
         with one clock read (Lightning's h2d -> compute, every step)."""
         now = self._clock()
         self._push((LEAVE, now, pid, now))
+        if self._watch >= 0:
+            self._track_leave()
+            self._track_enter(pid)
 
     def leave(self) -> None:
         """Leave the current phase."""
         self._push((LEAVE, self._clock()))
+        if self._watch >= 0:
+            self._track_leave()
         if len(self._log) >= FOLD_AT:
             self._fold()
 
@@ -429,6 +441,8 @@ class Timeline:
         now = self._clock()
         self._data_t0 = now
         self._push((STEP if new_step else WAIT, now))
+        if self._watch >= 0:
+            self._track_enter(_DATA)
         self._data_cpu_mark = -1
         if now >= self._cpu_due:
             self._cpu_due = now + DATA_CPU_INTERVAL_NS
@@ -446,6 +460,10 @@ class Timeline:
             self._data_cpu_mark = -1
         code = GOT if got_item else NONE
         self._push((code, now) if then is None else (code, now, then, now))
+        if self._watch >= 0:
+            self._track_leave()
+            if then is not None:
+                self._track_enter(then)
         if len(self._log) >= FOLD_AT:
             self._fold()
         return wait
@@ -453,26 +471,43 @@ class Timeline:
     # -- where events go -----------------------------------------------------------------
 
     def _set_push(self) -> None:
+        """Point the timeline and its timers at where events go now."""
         if not self._live:
             self._push = _DISCARD
         elif not self._started:
             self._push = self._push_first
-        elif self._watch >= 0:
-            self._push = self._push_now
         else:
             self._push = self._log.extend
-        for timer in self._timers.values():
-            timer._push = self._push
+        for pid, timer in self._timers.items():
+            timer._push = self._timer_push(pid)
+
+    def _timer_push(self, pid: int) -> Callable[[tuple[int, ...]], None]:
+        """Where the timer of phase ``pid`` sends its events."""
+        if pid == self._watch and self._live and self._started:
+            return self._push_watched
+        return self._push
 
     def _push_first(self, event: tuple[int, ...]) -> None:
         """The first event starts the clock at its own timestamp."""
         self.start(at=event[1])
         self._push(event)
 
-    def _push_now(self, event: tuple[int, ...]) -> None:
-        """While a phase is watched: fold each event at once, so its listeners run on time."""
+    def _push_watched(self, event: tuple[int, ...]) -> None:
+        """The watched phase's timer: log the event and call the listener at once."""
         self._log.extend(event)
-        self._fold()
+        if event[0] == LEAVE:
+            self._on_watch_leave()
+        else:
+            self._on_watch_enter()
+
+    def _track_enter(self, pid: int) -> None:
+        self._tracked.append(pid)
+        if pid == self._watch:
+            self._on_watch_enter()
+
+    def _track_leave(self) -> None:
+        if self._tracked and self._tracked.pop() == self._watch:
+            self._on_watch_leave()
 
     def _failed(self, exc: Exception) -> None:
         """StallScope's own failure on the hot path: stop recording, hand the error on."""
@@ -492,7 +527,6 @@ class Timeline:
         stack = self._stack
         cur = self._cur
         mark = self._mark
-        watch = self._watch
         in_step = self._in_step
         step_start = self._step_start
         step_wait = self._step_wait
@@ -512,11 +546,7 @@ class Timeline:
                 stack.append(cur)
                 cur = code
                 counts[code] += 1
-                if code == watch:
-                    self._on_watch_enter()
             elif code == LEAVE:
-                if cur == watch:
-                    self._on_watch_leave()
                 cur = stack.pop() if stack else _OTHER
             elif code == GOT:  # the wait is over, the step runs
                 cur = stack.pop() if stack else _OTHER
@@ -663,17 +693,20 @@ class Timeline:
 
     def watch(self, pid: int, on_enter: Callable[[], None], on_leave: Callable[[], None]) -> None:
         """Call ``on_enter`` / ``on_leave`` whenever phase ``pid`` is entered / left (one phase at a
-        time; the listeners must not raise). Call from the training thread. While a phase is
-        watched, every event is folded at once."""
-        self._fold()  # events logged before the watch began call no listener
+        time; the listeners must not raise). Call from the training thread.
+
+        The phases open now are taken as the methods' own (``enter`` ... ``leave``), so a
+        ``leave`` that closes the watched phase calls ``on_leave``."""
+        self._fold()
+        self._tracked = [*self._stack, self._cur] if self._started else []
         self._on_watch_enter = on_enter
         self._on_watch_leave = on_leave
         self._watch = pid
         self._set_push()
 
     def unwatch(self) -> None:
-        self._fold()
         self._watch = -1
+        self._tracked = []
         self._on_watch_enter = self._on_watch_leave = _nothing
         self._set_push()
 
