@@ -742,3 +742,27 @@ def test_any_non_empty_name_is_a_phase_and_names_are_bounded(tmp_path: Path) -> 
     assert len(fractions) <= MAX_PHASE_NAMES + 8
     assert sum(fractions.values()) == pytest.approx(1.0)
     assert any("phase names" in note for note in data["notes"])
+
+
+def test_a_phase_timed_inside_the_loader_nests_in_the_wait(tmp_path: Path, clocked: FakeClock) -> None:
+    """An in-process loader that times its own decoding: the decode time is its own phase, the
+    rest of the wait is data, and nothing goes negative or is counted twice."""
+    with StallScope(tmp_path, console=False) as scope:
+
+        def batches() -> Iterator[int]:
+            for i in range(4):
+                clocked.advance_ms(1)  # reading
+                with scope.phase("decode"):
+                    clocked.advance_ms(3)
+                yield i
+
+        for _ in scope.iter(batches()):
+            with scope.phase("compute"):
+                clocked.advance_ms(5)
+    summary = _read(tmp_path)["summary"]
+    assert summary["wall_s"] == pytest.approx(0.036)
+    seconds = summary["phase_seconds"]
+    assert seconds["decode"] == pytest.approx(0.012)
+    assert seconds["data"] == pytest.approx(0.004)
+    assert seconds["compute"] == pytest.approx(0.020)
+    assert seconds["other"] == pytest.approx(0.0)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from conftest import FakeClock
 
-from stallscope.timeline.recorder import Timeline
+from stallscope.timeline.recorder import END, Timeline
 
 MS = 1_000_000
 
@@ -166,3 +167,68 @@ def test_a_watched_phase_entered_by_lightnings_calls_gets_its_listeners(clock: F
         tl.leave()
         clock.advance(1)
     assert calls == [("enter", 5), ("leave", 15), ("enter", 21), ("leave", 31)]
+
+
+class _InterruptingClock(FakeClock):
+    """A clock that runs ``hook`` once, just before one reading: the training thread taking the
+    GIL between two of the probe's reads."""
+
+    hook: Callable[[], None] | None = None
+
+    def __call__(self) -> int:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().__call__()
+
+
+def test_probe_reads_again_when_an_event_is_logged_while_it_reads() -> None:
+    clock = _InterruptingClock()
+    tl = Timeline(clock=clock)
+    tl.start()
+    compute = tl.phase_id("compute")
+    clock.now = 10 * MS
+    tl.enter(compute)
+
+    def training_thread() -> None:  # runs after the probe copied the log, before it reads its clock
+        clock.now = 25 * MS
+        tl.leave()  # compute ends at 25 ms
+        clock.now = 30 * MS
+
+    clock.hook = training_thread
+    p = tl.probe()
+    assert p is not None
+    assert (tl.phase_names()[p.phase], p.since_ns, p.now_ns) == ("other", 25 * MS, 30 * MS)
+
+
+def test_probe_at_an_epoch_end_keeps_the_phase_in_progress(clock: FakeClock) -> None:
+    """An epoch may end inside a phase; the end of the step changes no phase."""
+    tl = Timeline(clock=clock)
+    tl.start()
+    train = tl.phase_id("train")
+    tl.enter(train)
+    tl.data_begin()
+    clock.advance_ms(2)
+    tl.data_end(got_item=True)
+    clock.advance_ms(3)
+    tl._log.extend((END, clock.now))  # what end_epoch logs before it folds
+    pending = tl.probe()
+    tl._fold()
+    assert pending == tl.probe()
+    assert pending is not None
+    assert tl.phase_names()[pending.phase] == "train"
+
+
+def test_a_watched_phase_that_starts_the_clock_calls_its_listener(clock: FakeClock) -> None:
+    """CUDA already set up when the scope starts: the watch is on before the clock, and the first
+    event (a warm-up step timed before any ``scope.iter``) is the watched phase's."""
+    tl = Timeline(clock=clock)
+    calls: list[str] = []
+    compute = tl.phase_id("compute")
+    tl.watch(compute, lambda: calls.append("enter"), lambda: calls.append("leave"))
+    timer = tl.timer(compute)
+    for _ in range(2):
+        with timer:
+            clock.advance(5)
+    assert tl.started
+    assert calls == ["enter", "leave", "enter", "leave"]

@@ -655,3 +655,34 @@ def test_a_failure_while_the_loader_raises_keeps_the_loaders_error() -> None:
     with pytest.raises(Boom, match="the loader's own"):
         next(stream)
     assert [str(e) for e in errors] == ["planted"]
+
+
+def test_a_fold_cut_short_applies_no_event_twice(
+    clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C inside a fold (it runs on the training thread): the events taken so far stay
+    applied once, the rest are dropped, and the totals still partition the time."""
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=4)
+    tl.start()
+    real = Timeline._close_window
+    calls = {"n": 0}
+
+    def interrupted(self: Timeline, now: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        real(self, now)
+
+    monkeypatch.setattr(Timeline, "_close_window", interrupted)
+    for _ in range(12):
+        _step(tl, clock, wait=2, compute=5, other=1)
+    with pytest.raises(KeyboardInterrupt):
+        tl._fold()
+    assert not tl._log
+    assert tl.probe() is not None  # not left mid-fold
+    _step(tl, clock, wait=2, compute=5, other=1)
+    stats = tl.end_epoch()
+    _assert_partition(stats)
+    assert stats.wall_ns == 13 * 8
+    assert stats.steps <= 13
+    assert stats.phase_counts["data"] <= 13

@@ -25,6 +25,7 @@ Epoch and run statistics are differences of snapshots of the totals, taken at ep
 
 from __future__ import annotations
 
+import contextlib
 import time
 from array import array
 from collections import deque
@@ -337,11 +338,8 @@ class Timeline:
         self._live = False
         self._streams += 1
         self._set_push()
-        try:
+        with contextlib.suppress(Exception):  # a fold cut short leaves a consistent state
             self._fold()
-        except Exception:  # a log that cannot be folded is dropped; what was folded stays
-            del self._log[:]
-            self._folds += self._folds % 2
 
     def end_streams(self) -> None:
         """A running ``stream`` passes its remaining items through unrecorded (a new pass began)."""
@@ -388,12 +386,14 @@ class Timeline:
         log = self._log
         cpu_due = self._cpu_due
         first = True
-        while True:  # the hot loop: one log entry per item
+        while True:  # the hot loop: two log entries per item
             if self._streams != gen:
                 yield from it
                 return None
             try:
                 now = clock()
+                # logged before next(): phases the loader itself times nest inside the wait
+                self._push((STEP, now))
                 cpu0 = -1
                 if now >= cpu_due:
                     cpu_due = now + DATA_CPU_INTERVAL_NS
@@ -407,20 +407,20 @@ class Timeline:
             except StopIteration:  # the pass is over
                 try:
                     end = clock()
-                    self._push((STEP, now, NONE, end))
+                    self._push((NONE, end))
                 except Exception as exc:
                     self._failed(exc)
                     return None
                 return end - now
             except BaseException:
                 try:
-                    self._push((STEP, now, NONE, clock()))
+                    self._push((NONE, clock()))
                 except Exception as exc:
                     self._failed(exc)
                 raise  # the loader's own error, or Ctrl-C: unchanged
             try:
                 end = clock()
-                self._push((STEP, now, GOT, end))
+                self._push((GOT, end))
                 if cpu0 >= 0:
                     self._data_cpu_total += cpu_clock() - cpu0
                     self._data_cpu_wall += end - now
@@ -483,7 +483,7 @@ class Timeline:
 
     def _timer_push(self, pid: int) -> Callable[[tuple[int, ...]], None]:
         """Where the timer of phase ``pid`` sends its events."""
-        if pid == self._watch and self._live and self._started:
+        if pid == self._watch and self._live:
             return self._push_watched
         return self._push
 
@@ -493,8 +493,9 @@ class Timeline:
         self._push(event)
 
     def _push_watched(self, event: tuple[int, ...]) -> None:
-        """The watched phase's timer: log the event and call the listener at once."""
-        self._log.extend(event)
+        """The watched phase's timer: log the event (starting the clock if it is the first) and
+        call the listener at once."""
+        self._push(event)
         if event[0] == LEAVE:
             self._on_watch_leave()
         else:
@@ -516,11 +517,14 @@ class Timeline:
 
     def _fold(self) -> None:
         """Apply the logged events to the totals, steps and windows, in order. The hot state is
-        held in locals while the loop runs, and written back at its end."""
+        held in locals while the loop runs and written back at its end, even when the loop is cut
+        short (Ctrl-C, a failure): the events are taken out of the log first, so none is ever
+        applied twice, and the state stays a consistent partition of the time."""
         log = self._log
-        n = len(log)
-        if not n:
+        if not log:
             return
+        pending = log.copy()
+        log.clear()
         self._folds += 1
         totals = self._totals
         counts = self._counts
@@ -538,55 +542,56 @@ class Timeline:
         steps = self._steps
         step_total = self._step_total
         window_left = self._window_steps - self._win_steps
-        events = iter(log)
-        for code, t in zip(events, events, strict=True):
-            totals[cur] += t - mark
-            mark = t
-            if code >= 0:
-                stack.append(cur)
-                cur = code
-                counts[code] += 1
-            elif code == LEAVE:
-                cur = stack.pop() if stack else _OTHER
-            elif code == GOT:  # the wait is over, the step runs
-                cur = stack.pop() if stack else _OTHER
-                in_step = True
-                step_wait = t - data_mark
-            else:
-                if in_step and code in (STEP, END):  # the step in progress ends
-                    in_step = False
-                    duration = t - step_start
-                    step_total += duration
-                    ring_step[pos] = duration
-                    ring_wait[pos] = step_wait
-                    pos = pos + 1 if pos + 1 < size else 0
-                    steps += 1
-                    window_left -= 1
-                    if not window_left:
-                        self._win_steps = self._window_steps
-                        self._close_window(t)
-                        window_left = self._window_steps
-                if code in (STEP, WAIT):
-                    if code == STEP:
-                        step_start = t
-                    data_mark = t
+        events = iter(pending)
+        try:
+            for code, t in zip(events, events, strict=True):
+                totals[cur] += t - mark
+                mark = t
+                if code >= 0:
                     stack.append(cur)
-                    cur = _DATA
-                    counts[_DATA] += 1
-                elif code == NONE:
+                    cur = code
+                    counts[code] += 1
+                elif code == LEAVE:
                     cur = stack.pop() if stack else _OTHER
-        del log[:n]
-        self._in_step = in_step
-        self._step_start = step_start
-        self._step_wait = step_wait
-        self._data_mark = data_mark
-        self._ring_pos = pos
-        self._steps = steps
-        self._step_total = step_total
-        self._win_steps = self._window_steps - window_left
-        self._cur = cur
-        self._mark = mark
-        self._folds += 1
+                elif code == GOT:  # the wait is over, the step runs
+                    cur = stack.pop() if stack else _OTHER
+                    in_step = True
+                    step_wait = t - data_mark
+                else:
+                    if in_step and code in (STEP, END):  # the step in progress ends
+                        in_step = False
+                        duration = t - step_start
+                        step_total += duration
+                        ring_step[pos] = duration
+                        ring_wait[pos] = step_wait
+                        pos = pos + 1 if pos + 1 < size else 0
+                        steps += 1
+                        window_left -= 1
+                        if not window_left:
+                            self._win_steps = self._window_steps
+                            self._close_window(t)
+                            window_left = self._window_steps
+                    if code in (STEP, WAIT):
+                        if code == STEP:
+                            step_start = t
+                        data_mark = t
+                        stack.append(cur)
+                        cur = _DATA
+                        counts[_DATA] += 1
+                    elif code == NONE:
+                        cur = stack.pop() if stack else _OTHER
+        finally:
+            self._in_step = in_step
+            self._step_start = step_start
+            self._step_wait = step_wait
+            self._data_mark = data_mark
+            self._ring_pos = pos
+            self._steps = steps
+            self._step_total = step_total
+            self._win_steps = self._window_steps - window_left
+            self._cur = cur
+            self._mark = mark
+            self._folds += 1
 
     def _close_window(self, now: int) -> None:
         busy = self._totals[_COMPUTE]  # credited up to ``now`` by the fold
@@ -734,8 +739,8 @@ class Timeline:
             stack = list(self._stack)
             events = list(self._log)
             now = self._clock()
-            if self._folds != folds:
-                continue
+            if self._folds != folds or len(self._log) != len(events):
+                continue  # folded, or an event was logged before ``now`` was read: read again
             cur, mark = _apply_phases(events, cur, mark, totals, stack)
             return PhaseProbe(now_ns=now, phase=cur, since_ns=mark, totals_ns=tuple(totals))
         return None
@@ -824,6 +829,6 @@ def _apply_phases(events: list[int], cur: int, mark: int, totals: list[int], sta
         elif code in (STEP, WAIT):
             stack.append(cur)
             cur = _DATA
-        else:  # LEAVE, GOT, NONE
+        elif code != END:  # LEAVE, GOT, NONE
             cur = stack.pop() if stack else _OTHER
     return cur, mark
