@@ -227,7 +227,10 @@ def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Ro
     """Run the measurement in ``args.processes`` fresh processes, one after the other: a ratio
     measured in one process can sit a percent or two off the others' (where the allocator put
     the tensors, which core ran it), more than pairs within a process vary. Each row is the
-    median over processes, with the lowest and highest."""
+    median over processes, with the lowest and highest.
+
+    Each worker gets this command's own arguments: the ``--processes 1 --rows-json`` appended
+    after them win, and a worker returns its rows before ``--memory`` or ``--markdown`` apply."""
     runs: list[list[Row]] = []
     for i in range(args.processes):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
@@ -261,9 +264,7 @@ def main() -> int:
         parser.error(f"--processes must be >= 1, got {args.processes}")
     tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
     if args.processes > 1:
-        argv = [a for a in sys.argv[1:] if a != "--memory"]
-        argv = [a for i, a in enumerate(argv) if a != "--processes" and (i == 0 or argv[i - 1] != "--processes")]
-        results = across_processes(args, argv)
+        results = across_processes(args, sys.argv[1:])
     else:
         results = [(row, row[3], row[3]) for row in measure(args, tmp)]
         if args.rows_json:

@@ -336,7 +336,7 @@ class Timeline:
         """Record nothing more: later events are dropped and a running ``stream`` passes its items
         through. What was recorded stays readable."""
         self._live = False
-        self._streams += 1
+        self.end_streams()
         self._set_push()
         with contextlib.suppress(Exception):  # a fold cut short leaves a consistent state
             self._fold()
