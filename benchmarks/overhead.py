@@ -5,8 +5,8 @@ Loops:
   (b) plain loop with ~5 ms steps           target <= 1.005
   (c) tiny Lightning fit                     target <= 1.02 (against Lightning without StallScope)
 
-Each pair runs the bare and the watched variant back to back (alternating which goes first);
-the ratio reported is the median over pairs. torch.profiler (and Lightning's SimpleProfiler for
+Each pair runs the bare and the watched variant back to back (alternating which goes first),
+each after a full garbage collection; the ratio reported is the median over pairs. torch.profiler (and Lightning's SimpleProfiler for
 (c)) are measured on the same loops for comparison. A watched run includes everything a user
 pays: the epoch-end diagnosis, the printed panel (to a null console) and the report write.
 
@@ -17,6 +17,7 @@ pays: the epoch-end diagnosis, the printed panel (to a null console) and the rep
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import logging
@@ -166,16 +167,26 @@ def memory_check(report_dir: str) -> tuple[float, int, float]:
     return grown, (Path(report_dir) / "report.json").stat().st_size, seconds
 
 
+def _clean(run: Callable[[], float]) -> float:
+    """``run()`` after a full garbage collection. With the ~400k objects torch and Lightning
+    leave on the heap, one full collection takes ~110 ms here (8% of a tiny Lightning fit); when
+    it falls inside a run depends on what ran before, so it would land on either side of a pair
+    at random. Collecting first starts every run from the same heap; the collections a run's own
+    allocations trigger still fall inside it."""
+    gc.collect()
+    return run()
+
+
 def pairs(bare: Callable[[], float], other: Callable[[], float], n: int) -> tuple[float, float, float]:
     """Median ratio other/bare over ``n`` interleaved pairs, with the medians of both."""
     ratios, b_times, o_times = [], [], []
-    bare()
-    other()  # warm-up
+    _clean(bare)
+    _clean(other)  # warm-up
     for i in range(n):
         if i % 2:
-            o, b = other(), bare()
+            o, b = _clean(other), _clean(bare)
         else:
-            b, o = bare(), other()
+            b, o = _clean(bare), _clean(other)
         ratios.append(o / b)
         b_times.append(b)
         o_times.append(o)

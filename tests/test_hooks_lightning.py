@@ -548,6 +548,16 @@ def test_headline_numbers_reach_the_loggers(pl: ModuleType, tmp_path: Path) -> N
     )
 
 
+def test_no_headline_numbers_without_loggers(pl: ModuleType, tmp_path: Path) -> None:
+    """``logger=False``: nothing to send the headline numbers to, so ``self.log`` (about a
+    millisecond per new key in Lightning) is not called; the report still has them."""
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2)
+    tr.fit(tiny_class(pl)(Costs()), loader(16, Costs()))
+    assert not [key for key in tr.callback_metrics if key.startswith("stallscope/")]
+    assert scope.report is not None and len(scope.report.epochs) == 2
+
+
 # -- plays well with others ---------------------------------------------------------------------
 
 
