@@ -22,11 +22,14 @@ class FakeHost:
         self.kids: dict[int, list[float | bool]] = {}
         self.mem = MemoryReading(rss=GIB, available=8 * GIB, limit=16 * GIB, stall_some_s=0.0, stall_full_s=0.0)
         self.disk: int | None = 0
+        #: calls to ``children()``, the expensive refresh
+        self.scans = 0
 
     def main_cpu(self) -> tuple[float, float]:
         return self.own, self.reaped
 
     def children(self) -> dict[int, bool]:
+        self.scans += 1
         return {pid: bool(v[1]) for pid, v in self.kids.items()}
 
     def child_cpu(self, pid: int) -> float | None:
@@ -109,6 +112,39 @@ def test_windows_split_the_run() -> None:
     assert run is not None
     assert (first.main_cpu_s, second.main_cpu_s, run.main_cpu_s) == pytest.approx((1.0, 0.5, 1.5))
     assert second.wall_s == pytest.approx(1.0)
+
+
+def test_an_epoch_end_does_not_refresh_the_descendants() -> None:
+    """The window closes on the training thread: it reads the known workers' CPU but leaves the
+    refresh (every process on the machine) to the sampler's thread, even when one is due. A worker
+    born in between is found at that refresh, with all the CPU time it used."""
+    host = FakeHost()
+    host.kids = {10: [1.0, True]}
+    rig = Rig(host)
+    scans = host.scans
+    host.kids[10][0] = 1.5
+    host.kids[11] = [0.2, True]  # born after the last refresh
+    rig.now += 5000 * MS  # a refresh is long due
+    first = rig.sampler.close_window()
+    assert host.scans == scans
+    assert first is not None and first.workers_cpu_s == pytest.approx(0.5)
+    host.kids[11][0] = 0.3
+    rig.tick(1000)
+    assert host.scans == scans + 1
+    second = rig.sampler.close_window()
+    assert second is not None and second.workers_cpu_s == pytest.approx(0.3)
+    assert second.max_children == 2
+
+
+def test_the_probe_reads_this_process_cpu_like_psutil() -> None:
+    import psutil
+
+    burn = sum(i * i for i in range(300_000))  # some CPU time to read
+    own, reaped = PsutilProbe().main_cpu()
+    t = psutil.Process().cpu_times()
+    assert burn > 0
+    assert own == pytest.approx(t.user + t.system, abs=0.05)
+    assert reaped == pytest.approx(t.children_user + t.children_system, abs=0.05)
 
 
 def test_memory_available_and_stalls() -> None:

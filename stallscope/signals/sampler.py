@@ -150,13 +150,14 @@ class PeriodicSampler(Generic[S, R]):
         except Exception as exc:
             self.disable(exc)
 
-    def sample_now(self) -> None:
+    def sample_now(self, tick: Callable[[int], None] | None = None) -> None:
         """Take one sample on the calling thread (an epoch end), waiting at most ``LOCK_TIMEOUT_S``
-        for a sample in progress on the sampler's thread."""
+        for a sample in progress on the sampler's thread. ``tick``: a cheaper sample than
+        ``_tick`` for the training thread to take (called with the lock held, like ``_tick``)."""
         if not self._enabled or not self._locked():
             return
         try:
-            self._tick(self._clock())
+            (tick or self._tick)(self._clock())
             self.ticks += 1
         except Exception as exc:
             self.disable(exc)
