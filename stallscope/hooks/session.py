@@ -132,7 +132,7 @@ class Session:
         self.report = self.build_report(complete=False)
         if stats.steps > 0:
             self.print(f"epoch {index}", epoch.summary, epoch.findings)
-        self.write()
+        self.write(durable=False)
         return epoch
 
     def finish(self, *, print_run: bool) -> Report:
@@ -210,9 +210,10 @@ class Session:
         if self._console is not None:
             print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
 
-    def write(self) -> None:
+    def write(self, *, durable: bool = True) -> None:
+        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""
         if self.report is not None and self.config.report_dir is not None:
-            write_report(self.report, self.config.report_dir / REPORT_NAME)
+            write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""
