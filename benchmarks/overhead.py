@@ -6,8 +6,9 @@ Loops:
   (c) tiny Lightning fit                     target <= 1.02 (against Lightning without StallScope)
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
-each after a full garbage collection; the ratio reported is the median over pairs. torch.profiler (and Lightning's SimpleProfiler for
-(c)) are measured on the same loops for comparison. A watched run includes everything a user
+each after a full garbage collection; the ratio reported is the median over pairs.
+torch.profiler (and Lightning's SimpleProfiler for (c)) are measured on the same loops for
+comparison. A watched run includes everything a user
 pays: the epoch-end diagnosis, the printed panel (to a null console) and the report write.
 
     .venv/bin/python benchmarks/overhead.py [--pairs 15] [--processes 1] [--only a b c] [--memory]

@@ -34,6 +34,7 @@ from stallscope.hooks import lightning as lightning_hooks
 from stallscope.hooks.lightning import attach_fetch_probe
 from stallscope.hooks.session import Session
 from stallscope.report.io import REPORT_NAME
+from stallscope.timeline.recorder import Timeline
 
 NAMESPACES = ["lightning", "pytorch_lightning"]
 
@@ -214,6 +215,9 @@ def probes_left(tr: Any) -> list[str]:
     left += ["save_checkpoint"] if "save_checkpoint" in vars(tr) else []
     for logger in tr.loggers:
         left += [f"{type(logger).__name__}.{n}" for n in lightning_hooks.LOGGER_METHODS if n in vars(logger)]
+    for callback in tr.callbacks:  # a fit's own step hooks on the scope
+        if isinstance(callback, StallScope):
+            left += [n for n in ("on_train_batch_start", "on_train_batch_end") if n in vars(callback)]
     return left
 
 
@@ -297,9 +301,22 @@ def test_fetch_probe_touch_point(pl: ModuleType, tmp_path: Path) -> None:
     events: list[str] = []
     detachers: list[Any] = []
 
+    def make(start_profiler: Any, stop_profiler: Any) -> tuple[Any, Any]:
+        def before() -> None:
+            start_profiler()
+            events.append("<")
+
+        def after() -> None:
+            try:
+                events.append(">")
+            finally:
+                stop_profiler()
+
+        return before, after
+
     class Probe(pl.Callback):  # type: ignore[misc,name-defined]
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-            detachers.append(attach_fetch_probe(trainer, lambda: events.append("<"), lambda: events.append(">")))
+            detachers.append(attach_fetch_probe(trainer, make))
 
     costs = Costs()
     tr = trainer(pl, tmp_path, [Probe()], max_epochs=2, profiler="simple")
@@ -316,7 +333,7 @@ def test_fetch_probe_names_what_moved() -> None:
         fit_loop = None
 
     with pytest.raises(RuntimeError, match=r"fit_loop\.epoch_loop\._on_before_fetch"):
-        attach_fetch_probe(NotATrainer(), lambda: None, lambda: None)
+        attach_fetch_probe(NotATrainer(), lambda start, stop: (start, stop))
 
 
 # -- exact attribution --------------------------------------------------------------------------
@@ -555,7 +572,8 @@ def test_no_headline_numbers_without_loggers(pl: ModuleType, tmp_path: Path) -> 
     tr = trainer(pl, tmp_path, [scope], max_epochs=2)
     tr.fit(tiny_class(pl)(Costs()), loader(16, Costs()))
     assert not [key for key in tr.callback_metrics if key.startswith("stallscope/")]
-    assert scope.report is not None and len(scope.report.epochs) == 2
+    assert scope.report is not None
+    assert len(scope.report.epochs) == 2
 
 
 # -- plays well with others ---------------------------------------------------------------------
@@ -676,14 +694,26 @@ def test_user_exception_propagates_unchanged_and_report_is_written(pl: ModuleTyp
     assert probes_left(tr) == []
 
 
-@pytest.mark.parametrize("where", ["fetch_begin", "batch_end", "lazy_begin", "epoch_end", "fit_start"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "_FitRun.fetch_begin",  # an epoch's first fetch
+        "Timeline.data_end",  # every fetch's end
+        "Timeline.switch",  # every on_train_batch_start
+        "Timeline.leave",  # every on_train_batch_end
+        "_FitRun.lazy_begin",
+        "_FitRun.epoch_end",
+        "_FitRun.fit_start",
+    ],
+)
 def test_internal_error_turns_the_scope_off_and_training_goes_on(
     pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
 ) -> None:
-    def broken(*args: Any) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError(f"injected in {where}")
 
-    monkeypatch.setattr(lightning_hooks._FitRun, where, broken)
+    owner, name = where.split(".")
+    monkeypatch.setattr(lightning_hooks._FitRun if owner == "_FitRun" else Timeline, name, broken)
     costs = Costs()
     scope = scope_for(tmp_path)
     csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")

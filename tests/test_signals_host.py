@@ -127,12 +127,14 @@ def test_an_epoch_end_does_not_refresh_the_descendants() -> None:
     rig.now += 5000 * MS  # a refresh is long due
     first = rig.sampler.close_window()
     assert host.scans == scans
-    assert first is not None and first.workers_cpu_s == pytest.approx(0.5)
+    assert first is not None
+    assert first.workers_cpu_s == pytest.approx(0.5)
     host.kids[11][0] = 0.3
     rig.tick(1000)
     assert host.scans == scans + 1
     second = rig.sampler.close_window()
-    assert second is not None and second.workers_cpu_s == pytest.approx(0.3)
+    assert second is not None
+    assert second.workers_cpu_s == pytest.approx(0.3)
     assert second.max_children == 2
 
 

@@ -36,8 +36,9 @@ Epochs, reports, loggers
     ``report.json`` is written and the headline numbers go to the Trainer's loggers through
     ``pl_module.log("stallscope/...")`` (a Trainer without loggers gets none). What Lightning
     does after that hook (``ModelCheckpoint``'s epoch-end save when there is no validation, the
-    epoch-end logger flush) counts in the next epoch and in the run. The final report is written at ``on_fit_end``, or at ``on_exception``.
-    Ranks other than 0 print nothing and write ``<report_dir>/rank<N>/report.json``.
+    epoch-end logger flush) counts in the next epoch and in the run. The final report is written
+    at ``on_fit_end``, or at ``on_exception``. Ranks other than 0 print nothing and write
+    ``<report_dir>/rank<N>/report.json``.
 """
 
 from __future__ import annotations
@@ -76,17 +77,24 @@ SANITY_CHECK = "sanity_check"
 _SETUP = -1
 
 
-def attach_fetch_probe(trainer: Any, before: Callable[[], object], after: Callable[[], object]) -> Callable[[], None]:
-    """The one private touch point: time the train loader's ``next()`` inside ``trainer.fit``.
+#: what ``attach_fetch_probe`` installs: given Lightning's own (start the profiler, stop it), the
+#: (before ``next()``, after ``next()``) pair to call instead
+FetchHooks = Callable[[Callable[[], None], Callable[[], None]], tuple[Callable[[], None], Callable[[], None]]]
+
+
+def attach_fetch_probe(trainer: Any, make: FetchHooks) -> Callable[[], None]:
+    """The private touch point: time the train loader's ``next()`` inside ``trainer.fit``.
 
     Lightning has no public hook around it. At the start of every epoch,
     ``_TrainingEpochLoop.on_run_start`` hands ``self._on_before_fetch`` and
     ``self._on_after_fetch`` to the data fetcher, which calls them right before and right after
     each ``next()`` on the train loader (they start and stop the profiler's
     ``[_TrainingEpochLoop].train_dataloader_next``). Instance attributes of those names on this
-    trainer's epoch loop are picked up instead: ``before`` runs after the original (the profiler
-    started), ``after`` before it (the profiler not yet stopped), so a user's profiler keeps
-    measuring the same interval around ours. Install before the epoch starts (``on_fit_start``).
+    trainer's epoch loop are picked up instead: ``make(start_profiler, stop_profiler)`` returns
+    them. Its ``before`` must call ``start_profiler()`` first and its ``after`` must call
+    ``stop_profiler()`` last, even when it fails, so a user's profiler keeps measuring the same
+    interval around ours. (One call each way, no wrapper around them: they run every step.)
+    Install before the epoch starts (``on_fit_start``).
 
     ``tests/test_hooks_lightning.py`` checks this against the installed Lightning, in both
     namespaces; it raises ``RuntimeError`` naming what moved when a release changes the layout.
@@ -100,24 +108,12 @@ def attach_fetch_probe(trainer: Any, before: Callable[[], object], after: Callab
             f"cannot time the train loader's next(): this Lightning ({version}) has no "
             f"trainer.fit_loop.epoch_loop.{names[0]}/{names[1]}; StallScope needs an update"
         )
-    start_profiler: Callable[[], None] = getattr(loop, names[0])
-    stop_profiler: Callable[[], None] = getattr(loop, names[1])
-
-    def on_before_fetch() -> None:
-        start_profiler()
-        before()
-
-    def on_after_fetch() -> None:
-        try:
-            after()
-        finally:
-            stop_profiler()
-
-    setattr(loop, names[0], on_before_fetch)
-    setattr(loop, names[1], on_after_fetch)
+    hooks = make(getattr(loop, names[0]), getattr(loop, names[1]))
+    for name, fn in zip(names, hooks, strict=True):
+        setattr(loop, name, fn)
 
     def detach() -> None:
-        for name, fn in zip(names, (on_before_fetch, on_after_fetch), strict=True):
+        for name, fn in zip(names, hooks, strict=True):
             if vars(loop).get(name) is fn:
                 delattr(loop, name)
 
@@ -205,12 +201,16 @@ class _FitRun:
         self._last_logger: object | None = None
         self._undo: list[Callable[[], None]] = []
         self._thread = threading.get_ident()
+        #: Lightning's own fetch hooks (they start and stop its profiler), set by the fetch probe
+        self._start_profiler: Callable[[], None] = _nothing
+        self._stop_profiler: Callable[[], None] = _nothing
 
     # -- wiring --------------------------------------------------------------------------
 
     def attach(self) -> None:
         """Install the probes: the fetch touch point, the loggers, ``trainer.save_checkpoint``."""
-        self._undo.append(attach_fetch_probe(self.trainer, self._on_fetch_begin, self._on_fetch_end))
+        self._undo.append(attach_fetch_probe(self.trainer, self._fetch_hooks))
+        self._undo.append(self._install_step_hooks())
         loggers = list(getattr(self.trainer, "loggers", None) or [])
         self._last_logger = loggers[-1] if loggers else None
         for logger in loggers:
@@ -262,11 +262,35 @@ class _FitRun:
         """The timeline is driven from the training thread only; calls from others pass untimed."""
         return threading.get_ident() == self._thread
 
-    # -- per step: the guard inlined, and a fast path for the usual state -----------------
-    # (every Python call between two training steps costs several times its tight-loop price,
-    # because the step's own work has just evicted it from the CPU caches)
+    # -- per step: Lightning calls these itself, with the guard inlined and a fast path for the
+    # usual state (every Python call between two training steps costs several times its
+    # tight-loop price, because the step's own work has just evicted it from the CPU caches) ----
+
+    def _fetch_hooks(
+        self, start_profiler: Callable[[], None], stop_profiler: Callable[[], None]
+    ) -> tuple[Callable[[], None], Callable[[], None]]:
+        self._start_profiler = start_profiler
+        self._stop_profiler = stop_profiler
+        return self._on_fetch_begin, self._on_fetch_end
+
+    def _install_step_hooks(self) -> Callable[[], None]:
+        """Lightning looks a callback's hooks up on the instance at every call: during this fit the
+        scope's ``on_train_batch_start``/``on_train_batch_end`` are this run's own methods, one
+        call from Lightning's dispatcher to the timeline. Returns the undo."""
+        scope = self.scope
+        hooks = {"on_train_batch_start": self.on_train_batch_start, "on_train_batch_end": self.on_train_batch_end}
+        for name, fn in hooks.items():
+            setattr(scope, name, fn)
+
+        def undo() -> None:
+            for name, fn in hooks.items():
+                if vars(scope).get(name) == fn:
+                    delattr(scope, name)
+
+        return undo
 
     def _on_fetch_begin(self) -> None:
+        self._start_profiler()
         if self.closed or not self.scope._active:
             return
         try:
@@ -280,10 +304,46 @@ class _FitRun:
             self.scope._fail(exc)
 
     def _on_fetch_end(self) -> None:
+        try:
+            if not self.closed and self.scope._active:
+                try:
+                    if self._nested_fetch or self._first_wait_ns is None:
+                        self.fetch_end()
+                    else:  # the usual case: a step's batch arrived, h2d starts
+                        self.timeline.data_end(got_item=True, then=self.h2d)
+                        self._fetched = True
+                        self._top = self.h2d
+                except Exception as exc:
+                    self.scope._fail(exc)
+        finally:
+            self._stop_profiler()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self.closed or not self.scope._active:
             return
         try:
-            self.fetch_end()
+            if self._fetched and self._top == self.h2d and self._lazy is None and not self._count_tensors:
+                self._fetched = False  # the usual case: h2d -> compute in one clock read
+                self._lazy_depth = 0
+                self._resume_setup = False
+                self.timeline.switch(self.compute)
+                self._top = self.compute
+            else:
+                self.batch_start(batch)
+        except Exception as exc:
+            self.scope._fail(exc)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.closed or not self.scope._active:
+            return
+        try:
+            if self._top == self.compute and self._lazy is None:  # the usual case
+                self._lazy_depth = 0
+                self._resume_setup = False
+                self.timeline.leave()
+                self._top = None
+            else:
+                self.batch_end()
         except Exception as exc:
             self.scope._fail(exc)
 
@@ -390,13 +450,8 @@ class _FitRun:
         self._top = self.h2d
 
     def batch_start(self, batch: Any) -> None:
-        if self._fetched and self._top == self.h2d and self._lazy is None and not self._count_tensors:
-            self._fetched = False  # the usual case: h2d -> compute in one clock read
-            self._lazy_depth = 0
-            self._resume_setup = False
-            self.timeline.switch(self.compute)
-            self._top = self.compute
-            return
+        """``on_train_batch_start`` outside its usual case (the first batch of an epoch, a step
+        without a fetch, a logging call still open)."""
         if not self._fetched:  # no fetch before this step (dataloader_iter): the step starts here
             self._set_top(None)
             self.timeline.data_begin(new_step=True)
@@ -408,12 +463,7 @@ class _FitRun:
             self.session.batch_tensors = count_tensors(batch)
 
     def batch_end(self) -> None:
-        if self._top == self.compute and self._lazy is None:  # the usual case
-            self._lazy_depth = 0
-            self._resume_setup = False
-            self.timeline.leave()
-            self._top = None
-            return
+        """``on_train_batch_end`` outside its usual case."""
         self._set_top(None)
 
     def validation_start(self) -> None:
@@ -634,23 +684,19 @@ class LightningCallbacks:
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._event("epoch_start")
 
-    # the two per-step hooks call the run directly (no _event/guard layers): they run every step
+    # the two per-step hooks: during a fit, the run's own methods of these names stand in front
+    # of these as instance attributes (``_FitRun._install_step_hooks``); these reach a run only
+    # if that failed
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         run = self._fit_run
-        if run is not None and not run.closed and self._active:
-            try:
-                run.batch_start(batch)
-            except Exception as exc:
-                self._fail(exc)
+        if run is not None:
+            run.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         run = self._fit_run
-        if run is not None and not run.closed and self._active:
-            try:
-                run.batch_end()
-            except Exception as exc:
-                self._fail(exc)
+        if run is not None:
+            run.on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._event("epoch_end", pl_module)
