@@ -565,6 +565,28 @@ def test_headline_numbers_reach_the_loggers(pl: ModuleType, tmp_path: Path) -> N
     )
 
 
+def test_a_subclass_hook_still_runs_and_the_step_is_still_timed(
+    pl: ModuleType, tmp_path: Path, clock: FakeClock
+) -> None:
+    """During a fit the per-step hooks are the run's own methods, set on the scope; a subclass
+    that overrides one keeps it, and reaches the run through ``super()``."""
+    seen: list[int] = []
+
+    class Counting(StallScope):
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            seen.append(batch_idx)
+            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    costs = Costs(clock, step=3)
+    scope = Counting(tmp_path / "scope", console=False)
+    tr = trainer(pl, tmp_path, [scope])
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert seen == [0, 1, 2, 3]
+    assert "on_train_batch_end" not in vars(scope)
+    assert scope.report is not None
+    assert scope.report.summary.phase_seconds["compute"] == pytest.approx(4 * 0.003)
+
+
 def test_no_headline_numbers_without_loggers(pl: ModuleType, tmp_path: Path) -> None:
     """``logger=False``: nothing to send the headline numbers to, so ``self.log`` (about a
     millisecond per new key in Lightning) is not called; the report still has them."""

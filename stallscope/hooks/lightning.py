@@ -276,9 +276,17 @@ class _FitRun:
     def _install_step_hooks(self) -> Callable[[], None]:
         """Lightning looks a callback's hooks up on the instance at every call: during this fit the
         scope's ``on_train_batch_start``/``on_train_batch_end`` are this run's own methods, one
-        call from Lightning's dispatcher to the timeline. Returns the undo."""
+        call from Lightning's dispatcher to the timeline. A subclass that overrides one keeps
+        its own (it reaches the run through ``super()``). Returns the undo."""
         scope = self.scope
-        hooks = {"on_train_batch_start": self.on_train_batch_start, "on_train_batch_end": self.on_train_batch_end}
+        hooks = {
+            name: fn
+            for name, fn in (
+                ("on_train_batch_start", self.on_train_batch_start),
+                ("on_train_batch_end", self.on_train_batch_end),
+            )
+            if getattr(type(scope), name, None) is getattr(LightningCallbacks, name)
+        }
         for name, fn in hooks.items():
             setattr(scope, name, fn)
 
