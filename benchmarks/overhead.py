@@ -7,12 +7,16 @@ Loops:
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
 each after a full garbage collection; the ratio reported is the median over pairs.
-torch.profiler (and Lightning's SimpleProfiler for (c)) are measured on the same loops for
-comparison. A watched run includes everything a user
-pays: the epoch-end diagnosis, the printed panel (to a null console) and the report write.
+torch.profiler (and for (c) Lightning's SimpleProfiler and an empty callback) are measured on
+the same loops for comparison. A watched run includes everything a user pays: the epoch-end
+diagnosis, the printed panel (to a null console) and the report write.
 
     .venv/bin/python benchmarks/overhead.py [--pairs 15] [--processes 1] [--only a b c] [--memory]
-                                            [--no-profiler] [--markdown FILE]
+                                            [--no-profiler] [--comparisons-everywhere]
+                                            [--markdown FILE]
+
+A ratio differs more between processes than between pairs in one process: the README's table
+comes from many processes with a few pairs each (``--processes 9 --pairs 3``).
 """
 
 from __future__ import annotations
@@ -227,19 +231,22 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
                 print(f"(c) skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
             rows.append((key, "tiny Lightning fit", "StallScope", ratio, b / steps, TARGETS[key]))
-            ratio, b, _ = pairs(fit("bare"), fit("empty"), max(3, args.pairs // 3))
-            rows.append((key, "tiny Lightning fit", "an empty pl.Callback()", ratio, b / steps, None))
             if not args.no_profiler:
+                ratio, b, _ = pairs(fit("bare"), fit("empty"), max(3, args.pairs // 3))
+                rows.append((key, "tiny Lightning fit", "an empty pl.Callback()", ratio, b / steps, None))
                 ratio, b, _ = pairs(fit("bare"), fit("simple"), max(3, args.pairs // 3))
                 rows.append((key, "tiny Lightning fit", "SimpleProfiler", ratio, b / steps, None))
     return rows
 
 
 def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float, float]]:
-    """Run the measurement in ``args.processes`` fresh processes, one after the other: a ratio
-    measured in one process can sit a percent or two off the others' (where the allocator put
-    the tensors, which core ran it), more than pairs within a process vary. Each row is the
-    median over processes, with the lowest and highest.
+    """Run the measurement in ``args.processes`` fresh processes, one after the other. A ratio
+    measured in one process can sit several percent off another's (where the allocator put the
+    tensors and StallScope's objects, which core ran it), far more than pairs within a process
+    vary: many processes with a few pairs each resolve a ratio better than one with many pairs.
+    Each StallScope row is the median over processes, with the lowest and highest. The
+    comparison rows (torch.profiler, SimpleProfiler, an empty callback) come from the first
+    process only, unless ``--comparisons-everywhere``.
 
     Each worker gets this command's own arguments: the ``--processes 1 --rows-json`` appended
     after them win, and a worker returns its rows before ``--memory`` or ``--markdown`` apply."""
@@ -247,14 +254,20 @@ def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Ro
     for i in range(args.processes):
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             command = [sys.executable, __file__, *argv, "--processes", "1", "--rows-json", out.name]
+            if i > 0 and not args.comparisons_everywhere:
+                command.append("--no-profiler")
             print(f"process {i + 1}/{args.processes} ...", file=sys.stderr, flush=True)
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             runs.append([tuple(row) for row in json.loads(Path(out.name).read_text(encoding="utf-8"))])
+    by_row: dict[tuple[str, str], list[Row]] = {}
+    for rows in runs:
+        for row in rows:
+            by_row.setdefault((row[0], row[2]), []).append(row)
     combined = []
-    for rows in zip(*runs, strict=True):
-        ratios = [row[3] for row in rows]
-        first = rows[0]
-        step = statistics.median(row[4] for row in rows)
+    for same in by_row.values():
+        ratios = [row[3] for row in same]
+        first = same[0]
+        step = statistics.median(row[4] for row in same)
         row = (first[0], first[1], first[2], statistics.median(ratios), step, first[5])
         combined.append((row, min(ratios), max(ratios)))
     return combined
@@ -265,7 +278,16 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=15, help="bare/watched pairs per loop and process")
     parser.add_argument("--processes", type=int, default=1, help="repeat in this many fresh processes (median)")
     parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="loops to run (default: all)")
-    parser.add_argument("--no-profiler", action="store_true", help="skip the torch.profiler / SimpleProfiler rows")
+    parser.add_argument(
+        "--no-profiler",
+        action="store_true",
+        help="skip the comparison rows (torch.profiler, SimpleProfiler, an empty callback)",
+    )
+    parser.add_argument(
+        "--comparisons-everywhere",
+        action="store_true",
+        help="with --processes: measure the comparison rows in every process, not only the first",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--memory", action="store_true", help=f"also run the {MEMORY_STEPS:,}-step memory check")
     parser.add_argument("--rows-json", type=Path, help=argparse.SUPPRESS)  # a worker process's output
