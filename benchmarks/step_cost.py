@@ -1,0 +1,235 @@
+"""What StallScope costs per step of a plain loop, in microseconds, measured around real steps.
+
+``overhead.py`` times whole runs, bare against watched. On a shared 2-core VM a whole run can
+take 40% longer when a neighbour is busy, so its ratios move by several percent between runs and
+between processes; a 1% difference needs hundreds of pairs there. This script resolves the
+per-step cost instead: one long loop over tiny torch steps (loop (a) of ``overhead.py``), cut
+into chunks of ``--chunk`` steps; each round runs one chunk of every variant, in random order,
+and the cost of a variant is the median over rounds of (its chunk - the bare chunk) / chunk.
+A noisy moment falls on one chunk, not on a whole variant.
+
+Variants (every watched chunk reads its items from one long ``scope.iter``, so no epoch ends
+inside the measurement; the fold of the event log happens inside the chunks, as in a real run):
+  bare      the loop alone
+  clock2    a bare generator that reads the clock around each ``next()``: the floor of any
+            Python-level timing of the data wait
+  iter      ``for batch in scope.iter(loader)``
+  phase     ``scope.iter`` plus ``with scope.phase("compute")`` around the step: loop (a)
+
+Then, separately, what a run pays once: start-up, epoch end and finish of a scope over a short
+loop (median of ``--runs``), and the CPU time the host sampler's thread takes per second of a
+watched run. ``--steps`` sets the run length used to turn those into a share; the estimate
+printed for loop (a) is 1 + (per-step cost + fixed cost / steps) / bare step + sampler share.
+
+    .venv/bin/python benchmarks/step_cost.py [--rounds 80] [--chunk 1000] [--runs 15] [--steps 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import itertools
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from torch import nn  # noqa: E402
+
+from stallscope import StallScope  # noqa: E402
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class TinyStep:
+    """Loop (a)'s step: a 32-32-1 MLP on a batch of 8, SGD."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.loss_fn = nn.MSELoss()
+        self.batch: Batch = (torch.randn(8, 32), torch.randn(8, 1))
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(x), y).backward()
+        self.opt.step()
+
+
+def _clock2(it: Iterator[Batch], sink: list[int]) -> Iterator[Batch]:
+    clock = time.perf_counter_ns
+    for item in it:
+        sink.append(clock())
+        yield item
+        sink.append(clock())
+        if len(sink) > 4096:
+            sink.clear()
+
+
+def per_step(rounds: int, chunk: int) -> dict[str, list[float]]:
+    """Microseconds per step: the bare step (``bare``) and each variant's cost over it, one
+    value per round."""
+    step = TinyStep()
+    forever = itertools.repeat(step.batch)
+    sink: list[int] = []
+    tmp = tempfile.mkdtemp(prefix="stallscope-step-cost-")
+    with StallScope(tmp, console=False) as scope:
+        # one stream for both watched variants: a second scope.iter would end the first's pass
+        stream = iter(scope.iter(forever))
+        timed = _clock2(forever, sink)
+        compute = scope.phase("compute")
+
+        def run(items: Iterator[Batch], phase: bool) -> Callable[[], None]:
+            def chunk_of_steps() -> None:
+                if phase:
+                    for x, y in itertools.islice(items, chunk):
+                        with compute:
+                            step(x, y)
+                else:
+                    for x, y in itertools.islice(items, chunk):
+                        step(x, y)
+
+            return chunk_of_steps
+
+        variants = {
+            "bare": run(forever, False),
+            "clock2": run(timed, False),
+            "iter": run(stream, False),
+            "phase": run(stream, True),
+        }
+        for fn in variants.values():
+            fn()  # warm-up
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
+        rng = random.Random(0)
+        gc.collect()
+        for _ in range(rounds):
+            rng.shuffle(names)
+            for name in names:
+                t0 = time.perf_counter_ns()
+                variants[name]()
+                times[name].append((time.perf_counter_ns() - t0) / chunk / 1e3)
+    base = times["bare"]
+    out = {"bare": base}
+    for name, values in times.items():
+        if name != "bare":
+            out[name] = [v - b for v, b in zip(values, base, strict=True)]
+    return out
+
+
+def fixed_ms(runs: int) -> tuple[float, float]:
+    """(median ms, lowest ms) a scope costs beyond its steps: start-up, one epoch end, finish,
+    over a 20-step loop of no-op steps (measured against the same loop bare)."""
+    items = list(range(20))
+    tmp = tempfile.mkdtemp(prefix="stallscope-fixed-")
+    costs = []
+    for _ in range(runs + 1):
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        for _ in items:
+            pass
+        bare = time.perf_counter_ns() - t0
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        with StallScope(tmp, console=Console(file=io.StringIO(), width=100)) as scope:
+            for _ in scope.iter(items):
+                with scope.phase("compute"):
+                    pass
+        costs.append((time.perf_counter_ns() - t0 - bare) / 1e6)
+    costs = costs[1:]  # the first pays imports and first-use costs
+    return statistics.median(costs), min(costs)
+
+
+def sampler_share(seconds: float) -> float:
+    """CPU time the host sampler's thread takes per wall second of a watched run (a core's
+    share), from that thread's own CPU clock around its set-up and each of its samples. (On a
+    GPU machine the NVML sampler's thread adds its own; there is none here.)"""
+    from stallscope.signals.host_sampler import HostSampler
+
+    used = [0]
+    main = threading.get_ident()
+
+    def timed(fn: Callable[..., None]) -> Callable[..., None]:
+        def wrapper(*args: object, **kwargs: object) -> None:
+            if threading.get_ident() == main:  # the epoch-end sample is the training thread's
+                fn(*args, **kwargs)
+                return
+            t0 = time.thread_time_ns()
+            try:
+                fn(*args, **kwargs)
+            finally:
+                used[0] += time.thread_time_ns() - t0
+
+        return wrapper
+
+    original = HostSampler._setup, HostSampler.sample_once
+    HostSampler._setup = timed(HostSampler._setup)  # type: ignore[method-assign]
+    HostSampler.sample_once = timed(HostSampler.sample_once)  # type: ignore[method-assign]
+    try:
+        step = TinyStep()
+        x, y = step.batch
+        tmp = tempfile.mkdtemp(prefix="stallscope-sampler-")
+        t0 = time.perf_counter()
+        with StallScope(tmp, console=False) as scope:
+            for _ in scope.iter(itertools.repeat(None)):
+                step(x, y)
+                if time.perf_counter() - t0 >= seconds:
+                    break
+        wall = time.perf_counter() - t0
+    finally:
+        HostSampler._setup, HostSampler.sample_once = original  # type: ignore[method-assign]
+    return used[0] / 1e9 / wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=80, help="chunks of each variant")
+    parser.add_argument("--chunk", type=int, default=1000, help="steps per chunk")
+    parser.add_argument("--runs", type=int, default=15, help="short scopes for the fixed cost")
+    parser.add_argument("--steps", type=int, default=20_000, help="run length for the estimate (overhead.py's (a))")
+    parser.add_argument("--sampler-seconds", type=float, default=10.0, help="length of the sampler CPU run")
+    args = parser.parse_args()
+    for name in ("rounds", "chunk", "runs", "steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if args.sampler_seconds <= 0:
+        parser.error("--sampler-seconds must be > 0")
+    torch.set_num_threads(1)
+    print(f"per step: {args.rounds} rounds of {args.chunk}-step chunks ...", file=sys.stderr, flush=True)
+    costs = per_step(args.rounds, args.chunk)
+    bare_us = statistics.median(costs["bare"])
+    print(f"bare step: {bare_us:.1f} us (median of chunks)")
+    print("| variant | us per step over bare (median) | middle half of rounds |")
+    print("|---|---|---|")
+    for name in ("clock2", "iter", "phase"):
+        q = statistics.quantiles(costs[name], n=4)
+        print(f"| {name} | {statistics.median(costs[name]):.2f} | {q[0]:.2f} to {q[2]:.2f} |")
+    print(f"fixed cost per run: {args.runs} short scopes ...", file=sys.stderr, flush=True)
+    median_ms, low_ms = fixed_ms(args.runs)
+    print(f"fixed cost per run (start-up, epoch end, finish): {median_ms:.1f} ms (lowest {low_ms:.1f})")
+    print(f"sampler threads: {args.sampler_seconds:.0f} s watched run ...", file=sys.stderr, flush=True)
+    share = sampler_share(args.sampler_seconds)
+    print(f"host sampler thread: {share * 100:.3f}% of a core")
+    per = statistics.median(costs["phase"])
+    run_us = args.steps * bare_us
+    estimate = 1 + per / bare_us + median_ms * 1e3 / run_us + share
+    print(
+        f"estimate for loop (a), {args.steps:,} steps: 1 + {per:.2f}/{bare_us:.1f} (per step) "
+        f"+ {median_ms:.1f} ms / {run_us / 1e6:.2f} s (fixed) + {share:.4f} (threads) = {estimate:.3f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
