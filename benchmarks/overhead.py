@@ -15,8 +15,10 @@ diagnosis, the printed panel (to a null console) and the report write.
                                             [--no-profiler] [--comparisons-everywhere]
                                             [--markdown FILE]
 
-A ratio differs more between processes than between pairs in one process: the README's table
-comes from many processes with a few pairs each (``--processes 9 --pairs 3``).
+A ratio can differ more between processes than between pairs in one process, hence
+``--processes``. On a shared VM a neighbour's burst slows a whole run by up to 40%, so whole-run
+ratios move by several percent; ``step_cost.py`` resolves the per-step cost of loop (a) to
+about half a microsecond instead.
 """
 
 from __future__ import annotations
