@@ -583,8 +583,32 @@ def test_a_subclass_hook_still_runs_and_the_step_is_still_timed(
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     assert seen == [0, 1, 2, 3]
     assert "on_train_batch_end" not in vars(scope)
+    assert probes_left(tr) == []
     assert scope.report is not None
     assert scope.report.summary.phase_seconds["compute"] == pytest.approx(4 * 0.003)
+
+
+def test_a_hook_set_on_the_instance_is_kept(pl: ModuleType, tmp_path: Path) -> None:
+    seen: list[int] = []
+    scope = scope_for(tmp_path)
+    scope.on_train_batch_end = lambda trainer, pl_module, outputs, batch, batch_idx: seen.append(batch_idx)
+    tr = trainer(pl, tmp_path, [scope])
+    tr.fit(tiny_class(pl)(Costs()), loader(16, Costs()))
+    assert seen == [0, 1, 2, 3]
+    assert "on_train_batch_end" in vars(scope)  # still the user's
+    assert "on_train_batch_start" not in vars(scope)
+
+
+def test_a_monitor_on_a_headline_number_works_without_loggers(pl: ModuleType, tmp_path: Path) -> None:
+    """No logger, but EarlyStopping watches ``stallscope/steps_per_s``: the numbers are logged
+    (the monitor reads ``callback_metrics``), so the fit runs instead of failing on a missing
+    metric."""
+    scope = scope_for(tmp_path)
+    stop = pl.callbacks.EarlyStopping(monitor="stallscope/steps_per_s", mode="max", patience=5)
+    tr = trainer(pl, tmp_path, [scope, stop], max_epochs=2)
+    tr.fit(tiny_class(pl)(Costs()), loader(16, Costs()))
+    assert tr.current_epoch == 2
+    assert float(tr.callback_metrics["stallscope/steps_per_s"]) > 0
 
 
 def test_no_headline_numbers_without_loggers(pl: ModuleType, tmp_path: Path) -> None:
@@ -717,32 +741,49 @@ def test_user_exception_propagates_unchanged_and_report_is_written(pl: ModuleTyp
 
 
 @pytest.mark.parametrize(
-    "where",
+    ("where", "caller"),
     [
-        "_FitRun.fetch_begin",  # an epoch's first fetch
-        "Timeline.data_end",  # every fetch's end
-        "Timeline.switch",  # every on_train_batch_start
-        "Timeline.leave",  # every on_train_batch_end
-        "_FitRun.lazy_begin",
-        "_FitRun.epoch_end",
-        "_FitRun.fit_start",
+        ("_FitRun.fetch_begin", None),  # an epoch's first fetch
+        # the per-step fast paths: the timeline call fails only when they make it
+        ("Timeline.data_end", "_on_fetch_end"),
+        ("Timeline.switch", "on_train_batch_start"),
+        ("Timeline.leave", "on_train_batch_end"),
+        ("Timeline.data_begin", "_on_fetch_begin"),
+        ("_FitRun.lazy_begin", None),
+        ("_FitRun.epoch_end", None),
+        ("_FitRun.fit_start", None),
     ],
 )
 def test_internal_error_turns_the_scope_off_and_training_goes_on(
-    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+    pl: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    caller: str | None,
 ) -> None:
-    def broken(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(f"injected in {where}")
-
     owner, name = where.split(".")
-    monkeypatch.setattr(lightning_hooks._FitRun if owner == "_FitRun" else Timeline, name, broken)
+    target = lightning_hooks._FitRun if owner == "_FitRun" else Timeline
+    original = getattr(target, name)
+    failed = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        if caller is None or sys._getframe(1).f_code.co_name == caller:
+            failed.append(caller)
+            raise RuntimeError(f"injected in {where}")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, broken)
     costs = Costs()
     scope = scope_for(tmp_path)
     csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")
-    tr = trainer(pl, tmp_path, [scope], max_epochs=2, logger=csv_logger, log_every_n_steps=1)
+    # SimpleProfiler raises on a stop without its start: the fetch hooks must keep them paired
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2, logger=csv_logger, log_every_n_steps=1, profiler="simple")
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert failed == [caller]  # it failed once, where meant to, and the scope was off after
     assert tr.global_step == 8
     assert costs.counts["step"] == 8
+    assert len(tr.profiler.recorded_durations[FETCH_NEXT]) == 8  # each batch's next(), timed as before
     assert not scope.enabled
     assert "turned itself off" in capsys.readouterr().err
     data = on_disk(tmp_path)

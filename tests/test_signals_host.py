@@ -138,15 +138,38 @@ def test_an_epoch_end_does_not_refresh_the_descendants() -> None:
     assert second.max_children == 2
 
 
+def test_a_worker_missed_by_the_epoch_ends_reaches_the_run_when_the_sampler_stops() -> None:
+    """A run shorter than the listing interval: the last window closed without listing, and the
+    sampler's final sample lists the descendants, so the worker's CPU is in the run's totals."""
+    host = FakeHost()
+    rig = Rig(host)
+    rig.tick(1000)  # listed: nothing yet
+    host.kids[12] = [0.4, True]  # born after that
+    rig.now += 300 * MS
+    assert rig.sampler.close_window() is not None
+    rig.now += 10 * MS
+    rig.sampler.stop()
+    run = rig.sampler.run_summary()
+    assert run is not None
+    assert run.workers_cpu_s == pytest.approx(0.4)
+    assert run.max_children == 1
+
+
 def test_the_probe_reads_this_process_cpu_like_psutil() -> None:
+    import subprocess
+    import sys
+
     import psutil
 
     burn = sum(i * i for i in range(300_000))  # some CPU time to read
+    # and a reaped child's: it reaches this process's children totals
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
     own, reaped = PsutilProbe().main_cpu()
     t = psutil.Process().cpu_times()
     assert burn > 0
     assert own == pytest.approx(t.user + t.system, abs=0.05)
     assert reaped == pytest.approx(t.children_user + t.children_system, abs=0.05)
+    assert reaped > 0.05
 
 
 def test_memory_available_and_stalls() -> None:

@@ -34,7 +34,8 @@ Epochs, reports, loggers
     Each ``fit`` is one run. A train epoch ends at StallScope's ``on_train_epoch_end``: the
     diagnosis is printed (through the progress bar's ``print``, which keeps bars intact),
     ``report.json`` is written and the headline numbers go to the Trainer's loggers through
-    ``pl_module.log("stallscope/...")`` (a Trainer without loggers gets none). What Lightning
+    ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
+    monitors them). What Lightning
     does after that hook (``ModelCheckpoint``'s epoch-end save when there is no validation, the
     epoch-end logger flush) counts in the next epoch and in the run. The final report is written
     at ``on_fit_end``, or at ``on_exception``. Ranks other than 0 print nothing and write
@@ -277,7 +278,8 @@ class _FitRun:
         """Lightning looks a callback's hooks up on the instance at every call: during this fit the
         scope's ``on_train_batch_start``/``on_train_batch_end`` are this run's own methods, one
         call from Lightning's dispatcher to the timeline. A subclass that overrides one keeps
-        its own (it reaches the run through ``super()``). Returns the undo."""
+        its own (it reaches the run through ``super()``), and so does a hook already set on the
+        instance. Returns the undo."""
         scope = self.scope
         hooks = {
             name: fn
@@ -285,7 +287,7 @@ class _FitRun:
                 ("on_train_batch_start", self.on_train_batch_start),
                 ("on_train_batch_end", self.on_train_batch_end),
             )
-            if getattr(type(scope), name, None) is getattr(LightningCallbacks, name)
+            if getattr(type(scope), name, None) is getattr(LightningCallbacks, name) and name not in vars(scope)
         }
         for name, fn in hooks.items():
             setattr(scope, name, fn)
@@ -518,16 +520,27 @@ class _FitRun:
         self.timeline.note_boundary(boundary)
         epoch = self.session.end_epoch()
         self.flush_console(during_training=True)
-        if epoch is not None and pl_module is not None and getattr(self.trainer, "loggers", None):
+        if epoch is not None and pl_module is not None and self._headline_wanted():
             self.log_headline(pl_module, epoch)
+
+    def _headline_wanted(self) -> bool:
+        """The Trainer has a logger, or a callback monitors a ``stallscope/`` number (an
+        ``EarlyStopping`` or ``ModelCheckpoint`` reads it from ``callback_metrics``)."""
+        if getattr(self.trainer, "loggers", None):
+            return True
+        for callback in getattr(self.trainer, "callbacks", None) or []:
+            monitor = getattr(callback, "monitor", None)
+            if isinstance(monitor, str) and monitor.startswith("stallscope/"):
+                return True
+        return False
 
     def log_headline(self, pl_module: Any, epoch: EpochReport) -> None:
         """Log the epoch's headline numbers through ``pl_module.log``: Lightning hands them to every
         logger of the Trainer at the epoch's end (and to ``callback_metrics``, for monitors).
 
-        Only when the Trainer has a logger (SPEC: "to the Trainer's loggers"): the first
-        ``self.log`` of each new key costs Lightning about a millisecond, 11 ms an epoch here, which
-        a Trainer without loggers would pay for nothing."""
+        Only when the Trainer has a logger (SPEC: "to the Trainer's loggers") or a callback
+        monitors one of them: the first ``self.log`` of each new key costs Lightning about a
+        millisecond, 11 ms an epoch here, which a Trainer without either would pay for nothing."""
         summary = epoch.summary
         values = {
             "gpu_idle_fraction": summary.gpu_idle_fraction,
@@ -692,9 +705,9 @@ class LightningCallbacks:
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._event("epoch_start")
 
-    # the two per-step hooks: during a fit, the run's own methods of these names stand in front
-    # of these as instance attributes (``_FitRun._install_step_hooks``); these reach a run only
-    # if that failed
+    # the two per-step hooks: during a fit, the run's own methods of these names usually stand
+    # in front of these as instance attributes (``_FitRun._install_step_hooks``); these are the
+    # path when a subclass overrides one (through ``super()``) or a hook was set on the instance
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         run = self._fit_run

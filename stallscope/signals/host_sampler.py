@@ -206,7 +206,8 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
 
     def _tick(self, now_ns: int, *, scan: bool = True) -> None:
         """One sample. Without ``scan`` the list of descendants is not refreshed, even when due: a
-        child born since the last refresh is found at the next one, with all its CPU time."""
+        child born since the last refresh is found at the next one (at the latest when the
+        sampler stops), with all its CPU time."""
         probe = self._probe
         if probe is None or self._win is None or self._all is None or self._last_main is None or self._last_ns is None:
             return  # not primed yet (the thread is still setting up)
@@ -287,6 +288,12 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
 
     def _close_tick(self, now_ns: int) -> None:
         self._tick(now_ns, scan=False)
+
+    def _finish(self) -> None:
+        # a last sample with the descendants listed, so that workers born since the last listing
+        # (a run shorter than the listing interval) reach the run's totals
+        self._next_scan = None
+        self.sample_now()
 
     def _swap_window(self) -> _Tally | None:
         window = self._win
@@ -430,7 +437,8 @@ class PsutilProbe:
         self._gone: tuple[type[BaseException], ...] = (psutil.NoSuchProcess, psutil.AccessDenied)
 
     def main_cpu(self) -> tuple[float, float]:
-        # for this process, os.times() gives the same figures in one system call, no /proc parsing
+        # for this process, os.times() reads the same counters in one system call, no /proc
+        # parsing (Linux: times(2) and /proc/<pid>/stat; elsewhere psutil may lack children's)
         t = os.times() if self._main_pid == os.getpid() else self._main.cpu_times()
         return t.user + t.system, t.children_user + t.children_system
 
