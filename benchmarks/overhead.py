@@ -241,7 +241,7 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
     return rows
 
 
-def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float, float]]:
+def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float | None, float | None]]:
     """Run the measurement in ``args.processes`` fresh processes, one after the other. A ratio
     measured in one process can sit several percent off another's (where the allocator put the
     tensors and StallScope's objects, which core ran it), far more than pairs within a process
@@ -265,13 +265,16 @@ def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Ro
     for rows in runs:
         for row in rows:
             by_row.setdefault((row[0], row[2]), []).append(row)
-    combined = []
+    combined: list[tuple[Row, float | None, float | None]] = []
     for same in by_row.values():
         ratios = [row[3] for row in same]
         first = same[0]
         step = statistics.median(row[4] for row in same)
         row = (first[0], first[1], first[2], statistics.median(ratios), step, first[5])
-        combined.append((row, min(ratios), max(ratios)))
+        if len(ratios) > 1:
+            combined.append((row, min(ratios), max(ratios)))
+        else:  # measured in one process only: no spread to show
+            combined.append((row, None, None))
     return combined
 
 
@@ -299,6 +302,7 @@ def main() -> int:
     if args.processes < 1:
         parser.error(f"--processes must be >= 1, got {args.processes}")
     tmp = tempfile.mkdtemp(prefix="stallscope-overhead-")
+    results: list[tuple[Row, float | None, float | None]]
     if args.processes > 1:
         results = across_processes(args, sys.argv[1:])
     else:
@@ -319,7 +323,7 @@ def main() -> int:
         verdict = "-" if target is None else f"<= {target} {'met' if ratio <= target else 'MISSED'}"
         cells = [f"({key}) {label}", f"{step_s * 1e6:.0f} us", tool, f"{ratio:.3f}"]
         if spread:
-            cells.append(f"{low:.3f} - {high:.3f}")
+            cells.append("-" if low is None or high is None else f"{low:.3f} - {high:.3f}")
         lines.append("| " + " | ".join([*cells, verdict]) + " |")
     table = "\n".join(lines)
     print(table)

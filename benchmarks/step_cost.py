@@ -3,10 +3,10 @@
 ``overhead.py`` times whole runs, bare against watched. On a shared 2-core VM a whole run can
 take 40% longer when a neighbour is busy, so its ratios move by several percent between runs and
 between processes; a 1% difference needs hundreds of pairs there. This script resolves the
-per-step cost instead: one long loop over tiny torch steps (loop (a) of ``overhead.py``), cut
-into chunks of ``--chunk`` steps; each round runs one chunk of every variant, in random order,
-and the cost of a variant is the median over rounds of (its chunk - the bare chunk) / chunk.
-A noisy moment falls on one chunk, not on a whole variant.
+per-step cost instead: one long loop (a) of ``overhead.py`` (the same model, batches and loss
+read every 50 steps), cut into chunks of ``--chunk`` steps. Each round runs one chunk of every
+variant, in random order, and the cost of a variant is the median over rounds of (its chunk -
+the bare chunk) / chunk. A noisy moment falls on one chunk, not on a whole variant.
 
 Variants (every watched chunk reads its items from one long ``scope.iter``, so no epoch ends
 inside the measurement; the fold of the event log happens inside the chunks, as in a real run):
@@ -14,7 +14,8 @@ inside the measurement; the fold of the event log happens inside the chunks, as 
   clock2    a bare generator that reads the clock around each ``next()``: the floor of any
             Python-level timing of the data wait
   iter      ``for batch in scope.iter(loader)``
-  phase     ``scope.iter`` plus ``with scope.phase("compute")`` around the step: loop (a)
+  phase     ``scope.iter`` plus ``with scope.phase("compute")`` around the step and
+            ``scope.phase("logging")`` around the loss read: loop (a) watched
 
 Then, separately, what a run pays once: start-up, epoch end and finish of a scope over a short
 loop (median of ``--runs``), and the CPU time the host sampler's thread takes per second of a
@@ -34,7 +35,6 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,20 +51,23 @@ from stallscope import StallScope  # noqa: E402
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
-class TinyStep:
-    """Loop (a)'s step: a 32-32-1 MLP on a batch of 8, SGD."""
+class LoopA:
+    """Loop (a) of ``overhead.py``: a 32-32-1 MLP, SGD, over 20,000 distinct batches of 8 (cycled
+    here), reading the loss every 50 steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, batches: int = 20_000) -> None:
         torch.manual_seed(0)
         self.model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.loss_fn = nn.MSELoss()
-        self.batch: Batch = (torch.randn(8, 32), torch.randn(8, 1))
+        self.batches: list[Batch] = [(torch.randn(8, 32), torch.randn(8, 1)) for _ in range(batches)]
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
-        self.loss_fn(self.model(x), y).backward()
+        loss: torch.Tensor = self.loss_fn(self.model(x), y)
+        loss.backward()
         self.opt.step()
+        return loss
 
 
 def _clock2(it: Iterator[Batch], sink: list[int]) -> Iterator[Batch]:
@@ -80,30 +83,36 @@ def _clock2(it: Iterator[Batch], sink: list[int]) -> Iterator[Batch]:
 def per_step(rounds: int, chunk: int) -> dict[str, list[float]]:
     """Microseconds per step: the bare step (``bare``) and each variant's cost over it, one
     value per round."""
-    step = TinyStep()
-    forever = itertools.repeat(step.batch)
+    step = LoopA()
     sink: list[int] = []
     tmp = tempfile.mkdtemp(prefix="stallscope-step-cost-")
     with StallScope(tmp, console=False) as scope:
         # one stream for both watched variants: a second scope.iter would end the first's pass
-        stream = iter(scope.iter(forever))
-        timed = _clock2(forever, sink)
+        stream = iter(scope.iter(itertools.cycle(step.batches)))
+        plain = itertools.cycle(step.batches)
+        timed = _clock2(itertools.cycle(step.batches), sink)
         compute = scope.phase("compute")
+        logging = scope.phase("logging")
 
-        def run(items: Iterator[Batch], phase: bool) -> Callable[[], None]:
+        def run(items: Iterator[Batch], phases: bool) -> Callable[[], None]:
             def chunk_of_steps() -> None:
-                if phase:
-                    for x, y in itertools.islice(items, chunk):
+                if phases:  # loop (a) watched
+                    for i, (x, y) in enumerate(itertools.islice(items, chunk)):
                         with compute:
-                            step(x, y)
+                            loss = step(x, y)
+                        if i % 50 == 0:
+                            with logging:
+                                loss.item()
                 else:
-                    for x, y in itertools.islice(items, chunk):
-                        step(x, y)
+                    for i, (x, y) in enumerate(itertools.islice(items, chunk)):
+                        loss = step(x, y)
+                        if i % 50 == 0:
+                            loss.item()
 
             return chunk_of_steps
 
         variants = {
-            "bare": run(forever, False),
+            "bare": run(plain, False),
             "clock2": run(timed, False),
             "iter": run(stream, False),
             "phase": run(stream, True),
@@ -154,18 +163,15 @@ def fixed_ms(runs: int) -> tuple[float, float]:
 def sampler_share(seconds: float) -> float:
     """CPU time the host sampler's thread takes per wall second of a watched run (a core's
     share), from that thread's own CPU clock around its set-up and each of its samples. (On a
-    GPU machine the NVML sampler's thread adds its own; there is none here.)"""
+    GPU machine the NVML sampler's thread adds its own; there is none here.) The set-up is also
+    in ``fixed_ms``, where the short loop ends before it does: counted twice, on the safe side."""
     from stallscope.signals.host_sampler import HostSampler
 
     used = [0]
-    main = threading.get_ident()
 
     def timed(fn: Callable[..., None]) -> Callable[..., None]:
         def wrapper(*args: object, **kwargs: object) -> None:
-            if threading.get_ident() == main:  # the epoch-end sample is the training thread's
-                fn(*args, **kwargs)
-                return
-            t0 = time.thread_time_ns()
+            t0 = time.thread_time_ns()  # these run on the sampler's own thread
             try:
                 fn(*args, **kwargs)
             finally:
@@ -177,8 +183,8 @@ def sampler_share(seconds: float) -> float:
     HostSampler._setup = timed(HostSampler._setup)  # type: ignore[method-assign]
     HostSampler.sample_once = timed(HostSampler.sample_once)  # type: ignore[method-assign]
     try:
-        step = TinyStep()
-        x, y = step.batch
+        step = LoopA(batches=1)
+        x, y = step.batches[0]
         tmp = tempfile.mkdtemp(prefix="stallscope-sampler-")
         t0 = time.perf_counter()
         with StallScope(tmp, console=False) as scope:
@@ -200,9 +206,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20_000, help="run length for the estimate (overhead.py's (a))")
     parser.add_argument("--sampler-seconds", type=float, default=10.0, help="length of the sampler CPU run")
     args = parser.parse_args()
-    for name in ("rounds", "chunk", "runs", "steps"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1")
+    for name, least in (("rounds", 2), ("chunk", 1), ("runs", 1), ("steps", 1)):
+        if getattr(args, name) < least:
+            parser.error(f"--{name} must be >= {least}")
     if args.sampler_seconds <= 0:
         parser.error("--sampler-seconds must be > 0")
     torch.set_num_threads(1)
