@@ -35,11 +35,10 @@ Epochs, reports, loggers
     diagnosis is printed (through the progress bar's ``print``, which keeps bars intact),
     ``report.json`` is written and the headline numbers go to the Trainer's loggers through
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
-    monitors them). What Lightning
-    does after that hook (``ModelCheckpoint``'s epoch-end save when there is no validation, the
-    epoch-end logger flush) counts in the next epoch and in the run. The final report is written
-    at ``on_fit_end``, or at ``on_exception``. Ranks other than 0 print nothing and write
-    ``<report_dir>/rank<N>/report.json``.
+    monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
+    when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
+    run. The final report is written at ``on_fit_end``, or at ``on_exception``. Ranks other than
+    0 print nothing and write ``<report_dir>/rank<N>/report.json``.
 """
 
 from __future__ import annotations
@@ -140,6 +139,11 @@ def _nothing() -> None:
     return None
 
 
+def _replacement(fn: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """For ``_wrap_method``: ``fn`` in place of the original, which it does not call."""
+    return fn
+
+
 def _first_loader(loaders: object) -> object | None:
     """The first DataLoader-like object in what ``trainer.train_dataloader`` returns."""
     if loaders is None or isinstance(getattr(loaders, "num_workers", None), int):
@@ -211,7 +215,7 @@ class _FitRun:
     def attach(self) -> None:
         """Install the probes: the fetch touch point, the loggers, ``trainer.save_checkpoint``."""
         self._undo.append(attach_fetch_probe(self.trainer, self._fetch_hooks))
-        self._undo.append(self._install_step_hooks())
+        self._install_step_hooks()
         loggers = list(getattr(self.trainer, "loggers", None) or [])
         self._last_logger = loggers[-1] if loggers else None
         for logger in loggers:
@@ -274,30 +278,20 @@ class _FitRun:
         self._stop_profiler = stop_profiler
         return self._on_fetch_begin, self._on_fetch_end
 
-    def _install_step_hooks(self) -> Callable[[], None]:
+    def _install_step_hooks(self) -> None:
         """Lightning looks a callback's hooks up on the instance at every call: during this fit the
         scope's ``on_train_batch_start``/``on_train_batch_end`` are this run's own methods, one
         call from Lightning's dispatcher to the timeline. A subclass that overrides one keeps
         its own (it reaches the run through ``super()``), and so does a hook already set on the
-        instance. Returns the undo."""
+        instance. ``detach`` removes them."""
         scope = self.scope
-        hooks = {
-            name: fn
-            for name, fn in (
-                ("on_train_batch_start", self.on_train_batch_start),
-                ("on_train_batch_end", self.on_train_batch_end),
-            )
-            if getattr(type(scope), name, None) is getattr(LightningCallbacks, name) and name not in vars(scope)
-        }
-        for name, fn in hooks.items():
-            setattr(scope, name, fn)
-
-        def undo() -> None:
-            for name, fn in hooks.items():
-                if vars(scope).get(name) == fn:
-                    delattr(scope, name)
-
-        return undo
+        hooks: tuple[tuple[str, Callable[..., None]], ...] = (
+            ("on_train_batch_start", self.on_train_batch_start),
+            ("on_train_batch_end", self.on_train_batch_end),
+        )
+        for name, fn in hooks:
+            if getattr(type(scope), name, None) is getattr(LightningCallbacks, name) and name not in vars(scope):
+                self._undo.append(_wrap_method(scope, name, functools.partial(_replacement, fn)))
 
     def _on_fetch_begin(self) -> None:
         self._start_profiler()
