@@ -55,8 +55,13 @@ LIGHTNING_STEPS = 3000
 MEMORY_STEPS = 1_000_000
 
 
-def _null_console() -> Console:
+def null_console() -> Console:
     return Console(file=io.StringIO(), width=100)
+
+
+def tiny_loop(steps: int = TINY_STEPS) -> PlainLoop:
+    """Loop (a): a 32-32-1 MLP on batches of 8 (also what ``step_cost.py`` measures)."""
+    return PlainLoop(features=32, hidden=32, batch=8, steps=steps)
 
 
 class PlainLoop:
@@ -88,7 +93,7 @@ class PlainLoop:
 
     def watched(self, report_dir: str) -> float:
         t0 = time.perf_counter()
-        with StallScope(report_dir, console=_null_console()) as scope:
+        with StallScope(report_dir, console=null_console()) as scope:
             for step, (x, y) in enumerate(scope.iter(self.batches)):
                 with scope.phase("compute"):
                     loss = self.train_step(x, y)
@@ -135,7 +140,7 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
     data = DataLoader(TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 1)), batch_size=8)
     callbacks: list[Any] = []
     if mode == "watched":
-        callbacks = [StallScope(report_dir, console=_null_console())]
+        callbacks = [StallScope(report_dir, console=null_console())]
     elif mode == "empty":
         callbacks = [pl.Callback()]
     trainer = pl.Trainer(
@@ -209,7 +214,7 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
     torch.set_num_threads(1)
     rows: list[Row] = []
     loops = {
-        "a": ("tiny plain loop", PlainLoop(features=32, hidden=32, batch=8, steps=TINY_STEPS)),
+        "a": ("tiny plain loop", tiny_loop()),
         "b": ("~5 ms plain loop", PlainLoop(features=256, hidden=1024, batch=256, steps=MEDIUM_STEPS, repeat=2)),
     }
     for key in args.only or sorted(TARGETS):

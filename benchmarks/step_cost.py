@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import itertools
 import random
 import statistics
@@ -43,31 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from torch import nn  # noqa: E402
 
 from stallscope import StallScope  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from overhead import null_console, tiny_loop  # noqa: E402
+
 Batch = tuple[torch.Tensor, torch.Tensor]
-
-
-class LoopA:
-    """Loop (a) of ``overhead.py``: a 32-32-1 MLP, SGD, over 20,000 distinct batches of 8 (cycled
-    here), reading the loss every 50 steps."""
-
-    def __init__(self, batches: int = 20_000) -> None:
-        torch.manual_seed(0)
-        self.model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
-        self.loss_fn = nn.MSELoss()
-        self.batches: list[Batch] = [(torch.randn(8, 32), torch.randn(8, 1)) for _ in range(batches)]
-
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        self.opt.zero_grad(set_to_none=True)
-        loss: torch.Tensor = self.loss_fn(self.model(x), y)
-        loss.backward()
-        self.opt.step()
-        return loss
 
 
 def _clock2(it: Iterator[Batch], sink: list[int]) -> Iterator[Batch]:
@@ -83,14 +64,15 @@ def _clock2(it: Iterator[Batch], sink: list[int]) -> Iterator[Batch]:
 def per_step(rounds: int, chunk: int) -> dict[str, list[float]]:
     """Microseconds per step: the bare step (``bare``) and each variant's cost over it, one
     value per round."""
-    step = LoopA()
+    loop = tiny_loop()
+    step = loop.train_step
     sink: list[int] = []
     tmp = tempfile.mkdtemp(prefix="stallscope-step-cost-")
     with StallScope(tmp, console=False) as scope:
         # one stream for both watched variants: a second scope.iter would end the first's pass
-        stream = iter(scope.iter(itertools.cycle(step.batches)))
-        plain = itertools.cycle(step.batches)
-        timed = _clock2(itertools.cycle(step.batches), sink)
+        stream = iter(scope.iter(itertools.cycle(loop.batches)))
+        plain = itertools.cycle(loop.batches)
+        timed = _clock2(itertools.cycle(loop.batches), sink)
         compute = scope.phase("compute")
         logging = scope.phase("logging")
 
@@ -151,7 +133,7 @@ def fixed_ms(runs: int) -> tuple[float, float]:
         bare = time.perf_counter_ns() - t0
         gc.collect()
         t0 = time.perf_counter_ns()
-        with StallScope(tmp, console=Console(file=io.StringIO(), width=100)) as scope:
+        with StallScope(tmp, console=null_console()) as scope:
             for _ in scope.iter(items):
                 with scope.phase("compute"):
                     pass
@@ -183,8 +165,9 @@ def sampler_share(seconds: float) -> float:
     HostSampler._setup = timed(HostSampler._setup)  # type: ignore[method-assign]
     HostSampler.sample_once = timed(HostSampler.sample_once)  # type: ignore[method-assign]
     try:
-        step = LoopA(batches=1)
-        x, y = step.batches[0]
+        loop = tiny_loop(steps=1)
+        step = loop.train_step
+        x, y = loop.batches[0]
         tmp = tempfile.mkdtemp(prefix="stallscope-sampler-")
         t0 = time.perf_counter()
         with StallScope(tmp, console=False) as scope:
