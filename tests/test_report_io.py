@@ -146,12 +146,16 @@ def test_the_file_appears_only_complete(
     assert seen == [path.read_bytes()]
 
 
-def test_only_a_durable_write_waits_for_the_disk(
-    tmp_path: Path, make_report: MakeReport, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    synced: list[int] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors ``write_report`` syncs to disk, in order (the real ``fsync`` still runs)."""
+    calls: list[int] = []
     real_fsync = os.fsync
-    monkeypatch.setattr(report_io.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    monkeypatch.setattr(report_io.os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd)))
+    return calls
+
+
+def test_only_a_durable_write_waits_for_the_disk(tmp_path: Path, make_report: MakeReport, synced: list[int]) -> None:
     write_report(make_report(notes=("mid-run",)), tmp_path / REPORT_NAME, durable=False)
     assert synced == []
     assert load_report(tmp_path).notes == ("mid-run",)
@@ -160,14 +164,11 @@ def test_only_a_durable_write_waits_for_the_disk(
     assert load_report(tmp_path).notes == ("final",)
 
 
-def test_a_run_syncs_only_its_final_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_syncs_only_its_final_report(tmp_path: Path, synced: list[int]) -> None:
     """Each epoch end rewrites the report (no fsync: the next epoch replaces it); the last write,
     when the scope closes, is synced."""
     from stallscope import StallScope
 
-    synced: list[int] = []
-    real_fsync = os.fsync
-    monkeypatch.setattr(report_io.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
     with StallScope(tmp_path, console=False) as scope:
         for _ in range(3):
             for _ in scope.iter(range(5)):
