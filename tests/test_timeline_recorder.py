@@ -290,7 +290,7 @@ def test_in_process_data_cpu_is_sampled_by_time_and_scaled_by_wall_time(compute_
         return real_cpu()
 
     tl._cpu_clock = counting_cpu
-    stream = tl.stream(Loader(), lambda item, wait: None)
+    stream = tl.stream(Loader(), lambda item, wait: None, [])
     for _ in range(80):
         next(stream)
         tl.enter(compute)
@@ -650,7 +650,7 @@ def test_a_failure_while_the_loader_raises_keeps_the_loaders_error() -> None:
     tl = Timeline(clock=clock, cpu_clock=lambda: 0)
     tl.on_error = errors.append
     tl.start()
-    stream = tl.stream(loader(), lambda item, wait: None)
+    stream = tl.stream(loader(), lambda item, wait: None, [])
     assert next(stream) == 1
     with pytest.raises(Boom, match="the loader's own"):
         next(stream)

@@ -9,8 +9,10 @@ loader, from phases) propagate unchanged.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -23,7 +25,6 @@ from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
 from stallscope.timeline.phases import BUILTIN_PHASES, OTHER, check_phase_name
-from stallscope.timeline.recorder import PhaseTimer
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
@@ -45,16 +46,16 @@ class _NullPhase:
 _NULL_PHASE = _NullPhase()
 
 
-class _PhaseCache(dict[str, "PhaseTimer | _NullPhase"]):
+class _PhaseCache(dict[str, AbstractContextManager[None]]):
     """The timers ``scope.phase`` hands out, by name; a name not seen yet goes to ``make``."""
 
     __slots__ = ("_make",)
 
-    def __init__(self, make: Callable[[str], PhaseTimer | _NullPhase]) -> None:
+    def __init__(self, make: Callable[[str], AbstractContextManager[None]]) -> None:
         super().__init__()
         self._make = make
 
-    def __missing__(self, name: str) -> PhaseTimer | _NullPhase:
+    def __missing__(self, name: str) -> AbstractContextManager[None]:
         return self._make(name)
 
 
@@ -170,14 +171,14 @@ class StallScope(LightningCallbacks):
 
     # -- recording -----------------------------------------------------------------------
 
-    def phase(self, name: str) -> PhaseTimer | _NullPhase:
+    def phase(self, name: str) -> AbstractContextManager[None]:
         """A context manager that attributes the time inside it to phase ``name``.
 
         (Each instance answers this with its cache's ``__getitem__``, set in ``_reset``: a name
         seen before costs one dict lookup in C, per step. This method is the first-use path.)"""
         return self._phases[name]
 
-    def _new_phase(self, name: str) -> PhaseTimer | _NullPhase:
+    def _new_phase(self, name: str) -> AbstractContextManager[None]:
         """The first ``phase(name)``: check the name, make the timer and cache it."""
         check_phase_name(name)
         if not self._active:
@@ -214,11 +215,14 @@ class StallScope(LightningCallbacks):
                 self._end_epoch()
             except Exception as exc:
                 self._fail(exc)
-        return self._iterate(iterable, self._generation)
+        # the loop reads from the stream itself: no Python frame of StallScope's between steps
+        return itertools.chain.from_iterable(self._iterate(iterable, self._generation))
 
-    def _iterate(self, iterable: Iterable[T], generation: int) -> Iterator[T]:
+    def _iterate(self, iterable: Iterable[T], generation: int) -> Iterator[Iterable[T]]:
+        """The pass over ``iterable``: set-up, then its items (one iterable, ``Timeline.stream``),
+        then the epoch's end once they are exhausted."""
         if not self._active:
-            yield from iterable
+            yield iterable
             return
         timeline = self._session.timeline
         try:
@@ -235,7 +239,7 @@ class StallScope(LightningCallbacks):
             timeline.data_begin(new_step=False)
         except Exception as exc:
             self._fail(exc)
-            yield from iterable
+            yield iterable
             return
         try:
             it = iter(iterable)  # the user's code: worker start-up happens here
@@ -243,18 +247,19 @@ class StallScope(LightningCallbacks):
             iter_ns = self._data_end(got_item=False)
         self._boundary = [index, iter_ns, 0, 0]
         if not self._active or generation != self._generation:
-            yield from it
+            yield it
             return
+        last: list[int] = []  # the final next()'s wait, once the stream ran to its end
         try:
-            stream = timeline.stream(it, self._first_item)
+            stream = timeline.stream(it, self._first_item, last)
         except Exception as exc:
             self._fail(exc)
-            yield from it
+            yield it
             return
-        last_ns = yield from stream  # the hot loop
-        if last_ns is not None and self._active and generation == self._generation:
+        yield stream  # the hot loop
+        if last and self._active and generation == self._generation:
             try:
-                self._boundary[3] = last_ns
+                self._boundary[3] = last[0]
                 self._end_epoch()
             except Exception as exc:
                 self._fail(exc)

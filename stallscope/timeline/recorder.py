@@ -26,10 +26,12 @@ Epoch and run statistics are differences of snapshots of the totals, taken at ep
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from array import array
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
@@ -60,6 +62,19 @@ GOT = -4
 NONE = -5
 #: the step in progress ends (the epoch ends)
 END = -6
+
+
+try:  # the C hot path (``_native.c``), built at install time where a C compiler is found
+    from stallscope.timeline import _native
+except ImportError:  # built without it: the Python classes below do the same work
+    _native = None  # type: ignore[assignment]
+if _native is not None and (
+    os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
+    or (_native.LEAVE, _native.STEP, _native.GOT, _native.NONE) != (LEAVE, STEP, GOT, NONE)  # a stale build
+):
+    _native = None  # type: ignore[assignment]
+#: whether the C hot path is in use
+NATIVE = _native is not None
 
 _DATA = BUILTIN_PHASES.index(DATA)
 _COMPUTE = BUILTIN_PHASES.index(COMPUTE)
@@ -137,6 +152,7 @@ class Timeline:
         "_timers",
         "_folds",
         "_streams",
+        "_stream_token",
         "_names",
         "_ids",
         "_totals",
@@ -213,11 +229,13 @@ class Timeline:
         self._log: list[int] = []
         self._live = True
         self._push: Callable[[tuple[int, ...]], None] = self._push_first
-        self._timers: dict[int, PhaseTimer] = {}
+        self._timers: dict[int, PhaseTimer | _native.Timer] = {}
         #: bumped whenever the folded state is rewritten: odd while that is in progress (``probe``)
         self._folds = 0
         #: bumped to make the running ``stream`` pass items through unrecorded
         self._streams = 0
+        #: the same for the C stream: item 0 is replaced
+        self._stream_token: list[object] = [object()]
         # the folded state
         self._names: list[str] = list(BUILTIN_PHASES)
         self._ids: dict[str, int] = {name: i for i, name in enumerate(BUILTIN_PHASES)}
@@ -312,13 +330,17 @@ class Timeline:
             self._ep_counts.append(0)
         return pid
 
-    def timer(self, pid: int) -> PhaseTimer:
+    def timer(self, pid: int) -> AbstractContextManager[None]:
         """A reusable context manager for phase ``pid`` (what ``scope.phase`` hands out). Entering
         one starts the clock if it has not started. One per phase id: at most one per name."""
         timer = self._timers.get(pid)
         if timer is None:
-            timer = self._timers[pid] = PhaseTimer(self, pid)
-            timer._push = self._timer_push(pid)
+            if _native is not None:
+                timer = _native.Timer(pid, self._log, self._log, self._clock, self, FOLD_AT)
+            else:
+                timer = PhaseTimer(self, pid)
+            self._timers[pid] = timer
+            self._retarget(pid, timer)
         return timer
 
     @property
@@ -344,6 +366,7 @@ class Timeline:
     def end_streams(self) -> None:
         """A running ``stream`` passes its remaining items through unrecorded (a new pass began)."""
         self._streams += 1
+        self._stream_token[0] = object()
 
     # -- hot path: log one event ---------------------------------------------------------
 
@@ -371,15 +394,37 @@ class Timeline:
         if len(self._log) >= FOLD_AT:
             self._fold()
 
-    def stream(self, it: Iterator[T], on_first: Callable[[T, int], None]) -> Generator[T, None, int | None]:
+    def stream(self, it: Iterator[T], on_first: Callable[[T, int], None], result: list[int]) -> Iterator[T]:
         """The items of ``it``, each ``next()`` timed as the data phase: the step in progress ends
         and a new one starts with the item. ``on_first(item, wait_ns)`` sees the first item.
 
-        Returns the wait of the final ``next()`` (the one that raised StopIteration), or None when
-        the stream stopped recording (``stop``, ``end_streams``, or StallScope's own failure,
-        which goes to ``on_error``): it then passes the remaining items through. The iterator's
-        own errors propagate unchanged.
+        When ``it`` is exhausted, the wait of the final ``next()`` (the one that raised
+        StopIteration) is appended to ``result``; nothing is when the stream stopped recording
+        (``stop``, ``end_streams``, or StallScope's own failure, which goes to ``on_error``): it
+        then passes the remaining items through. The iterator's own errors propagate unchanged.
+
+        In C where ``_native`` is built (no Python frame between two training steps), else the
+        generator ``_stream``; both log the same events.
         """
+        if _native is None or not self._started or not self._live:
+            return self._stream(it, on_first, result)
+        stream: Iterator[T] = _native.Stream(
+            it,
+            self._log,
+            self._clock,
+            self._cpu_clock,
+            self,
+            on_first,
+            result,
+            self._stream_token,
+            self._cpu_due,
+            DATA_CPU_INTERVAL_NS,
+            FOLD_AT,
+        )
+        return stream
+
+    def _stream(self, it: Iterator[T], on_first: Callable[[T, int], None], result: list[int]) -> Iterator[T]:
+        """``stream`` in Python."""
         gen = self._streams
         clock = self._clock
         cpu_clock = self._cpu_clock
@@ -389,7 +434,7 @@ class Timeline:
         while True:  # the hot loop: two log entries per item
             if self._streams != gen:
                 yield from it
-                return None
+                return
             try:
                 now = clock()
                 # logged before next(): phases the loader itself times nest inside the wait
@@ -401,17 +446,17 @@ class Timeline:
             except Exception as exc:
                 self._failed(exc)
                 yield from it
-                return None
+                return
             try:
                 item = next(it)
             except StopIteration:  # the pass is over
                 try:
                     end = clock()
                     self._push((NONE, end))
+                    result.append(end - now)
                 except Exception as exc:
                     self._failed(exc)
-                    return None
-                return end - now
+                return
             except BaseException:
                 try:
                     self._push((NONE, clock()))
@@ -433,8 +478,13 @@ class Timeline:
                 self._failed(exc)
                 yield item
                 yield from it
-                return None
+                return
             yield item
+
+    def _add_data_cpu(self, cpu_ns: int, wall_ns: int) -> None:
+        """One in-process wait whose CPU time was read (the C stream reports it here)."""
+        self._data_cpu_total += cpu_ns
+        self._data_cpu_wall += wall_ns
 
     def data_begin(self, *, new_step: bool = True) -> None:
         """About to wait for the next batch. With ``new_step`` the step in progress ends here."""
@@ -479,7 +529,18 @@ class Timeline:
         else:
             self._push = self._log.extend
         for pid, timer in self._timers.items():
-            timer._push = self._timer_push(pid)
+            self._retarget(pid, timer)
+
+    def _retarget(self, pid: int, timer: PhaseTimer | _native.Timer) -> None:
+        """Point a timer at where its events go now (``_timer_push``). The C timer appends to the
+        log itself when that is where they go; else it calls what it is given."""
+        push = self._timer_push(pid)
+        if isinstance(timer, PhaseTimer):
+            timer._push = push
+            timer._log = self._log
+        else:
+            timer.target = self._log if push == self._log.extend else push
+            timer.log = self._log
 
     def _timer_push(self, pid: int) -> Callable[[tuple[int, ...]], None]:
         """Where the timer of phase ``pid`` sends its events."""

@@ -1,0 +1,49 @@
+"""Types of the timeline's hot path in C (``_native.c``); ``recorder.py`` has its Python twin."""
+
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+LEAVE: int
+STEP: int
+GOT: int
+NONE: int
+
+class Timer:
+    """``recorder.PhaseTimer`` in C."""
+
+    #: where events go: the log itself, or a callable given each event as (code, now)
+    target: list[int] | Callable[[tuple[int, int]], object]
+    #: the log whose length triggers ``timeline._fold()`` after a leave
+    log: list[int]
+    def __init__(
+        self,
+        code: int,
+        target: list[int] | Callable[[tuple[int, int]], object],
+        log: list[int],
+        clock: Callable[[], int],
+        timeline: object,
+        fold_at: int,
+    ) -> None: ...
+    def __enter__(self) -> None: ...
+    def __exit__(self, *exc_info: object) -> None: ...
+
+class Stream(Iterator[T]):
+    """``recorder.Timeline._stream`` in C."""
+
+    def __init__(
+        self,
+        it: Iterator[T],
+        log: list[int],
+        clock: Callable[[], int],
+        cpu_clock: Callable[[], int],
+        timeline: object,
+        on_first: Callable[[T, int], None],
+        result: list[int],
+        token: list[object],
+        cpu_due: int,
+        interval: int,
+        fold_at: int,
+    ) -> None: ...
+    def __next__(self) -> T: ...
