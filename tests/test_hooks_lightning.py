@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from stallscope import StallScope
 from stallscope.hooks import lightning as lightning_hooks
-from stallscope.hooks.lightning import attach_fetch_probe
+from stallscope.hooks.lightning import attach_fetch_probe, attach_step_probe
 from stallscope.hooks.session import Session
 from stallscope.report.io import REPORT_NAME
 from stallscope.timeline.recorder import Timeline
@@ -211,7 +211,9 @@ def on_disk(tmp_path: Path) -> dict[str, Any]:
 
 def probes_left(tr: Any) -> list[str]:
     """Wrappers StallScope left on the trainer's objects (there must be none after a fit)."""
-    left = [name for name in ("_on_before_fetch", "_on_after_fetch") if name in vars(tr.fit_loop.epoch_loop)]
+    probed = ("_on_before_fetch", "_on_after_fetch", "update_lr_schedulers")
+    left = [name for name in probed if name in vars(tr.fit_loop.epoch_loop)]
+    left += ["on_batch_start"] if "on_batch_start" in vars(tr._logger_connector) else []
     left += ["save_checkpoint"] if "save_checkpoint" in vars(tr) else []
     for logger in tr.loggers:
         left += [f"{type(logger).__name__}.{n}" for n in lightning_hooks.LOGGER_METHODS if n in vars(logger)]
@@ -334,6 +336,84 @@ def test_fetch_probe_names_what_moved() -> None:
 
     with pytest.raises(RuntimeError, match=r"fit_loop\.epoch_loop\._on_before_fetch"):
         attach_fetch_probe(NotATrainer(), lambda start, stop: (start, stop))
+
+
+def test_step_probe_touch_points(pl: ModuleType, tmp_path: Path) -> None:
+    """Two more private touch points: ``attach_step_probe`` must see where each training step's
+    compute begins (after ``batch_to_device``, before the batch-start hooks) and ends (after the
+    optimizer step, before the batch-end hooks), once each per training batch, validation
+    batches only at the begin point, and leave nothing behind. If a Lightning release moves
+    ``_LoggerConnector.on_batch_start`` or ``_TrainingEpochLoop.update_lr_schedulers``, this
+    fails loudly."""
+    events: list[str] = []
+    detachers: list[Any] = []
+
+    class Probe(pl.Callback):  # type: ignore[misc,name-defined]
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            begin = lambda batch: events.append("begin" if trainer.training else "begin(val)")  # noqa: E731
+            detachers.append(attach_step_probe(trainer, begin, lambda: events.append("end")))
+
+        def on_train_batch_start(self, *args: Any) -> None:
+            events.append("batch_start")
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            events.append("batch_end")
+
+        def on_before_optimizer_step(self, *args: Any) -> None:
+            events.append("optimizer")
+
+    costs = Costs()
+    tr = trainer(pl, tmp_path, [Probe()], limit_val_batches=1, num_sanity_val_steps=0)
+    tr.fit(tiny_class(pl)(costs), loader(8, costs), loader(4, costs))
+    train = [e for e in events if e != "begin(val)"]
+    # each step: begin, the hooks, the optimizer, end (once or more: Lightning steps the schedulers
+    # at several points; only the first after a step matters), then the batch-end hooks
+    first_step = train[: train.index("batch_end") + 1]
+    assert [e for e in first_step if e != "end"] == ["begin", "batch_start", "optimizer", "batch_end"], events
+    assert first_step.index("end") > first_step.index("optimizer"), events
+    assert train.count("begin") == 2, events
+    assert train.count("batch_end") == 2, events
+    assert events.count("begin(val)") == 1, events
+    detachers[0]()
+    assert probes_left(tr) == []
+
+
+def test_step_probe_names_what_moved() -> None:
+    class NotATrainer:
+        fit_loop = None
+
+    with pytest.raises(RuntimeError, match=r"_logger_connector\.on_batch_start or .*update_lr_schedulers"):
+        attach_step_probe(NotATrainer(), lambda batch: None, lambda: None)
+
+
+def test_lightning_does_not_dispatch_the_batch_hooks(tmp_path: Path) -> None:
+    """Compute is read at the step probe, so Lightning skips the scope's batch hooks: no profiler
+    context is opened for them (SimpleProfiler lists every hook it timed)."""
+    pl = import_pl("lightning")
+    costs = Costs()
+    tr = trainer(pl, tmp_path, [scope_for(tmp_path)], profiler="simple")
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    timed = set(tr.profiler.recorded_durations)
+    assert "[Callback]StallScope.on_train_epoch_start" in timed  # the profiler sees our other hooks
+    assert not {name for name in timed if "StallScope.on_train_batch" in name}
+
+
+def test_compute_is_timed_by_the_batch_hooks_where_the_step_probe_moved(
+    pl: ModuleType, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def moved(trainer: Any, begin: Any, end: Any) -> Any:
+        raise RuntimeError("this Lightning (9.9) has no trainer._logger_connector.on_batch_start")
+
+    monkeypatch.setattr(lightning_hooks, "attach_step_probe", moved)
+    costs = Costs(clock, step=3)
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], profiler="simple")
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert scope.report is not None
+    assert scope.report.summary.phase_seconds["compute"] == pytest.approx(4 * 0.003)
+    assert any("timed by the batch hooks" in note and "9.9" in note for note in scope.report.notes)
+    assert "[Callback]StallScope.on_train_batch_start" in tr.profiler.recorded_durations
+    assert probes_left(tr) == []
 
 
 # -- exact attribution --------------------------------------------------------------------------
@@ -746,8 +826,8 @@ def test_user_exception_propagates_unchanged_and_report_is_written(pl: ModuleTyp
         ("_FitRun.fetch_begin", None),  # an epoch's first fetch
         # the per-step fast paths: the timeline call fails only when they make it
         ("Timeline.data_end", "_on_fetch_end"),
-        ("Timeline.switch", "on_train_batch_start"),
-        ("Timeline.leave", "on_train_batch_end"),
+        ("Timeline.switch", "_on_compute_begin"),
+        ("Timeline.leave", "_on_compute_end"),
         ("Timeline.data_begin", "_on_fetch_begin"),
         ("_FitRun.lazy_begin", None),
         ("_FitRun.epoch_end", None),

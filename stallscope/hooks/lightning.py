@@ -120,7 +120,70 @@ def attach_fetch_probe(trainer: Any, make: FetchHooks) -> Callable[[], None]:
     return detach
 
 
-def _wrap_method(obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[[], None]) -> Callable[[], None]:
+    """Two more private touch points: where a training step's compute starts and ends.
+
+    A callback's ``on_train_batch_start``/``on_train_batch_end`` cost two dispatches a step, and
+    Lightning opens a profiler context around each (a ``contextmanager`` generator, some ten
+    Python calls): about 3% of a tiny Lightning step on its own, more than all of StallScope's
+    recording. Two calls Lightning makes anyway stand at nearly the same places, and are instance
+    attributes that can be set on this trainer's own objects:
+
+    * ``trainer._logger_connector.on_batch_start(batch)``, right after ``batch_to_device`` and
+      before the ``on_train_batch_start`` hooks (the evaluation loop calls it for each of its
+      batches too): ``begin(batch)`` runs after Lightning's own;
+    * the epoch loop's ``update_lr_schedulers(interval, ...)``, right after the optimizer step and
+      before the ``on_train_batch_end`` hooks (and again at other points of an epoch): ``end()``
+      runs before Lightning's own, so stepping the schedulers is not compute.
+
+    Compute is then the training step proper; other callbacks' batch hooks count as ``other``.
+    ``tests/test_hooks_lightning.py`` checks both points against the installed Lightning, in both
+    namespaces; this raises ``RuntimeError`` naming what moved. Returns the undo.
+    """
+    connector = getattr(trainer, "_logger_connector", None)
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    missing = [
+        where
+        for where, obj, name in (
+            ("trainer._logger_connector.on_batch_start", connector, "on_batch_start"),
+            ("trainer.fit_loop.epoch_loop.update_lr_schedulers", loop, "update_lr_schedulers"),
+        )
+        if obj is None or not callable(getattr(type(obj), name, None))
+    ]
+    if missing:
+        version = getattr(sys.modules.get(type(trainer).__module__.split(".")[0]), "__version__", "?")
+        raise RuntimeError(f"this Lightning ({version}) has no {' or '.join(missing)}")
+
+    def on_batch_start(original: Callable[..., Any]) -> Callable[..., Any]:
+        def after(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(batch, *args, **kwargs)
+            begin(batch)
+            return result
+
+        return after
+
+    def update_lr_schedulers(original: Callable[..., Any]) -> Callable[..., Any]:
+        def before(*args: Any, **kwargs: Any) -> Any:
+            end()
+            return original(*args, **kwargs)
+
+        return before
+
+    undo = [
+        _wrap_method(connector, "on_batch_start", on_batch_start),
+        _wrap_method(loop, "update_lr_schedulers", update_lr_schedulers),
+    ]
+
+    def detach() -> None:
+        for fn in undo:
+            fn()
+
+    return detach
+
+
+def _wrap_method(
+    obj: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any] | None]
+) -> Callable[[], None]:
     """Replace ``obj.name`` by ``make(original)`` on this instance only; returns the undo."""
     original = getattr(obj, name, None)
     if not callable(original):
@@ -139,7 +202,7 @@ def _nothing() -> None:
     return None
 
 
-def _replacement(fn: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+def _replacement(fn: Callable[..., Any] | None, original: Callable[..., Any]) -> Callable[..., Any] | None:
     """For ``_wrap_method``: ``fn`` in place of the original, which it does not call."""
     return fn
 
@@ -204,6 +267,8 @@ class _FitRun:
         self._first_wait_ns: int | None = None
         self._count_tensors = False
         self._last_logger: object | None = None
+        #: compute is timed by ``attach_step_probe``, not by the batch hooks
+        self._probed = False
         self._undo: list[Callable[[], None]] = []
         self._thread = threading.get_ident()
         #: Lightning's own fetch hooks (they start and stop its profiler), set by the fetch probe
@@ -279,19 +344,28 @@ class _FitRun:
         return self._on_fetch_begin, self._on_fetch_end
 
     def _install_step_hooks(self) -> None:
-        """Lightning looks a callback's hooks up on the instance at every call: during this fit the
-        scope's ``on_train_batch_start``/``on_train_batch_end`` are this run's own methods, one
-        call from Lightning's dispatcher to the timeline. A subclass that overrides one keeps
-        its own (it reaches the run through ``super()``), and so does a hook already set on the
-        instance. ``detach`` removes them."""
+        """Time compute through ``attach_step_probe``, and have Lightning skip the scope's own
+        ``on_train_batch_start``/``on_train_batch_end``: during this fit they read as None on the
+        instance. A subclass that overrides one keeps it (its ``super()`` call then records
+        nothing), and so does a hook already set on the instance.
+
+        Where a Lightning release moved those points, the hooks time compute instead, as this
+        run's own methods set on the instance: one call from Lightning's dispatcher to the
+        timeline. ``detach`` removes what was set."""
         scope = self.scope
         hooks: tuple[tuple[str, Callable[..., None]], ...] = (
             ("on_train_batch_start", self.on_train_batch_start),
             ("on_train_batch_end", self.on_train_batch_end),
         )
+        try:
+            self._undo.append(attach_step_probe(self.trainer, self._on_compute_begin, self._on_compute_end))
+            self._probed = True
+        except RuntimeError as exc:
+            self.session.note(f"compute is timed by the batch hooks, at some cost per step: {exc}")
         for name, fn in hooks:
             if getattr(type(scope), name, None) is getattr(LightningCallbacks, name) and name not in vars(scope):
-                self._undo.append(_wrap_method(scope, name, functools.partial(_replacement, fn)))
+                stand_in = None if self._probed else fn  # None: Lightning's dispatcher skips it
+                self._undo.append(_wrap_method(scope, name, functools.partial(_replacement, stand_in)))
 
     def _on_fetch_begin(self) -> None:
         self._start_profiler()
@@ -322,7 +396,8 @@ class _FitRun:
         finally:
             self._stop_profiler()
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def _on_compute_begin(self, batch: Any) -> None:
+        """A batch is about to be trained on (``attach_step_probe``), or validated on."""
         if self.closed or not self.scope._active:
             return
         try:
@@ -332,12 +407,13 @@ class _FitRun:
                 self._resume_setup = False
                 self.timeline.switch(self.compute)
                 self._top = self.compute
-            else:
+            elif self._top not in (self.validation, self.sanity_check):  # not a validation batch
                 self.batch_start(batch)
         except Exception as exc:
             self.scope._fail(exc)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def _on_compute_end(self) -> None:
+        """The optimizer step is done (``attach_step_probe``; also called where no step ran)."""
         if self.closed or not self.scope._active:
             return
         try:
@@ -346,10 +422,20 @@ class _FitRun:
                 self._resume_setup = False
                 self.timeline.leave()
                 self._top = None
-            else:
+            elif self._top == self.compute:
                 self.batch_end()
         except Exception as exc:
             self.scope._fail(exc)
+
+    # the same through Lightning's callback dispatch, where ``attach_step_probe`` found nothing
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if not self._probed:
+            self._on_compute_begin(batch)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not self._probed:
+            self._on_compute_end()
 
     def guard(self, fn: Callable[..., object], *args: Any) -> bool:
         """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
