@@ -55,6 +55,15 @@ LIGHTNING_STEPS = 3000
 MEMORY_STEPS = 1_000_000
 
 
+def hot_path() -> str:
+    """Which timeline hot path StallScope runs here: its C extension, or the Python twin."""
+    from stallscope.timeline import recorder
+
+    if recorder._native is not None:
+        return "C (stallscope/timeline/_native.c)"
+    return "Python (the C extension is not built, or STALLSCOPE_NO_NATIVE is set)"
+
+
 def null_console() -> Console:
     return Console(file=io.StringIO(), width=100)
 
@@ -331,6 +340,7 @@ def main() -> int:
             cells.append("-" if low is None or high is None else f"{low:.3f} - {high:.3f}")
         lines.append("| " + " | ".join([*cells, verdict]) + " |")
     table = "\n".join(lines)
+    print(f"hot path: {hot_path()}")
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n", encoding="utf-8")

@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from stallscope import StallScope  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from overhead import null_console, tiny_loop  # noqa: E402
+from overhead import hot_path, null_console, tiny_loop  # noqa: E402
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -198,6 +198,7 @@ def main() -> int:
     print(f"per step: {args.rounds} rounds of {args.chunk}-step chunks ...", file=sys.stderr, flush=True)
     costs = per_step(args.rounds, args.chunk)
     bare_us = statistics.median(costs["bare"])
+    print(f"hot path: {hot_path()}")
     print(f"bare step: {bare_us:.1f} us (median of chunks)")
     print("| variant | us per step over bare (median) | middle half of rounds |")
     print("|---|---|---|")
