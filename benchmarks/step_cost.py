@@ -11,8 +11,9 @@ the bare chunk) / chunk. A noisy moment falls on one chunk, not on a whole varia
 Variants (every watched chunk reads its items from one long ``scope.iter``, so no epoch ends
 inside the measurement; the fold of the event log happens inside the chunks, as in a real run):
   bare      the loop alone
-  clock2    a bare generator that reads the clock around each ``next()``: the floor of any
-            Python-level timing of the data wait
+  clock2    a bare generator that reads the clock around each ``next()``: the floor of timing
+            the data wait from a Python generator (StallScope's Python twin does; its C stream
+            runs no Python frame per item, so it can cost less)
   iter      ``for batch in scope.iter(loader)``
   phase     ``scope.iter`` plus ``with scope.phase("compute")`` around the step and
             ``scope.phase("logging")`` around the loss read: loop (a) watched

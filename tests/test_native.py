@@ -35,3 +35,24 @@ def test_the_python_twin_is_what_runs_when_turned_off(tmp_path: object) -> None:
     with StallScope(str(tmp_path), console=False) as scope:
         assert isinstance(scope.phase("compute"), recorder.PhaseTimer)
         assert list(scope.iter(range(3))) == [0, 1, 2]
+
+
+def test_native_objects_misused_from_python_raise_instead_of_crashing() -> None:
+    """Nothing of StallScope's does these, but a C object must not read a missing field."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    with pytest.raises(RuntimeError, match="not initialised"), native.Timer.__new__(native.Timer):
+        pass
+    with pytest.raises(RuntimeError, match="not initialised"):
+        next(native.Stream.__new__(native.Stream))
+    timer = native.Timer(3, [], [], lambda: 0, object(), 8)
+    del timer.target
+    with pytest.raises(RuntimeError, match="not initialised"), timer:
+        pass
+    log: list[int] = []
+    timer = native.Timer(3, log, log, lambda: 7, object(), 8)
+    timer.log = 5  # type: ignore[assignment]  # not a list: never measured as one
+    with timer:
+        pass
+    assert log == [3, 7, -1, 7]

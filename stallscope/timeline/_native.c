@@ -124,6 +124,16 @@ contain(PyObject *timeline)
     return 0;
 }
 
+/* an object made with __new__ and never initialised, or a member deleted from Python */
+static int
+unready(int missing)
+{
+    if (missing) {
+        PyErr_SetString(PyExc_RuntimeError, "stallscope: a native timeline object is not initialised");
+    }
+    return missing;
+}
+
 /* ---- Timer ----------------------------------------------------------------------------- */
 
 typedef struct {
@@ -155,9 +165,18 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+static int
+Timer_unready(Timer *self)
+{
+    return unready(!self->code || !self->target || !self->log || !self->clock || !self->timeline);
+}
+
 static PyObject *
 Timer_enter(Timer *self, PyObject *Py_UNUSED(ignored))
 {
+    if (Timer_unready(self)) {
+        return NULL;
+    }
     if (event(self->target, self->clock, self->code) < 0 && contain(self->timeline) < 0) {
         return NULL;
     }
@@ -168,13 +187,16 @@ static PyObject *
 Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(nargs))
 {
     /* returns None: the user's exception, if any, propagates unchanged */
+    if (Timer_unready(self)) {
+        return NULL;
+    }
     if (event(self->target, self->clock, code_leave) < 0) {
         if (contain(self->timeline) < 0) {
             return NULL;
         }
         Py_RETURN_NONE;
     }
-    if (PyList_GET_SIZE(self->log) >= self->fold_at) {
+    if (PyList_Check(self->log) && PyList_GET_SIZE(self->log) >= self->fold_at) {
         PyObject *rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
         if (rc == NULL) {
             if (contain(self->timeline) < 0) {
@@ -320,10 +342,14 @@ Stream_pass(Stream *self)
 static PyObject *
 Stream_next(Stream *self)
 {
+    if (unready(!self->it || !self->log || !self->clock || !self->cpu_clock || !self->timeline || !self->on_first ||
+                !self->result || !self->token || !self->mine)) {
+        return NULL;
+    }
     if (self->state == DONE) {
         return NULL;
     }
-    if (self->state == PASSING || PyList_GET_ITEM(self->token, 0) != self->mine) {
+    if (self->state == PASSING || PyList_GET_SIZE(self->token) < 1 || PyList_GET_ITEM(self->token, 0) != self->mine) {
         self->state = PASSING; /* stopped (Timeline.end_streams): unrecorded */
         return Py_TYPE(self->it)->tp_iternext(self->it);
     }
