@@ -136,7 +136,8 @@ def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[
       before the ``on_train_batch_end`` hooks (and again at other points of an epoch): ``end()``
       runs before Lightning's own, so stepping the schedulers is not compute.
 
-    Compute is then the training step proper; other callbacks' batch hooks count as ``other``.
+    Compute is then the training step with the batch-start hooks before it (other callbacks'
+    included); the batch-end hooks count as ``other``.
     ``tests/test_hooks_lightning.py`` checks both points against the installed Lightning, in both
     namespaces; this raises ``RuntimeError`` naming what moved. Returns the undo.
     """
@@ -412,8 +413,10 @@ class _FitRun:
         except Exception as exc:
             self.scope._fail(exc)
 
-    def _on_compute_end(self) -> None:
-        """The optimizer step is done (``attach_step_probe``; also called where no step ran)."""
+    def _on_compute_end(self, *, any_phase: bool = False) -> None:
+        """The optimizer step is done (``attach_step_probe``, which is also called where no step
+        ran: only compute ends here), or the batch ended (``on_train_batch_end``, ``any_phase``:
+        whatever is open ends)."""
         if self.closed or not self.scope._active:
             return
         try:
@@ -422,7 +425,7 @@ class _FitRun:
                 self._resume_setup = False
                 self.timeline.leave()
                 self._top = None
-            elif self._top == self.compute:
+            elif any_phase or self._top == self.compute:
                 self.batch_end()
         except Exception as exc:
             self.scope._fail(exc)
@@ -435,7 +438,7 @@ class _FitRun:
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self._probed:
-            self._on_compute_end()
+            self._on_compute_end(any_phase=True)
 
     def guard(self, fn: Callable[..., object], *args: Any) -> bool:
         """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
