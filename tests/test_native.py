@@ -56,3 +56,62 @@ def test_native_objects_misused_from_python_raise_instead_of_crashing() -> None:
     with timer:
         pass
     assert log == [3, 7, -1, 7]
+
+
+def test_native_objects_keep_what_they_use_while_python_runs() -> None:
+    """A clock written in Python may run any code: a member it replaces stays alive until the
+    event is logged, and an object is never initialised twice."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    log: list[int] = []
+
+    def clock() -> int:
+        timer.target = log  # the list the event was bound for is freed here but for the C reference
+        return 9
+
+    timer = native.Timer(3, [], log, clock, object(), 8)
+    with timer:
+        pass
+    assert log == [-1, 9]  # the enter went to the first list, the exit to ``log``
+    with pytest.raises(TypeError, match="already initialised"):
+        native.Timer.__init__(timer, 3, log, log, clock, object(), 8)
+    stream = native.Stream(iter([1]), [], lambda: 0, lambda: 0, object(), lambda i, w: None, [], [object()], 0, 1, 8)
+    with pytest.raises(TypeError, match="already initialised"):
+        native.Stream.__init__(stream, iter([]), [], lambda: 0, lambda: 0, object(), print, [], [object()], 0, 1, 8)
+
+
+def test_the_c_stream_goes_on_after_the_loaders_error(tmp_path: object) -> None:
+    """Unlike a generator, the C stream can be read again after the loader raised (a loop that
+    catches the error and calls ``next()`` again gets the rest, recorded)."""
+    if recorder._native is None:
+        pytest.skip("the Python twin is in use")
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.i = 0
+
+        def __iter__(self) -> Flaky:
+            return self
+
+        def __next__(self) -> int:
+            self.i += 1
+            if self.i == 3:
+                raise OSError("one bad read")
+            if self.i > 5:
+                raise StopIteration
+            return self.i
+
+    seen: list[object] = []
+    with StallScope(str(tmp_path), console=False) as scope:
+        stream = scope.iter(Flaky())
+        while True:
+            try:
+                seen.append(next(stream))
+            except OSError as exc:
+                seen.append(str(exc))
+            except StopIteration:
+                break
+    assert seen == [1, 2, "one bad read", 4, 5]
+    assert scope.report is not None
+    assert scope.report.summary.steps == 4

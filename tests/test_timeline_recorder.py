@@ -7,7 +7,7 @@ import pytest
 from conftest import FakeClock
 
 from stallscope.timeline.phases import BUILTIN_PHASES
-from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, Timeline
+from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, GOT, NONE, STEP, Timeline
 from stallscope.timeline.stats import EpochBoundary, IdleWindow, SpanStats
 
 
@@ -686,3 +686,32 @@ def test_a_fold_cut_short_applies_no_event_twice(
     assert stats.wall_ns == 13 * 8
     assert stats.steps <= 13
     assert stats.phase_counts["data"] <= 13
+
+
+def test_a_pass_ended_during_next_logs_nothing_more(tl: Timeline) -> None:
+    """``stop`` or a new pass while the loader's ``next()`` runs (a phase the loader times fails,
+    or the loader starts another pass): what that ``next()`` returns, and the rest, pass on
+    unrecorded, and the final wait is not this stream's to report."""
+
+    class Loader:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __iter__(self) -> Loader:
+            return self
+
+        def __next__(self) -> int:
+            self.calls += 1
+            if self.calls == 3:
+                tl.end_streams()
+            if self.calls > 4:
+                raise StopIteration
+            return self.calls
+
+    result: list[int] = []
+    assert list(tl.stream(Loader(), lambda item, wait: None, result)) == [1, 2, 3, 4]
+    assert result == []
+    codes = tl._log[0::2]
+    assert codes.count(STEP) == 3  # the third was logged before its next()
+    assert codes.count(GOT) == 2
+    assert NONE not in codes

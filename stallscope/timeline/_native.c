@@ -14,7 +14,8 @@
  * Never hurt the run: StallScope's own errors (an Exception from a clock or a callback) go to
  * ``timeline._failed`` (which turns recording off), and the stream then passes the
  * remaining items through; an item already taken from the user's iterator is never dropped.
- * The user's exceptions propagate unchanged. A clock that is time.perf_counter_ns is read with
+ * The user's exceptions propagate unchanged, and the stream can be resumed after one (the Python
+ * twin, a generator, ends there). A clock that is time.perf_counter_ns is read with
  * clock_gettime(CLOCK_MONOTONIC), as CPython reads it on Linux; any other clock is called.
  */
 #define PY_SSIZE_T_CLEAN
@@ -36,7 +37,7 @@ static int
 read_clock(PyObject *clock, long long *out)
 {
 #if defined(__linux__)
-    if (clock == perf_counter_ns) {
+    if (clock == perf_counter_ns && clock != NULL) {
         struct timespec ts;
         if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) {
             *out = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -69,7 +70,8 @@ push(PyObject *log, PyObject *code, long long t)
     return rc;
 }
 
-/* an event now: appended to ``target`` when it is a list, else ``target((code, now))`` */
+/* an event now: appended to ``target`` when it is a list, else ``target((code, now))``. The
+ * caller holds references to all three: a clock written in Python may run any code. */
 static int
 event(PyObject *target, PyObject *clock, PyObject *code)
 {
@@ -156,6 +158,10 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
                                      &timeline, &fold_at)) {
         return -1;
     }
+    if (self->clock != NULL) { /* its fields are read across calls into Python: never swapped */
+        PyErr_SetString(PyExc_TypeError, "Timer is already initialised");
+        return -1;
+    }
     Py_XSETREF(self->code, Py_NewRef(code));
     Py_XSETREF(self->target, Py_NewRef(target));
     Py_XSETREF(self->log, Py_NewRef(log));
@@ -177,7 +183,10 @@ Timer_enter(Timer *self, PyObject *Py_UNUSED(ignored))
     if (Timer_unready(self)) {
         return NULL;
     }
-    if (event(self->target, self->clock, self->code) < 0 && contain(self->timeline) < 0) {
+    PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
+    int rc = event(target, self->clock, self->code);
+    Py_DECREF(target);
+    if (rc < 0 && contain(self->timeline) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -190,7 +199,10 @@ Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n
     if (Timer_unready(self)) {
         return NULL;
     }
-    if (event(self->target, self->clock, code_leave) < 0) {
+    PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
+    int rc = event(target, self->clock, code_leave);
+    Py_DECREF(target);
+    if (rc < 0) {
         if (contain(self->timeline) < 0) {
             return NULL;
         }
@@ -301,6 +313,10 @@ Stream_init(Stream *self, PyObject *args, PyObject *kwds)
                                      &cpu_due, &interval, &fold_at)) {
         return -1;
     }
+    if (self->it != NULL) { /* its fields are read across calls into Python: never swapped */
+        PyErr_SetString(PyExc_TypeError, "Stream is already initialised");
+        return -1;
+    }
     if (!PyIter_Check(it) || PyList_GET_SIZE(token) != 1) {
         PyErr_SetString(PyExc_TypeError, "Stream needs an iterator and a one-item token list");
         return -1;
@@ -332,10 +348,10 @@ Stream_iter(PyObject *self)
 static PyObject *
 Stream_pass(Stream *self)
 {
+    self->state = PASSING;
     if (contain(self->timeline) < 0) {
         return NULL;
     }
-    self->state = PASSING;
     return Py_TYPE(self->it)->tp_iternext(self->it);
 }
 
@@ -365,6 +381,11 @@ Stream_next(Stream *self)
         }
     }
     PyObject *item = Py_TYPE(self->it)->tp_iternext(self->it);
+    if (PyList_GET_SIZE(self->token) < 1 || PyList_GET_ITEM(self->token, 0) != self->mine) {
+        /* stopped, or a new pass began, during next(): what it returned is not this pass's */
+        self->state = PASSING;
+        return item;
+    }
     if (item == NULL) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_StopIteration)) {
             /* the loader's own error, or Ctrl-C: the wait ends, their exception propagates */
@@ -419,11 +440,11 @@ Stream_next(Stream *self)
     }
     return item;
 failed:
+    self->state = PASSING; /* recording ends here either way: no wait is left half-logged */
     if (contain(self->timeline) < 0) {
         Py_DECREF(item); /* Ctrl-C inside StallScope's own work: it propagates */
         return NULL;
     }
-    self->state = PASSING;
     return item;
 }
 
@@ -500,6 +521,9 @@ PyInit__native(void)
     Py_DECREF(time);
     if (perf_counter_ns == NULL) {
         return NULL;
+    }
+    if (!PyCFunction_Check(perf_counter_ns)) { /* patched (a fake clock): no shortcut, call it */
+        Py_CLEAR(perf_counter_ns);
     }
     code_leave = PyLong_FromLong(LEAVE);
     code_step = PyLong_FromLong(STEP);

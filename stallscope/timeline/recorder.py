@@ -455,6 +455,8 @@ class Timeline:
             try:
                 item = next(it)
             except StopIteration:  # the pass is over
+                if self._streams != gen:  # stopped, or a new pass began, during next()
+                    return
                 try:
                     end = clock()
                     self._push((NONE, end))
@@ -463,11 +465,16 @@ class Timeline:
                     self._failed(exc)
                 return
             except BaseException:
-                try:
-                    self._push((NONE, clock()))
-                except Exception as exc:
-                    self._failed(exc)
+                if self._streams == gen:
+                    try:
+                        self._push((NONE, clock()))
+                    except Exception as exc:
+                        self._failed(exc)
                 raise  # the loader's own error, or Ctrl-C: unchanged
+            if self._streams != gen:  # stopped, or a new pass began, during next(): not this pass's
+                yield item
+                yield from it
+                return
             try:
                 end = clock()
                 self._push((GOT, end))
