@@ -440,7 +440,7 @@ Stream_next(Stream *self)
     }
     return item;
 failed:
-    self->state = PASSING; /* recording ends here either way: no wait is left half-logged */
+    self->state = PASSING; /* recording ends here either way (after an Exception, _failed stopped the timeline) */
     if (contain(self->timeline) < 0) {
         Py_DECREF(item); /* Ctrl-C inside StallScope's own work: it propagates */
         return NULL;
