@@ -59,7 +59,7 @@ def hot_path() -> str:
     """Which timeline hot path StallScope runs here: its C extension, or the Python twin."""
     from stallscope.timeline import recorder
 
-    if recorder._native is not None:
+    if recorder.NATIVE:
         return "C (stallscope/timeline/_native.c)"
     return "Python (the C extension is not built, or STALLSCOPE_NO_NATIVE is set)"
 

@@ -27,6 +27,9 @@ def test_a_scope_uses_the_c_hot_path_when_it_is_built(tmp_path: object) -> None:
         items = scope.iter(range(3))
         assert isinstance(scope.phase("compute"), recorder._native.Timer)
         assert list(items) == [0, 1, 2]
+        # the items of a pass come from the C stream, not the Python generator
+        stream = scope._session.timeline.stream(iter([]), lambda item, wait: None, [])
+        assert isinstance(stream, recorder._native.Stream)
 
 
 def test_the_python_twin_is_what_runs_when_turned_off(tmp_path: object) -> None:

@@ -209,14 +209,14 @@ Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n
         Py_RETURN_NONE;
     }
     if (PyList_Check(self->log) && PyList_GET_SIZE(self->log) >= self->fold_at) {
-        PyObject *rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
-        if (rc == NULL) {
+        PyObject *folded = PyObject_CallMethodNoArgs(self->timeline, name_fold);
+        if (folded == NULL) {
             if (contain(self->timeline) < 0) {
                 return NULL;
             }
         }
         else {
-            Py_DECREF(rc);
+            Py_DECREF(folded);
         }
     }
     Py_RETURN_NONE;
