@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import os
+import random
+from array import array
+from collections.abc import Callable
 
 import pytest
 
@@ -118,3 +121,138 @@ def test_the_c_stream_goes_on_after_the_loaders_error(tmp_path: object) -> None:
     assert seen == [1, 2, "one bad read", 4, 5]
     assert scope.report is not None
     assert scope.report.summary.steps == 4
+
+
+# -- the fold in C against the fold in Python --------------------------------------------------
+
+_FOLDED = (
+    "_totals",
+    "_counts",
+    "_cur",
+    "_stack",
+    "_mark",
+    "_in_step",
+    "_step_start",
+    "_step_wait",
+    "_data_mark",
+    "_ring_step",
+    "_ring_wait",
+    "_ring_pos",
+    "_steps",
+    "_step_total",
+    "_windows",
+    "_window_steps",
+    "_win_steps",
+    "_win_start",
+    "_win_busy",
+)
+
+
+def _folded_state(tl: recorder.Timeline) -> dict[str, object]:
+    state: dict[str, object] = {}
+    for name in _FOLDED:
+        value = getattr(tl, name)
+        state[name] = (type(value).__name__, list(value) if isinstance(value, array) else value)
+    return state
+
+
+def _random_log(rng: random.Random, phases: int, t: int, events: int) -> tuple[list[int], int]:
+    """Events of every kind in a random order (more data waits and steps than anything else, so
+    steps complete, rings wrap and windows close and merge), at non-decreasing times."""
+    codes = [recorder.LEAVE, recorder.STEP, recorder.WAIT, recorder.GOT, recorder.NONE, recorder.END]
+    log: list[int] = []
+    for _ in range(events):
+        roll = rng.random()
+        if roll < 0.3:
+            code = rng.randrange(phases)
+        elif roll < 0.5:
+            code = rng.choice((recorder.STEP, recorder.GOT))
+        else:
+            code = rng.choice(codes)
+        t += rng.choice((0, 1, 7, 1000, 123_456_789))
+        log += [code, t]
+    return log, t
+
+
+def _twin_timelines(seed: int) -> tuple[recorder.Timeline, recorder.Timeline]:
+    pair = []
+    for _ in range(2):
+        tl = recorder.Timeline(clock=lambda: 0, cpu_clock=lambda: 0, recent_steps=5, window_steps=2, max_windows=4)
+        tl.phase_id(f"custom-{seed}")
+        tl.start(at=1_000)
+        pair.append(tl)
+    return pair[0], pair[1]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_c_fold_leaves_the_same_state_as_the_python_fold(seed: int) -> None:
+    """Random logs of every event kind, folded in random slices: after each slice the C fold and
+    the Python fold agree on every field of the folded state (types included)."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    rng = random.Random(seed)
+    in_c, in_python = _twin_timelines(seed)
+    phases = len(in_c._totals)
+    t = 1_000
+    for _ in range(rng.randrange(4, 12)):
+        log, t = _random_log(rng, phases, t, rng.randrange(0, 120))
+        native.fold(in_c, list(log))
+        in_python._fold_events(list(log))
+        assert _folded_state(in_c) == _folded_state(in_python)
+    # what the logs are meant to reach: steps that wrap the ring, windows merged
+    assert in_c._steps > in_c._ring_size
+    assert in_c._window_steps > 2
+
+
+@pytest.mark.parametrize("stop_at", [1, 2, 3])
+def test_a_c_fold_stopped_by_a_windows_close_leaves_what_the_python_fold_leaves(
+    stop_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window's close that raises (Ctrl-C at that moment) stops both folds at the same event,
+    with the same state written back."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    real = recorder.Timeline._close_window
+
+    def make_close() -> Callable[[recorder.Timeline, int, int], None]:
+        calls = [0]
+
+        def close(self: recorder.Timeline, now: int, busy: int) -> None:
+            calls[0] += 1
+            if calls[0] == stop_at:
+                raise KeyboardInterrupt
+            real(self, now, busy)
+
+        return close
+
+    in_c, in_python = _twin_timelines(0)
+    log: list[int] = []
+    for i in range(12):  # 12 whole steps: 6 windows of 2
+        log += [recorder.STEP, 100 * i + 1, recorder.GOT, 100 * i + 20, 2, 100 * i + 30, recorder.LEAVE, 100 * i + 90]
+    monkeypatch.setattr(recorder.Timeline, "_close_window", make_close())
+    with pytest.raises(KeyboardInterrupt):
+        native.fold(in_c, list(log))
+    monkeypatch.setattr(recorder.Timeline, "_close_window", make_close())
+    with pytest.raises(KeyboardInterrupt):
+        in_python._fold_events(list(log))
+    assert _folded_state(in_c) == _folded_state(in_python)
+    assert in_c._steps == 2 * stop_at  # the step whose window failed to close is counted
+
+
+def test_the_c_fold_refuses_a_log_it_cannot_read() -> None:
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    tl, _ = _twin_timelines(0)
+    before = _folded_state(tl)
+    with pytest.raises(IndexError, match="names no phase"):
+        native.fold(tl, [len(tl._totals), 5])
+    with pytest.raises(ValueError, match="odd length"):
+        native.fold(tl, [recorder.STEP])
+    with pytest.raises(TypeError):
+        native.fold(tl, ["compute", 5])
+    with pytest.raises(TypeError):
+        native.fold(tl, (recorder.STEP, 5))  # type: ignore[arg-type]
+    assert _folded_state(tl) == before

@@ -667,11 +667,11 @@ def test_a_fold_cut_short_applies_no_event_twice(
     real = Timeline._close_window
     calls = {"n": 0}
 
-    def interrupted(self: Timeline, now: int) -> None:
+    def interrupted(self: Timeline, now: int, busy: int) -> None:
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        real(self, now)
+        real(self, now, busy)
 
     monkeypatch.setattr(Timeline, "_close_window", interrupted)
     for _ in range(12):

@@ -1,8 +1,9 @@
 /* The timeline's hot path in C: what runs between two training steps.
  *
- * recorder.py has the same two pieces in Python, used when this module is not built (no C
+ * recorder.py has the same three pieces in Python, used when this module is not built (no C
  * compiler at install time) or STALLSCOPE_NO_NATIVE is set; the two log the same events into
- * the same list, and the test suite runs the timeline and scope tests against both.
+ * the same list and fold them into the same state, and the test suite runs the timeline and
+ * scope tests against both (tests/test_native.py compares the two folds on random logs).
  *
  *   Timer   the context manager ``scope.phase(name)`` hands out (recorder.PhaseTimer): logs
  *           (phase id, now) on enter and (LEAVE, now) on exit, then folds the log when full.
@@ -10,6 +11,8 @@
  *           before each next() and (GOT, now) after it, reads the CPU clock around one wait per
  *           interval, hands the first item to ``on_first``, and logs (NONE, now) when the
  *           iterator ends or raises. The final wait is appended to ``result``.
+ *   fold    Timeline._fold_events: applies the logged events to the phase totals, steps, rings
+ *           and idle windows (it calls back ``timeline._close_window`` once per window).
  *
  * Never hurt the run: StallScope's own errors (an Exception from a clock or a callback) go to
  * ``timeline._failed`` (which turns recording off), and the stream then passes the
@@ -26,8 +29,14 @@
 /* event codes: the same as recorder.py's (checked there at import) */
 #define LEAVE (-1)
 #define STEP (-2)
+#define WAIT (-3)
 #define GOT (-4)
 #define NONE (-5)
+#define END (-6)
+/* built-in phase ids: the same as phases.BUILTIN_PHASES' order (checked there at import) */
+#define DATA_ID 0
+#define COMPUTE_ID 2
+#define OTHER_ID 6
 
 static PyObject *perf_counter_ns; /* time.perf_counter_ns */
 static PyObject *code_leave, *code_step, *code_got, *code_none;
@@ -501,6 +510,369 @@ static PyTypeObject StreamType = {
     .tp_iternext = (iternextfunc)Stream_next,
 };
 
+/* ---- fold ------------------------------------------------------------------------------ */
+
+/* recorder.Timeline's folded state that the fold reads and writes, by attribute name: these are
+ * written back when the fold ends, whether it ran to the end or not */
+enum {
+    S_CUR,
+    S_MARK,
+    S_IN_STEP,
+    S_STEP_START,
+    S_STEP_WAIT,
+    S_DATA_MARK,
+    S_RING_POS,
+    S_STEPS,
+    S_STEP_TOTAL,
+    S_WIN_STEPS,
+    S_COUNT
+};
+static const char *state_names[S_COUNT] = {
+    "_cur",       "_mark",     "_in_step", "_step_start", "_step_wait",
+    "_data_mark", "_ring_pos", "_steps",   "_step_total", "_win_steps",
+};
+static PyObject *state_attrs[S_COUNT];
+static PyObject *name_totals, *name_counts, *name_stack, *name_ring_step, *name_ring_wait, *name_ring_size,
+    *name_window_steps;
+
+/* an attribute of ``obj`` as a C long long */
+static int
+get_ll(PyObject *obj, PyObject *name, long long *out)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLong(value);
+    Py_DECREF(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* a list of ints read into a new C array of at least ``least`` items (zeros past its end) */
+static long long *
+read_ints(PyObject *list, Py_ssize_t least, Py_ssize_t *size)
+{
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "stallscope: the fold needs lists of ints");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    Py_ssize_t cap = n > least ? n : least;
+    long long *out = PyMem_Calloc(cap > 0 ? (size_t)cap : 1, sizeof(long long));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(out);
+            return NULL;
+        }
+    }
+    *size = n;
+    return out;
+}
+
+/* ``list[:] = values[:n]`` */
+static int
+write_ints(PyObject *list, const long long *values, Py_ssize_t n)
+{
+    PyObject *fresh = PyList_New(n);
+    if (fresh == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(values[i]);
+        if (value == NULL) {
+            Py_DECREF(fresh);
+            return -1;
+        }
+        PyList_SET_ITEM(fresh, i, value);
+    }
+    int rc = PyList_SetSlice(list, 0, PyList_GET_SIZE(list), fresh);
+    Py_DECREF(fresh);
+    return rc;
+}
+
+/* a ring of the timeline: an array('q') of ``size`` items, written in place */
+static int
+get_ring(PyObject *timeline, PyObject *name, Py_ssize_t size, Py_buffer *view)
+{
+    PyObject *ring = PyObject_GetAttr(timeline, name);
+    if (ring == NULL) {
+        return -1;
+    }
+    int rc = PyObject_GetBuffer(ring, view, PyBUF_WRITABLE | PyBUF_FORMAT);
+    Py_DECREF(ring);
+    if (rc < 0) {
+        return -1;
+    }
+    if (view->itemsize != (Py_ssize_t)sizeof(long long) || view->format == NULL || strcmp(view->format, "q") != 0 ||
+        view->len / view->itemsize < size) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_TypeError, "stallscope: a ring of the timeline is not an array('q') of its size");
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject *totals_list, *counts_list, *stack_list;
+    long long *totals, *counts, *stack;
+    Py_ssize_t phases, depth, stack_cap;
+    long long state[S_COUNT];
+    long long window_left;
+} Folding;
+
+/* write what the fold did back to the timeline: after the last event, or at the one it stopped at */
+static int
+fold_write_back(PyObject *timeline, Folding *f)
+{
+    long long window_steps;
+    if (get_ll(timeline, name_window_steps, &window_steps) < 0) {
+        return -1;
+    }
+    f->state[S_WIN_STEPS] = window_steps - f->window_left;
+    if (write_ints(f->totals_list, f->totals, f->phases) < 0 || write_ints(f->counts_list, f->counts, f->phases) < 0 ||
+        write_ints(f->stack_list, f->stack, f->depth) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        PyObject *value = i == S_IN_STEP ? PyBool_FromLong(f->state[i] != 0) : PyLong_FromLongLong(f->state[i]);
+        if (value == NULL) {
+            return -1;
+        }
+        int rc = PyObject_SetAttr(timeline, state_attrs[i], value);
+        Py_DECREF(value);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int
+stack_push(Folding *f, long long value)
+{
+    if (f->depth == f->stack_cap) {
+        Py_ssize_t cap = f->stack_cap * 2 + 8;
+        long long *grown = PyMem_Realloc(f->stack, (size_t)cap * sizeof(long long));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        f->stack = grown;
+        f->stack_cap = cap;
+    }
+    f->stack[f->depth++] = value;
+    return 0;
+}
+
+/* the events' loop of Timeline._fold: stops at the first error, with the state as of the events
+ * before the one that failed (a window's close that fails leaves its step counted) */
+static int
+fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_step, Py_buffer *ring_wait,
+            long long ring_size)
+{
+    long long *st = f->state;
+    long long *steps_ring = ring_step->buf, *waits_ring = ring_wait->buf;
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    if (n % 2) {
+        PyErr_SetString(PyExc_ValueError, "stallscope: the event log has an odd length");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
+        long long code = PyLong_AsLongLong(PyList_GET_ITEM(events, i));
+        if (code == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        long long t = PyLong_AsLongLong(PyList_GET_ITEM(events, i + 1));
+        if (t == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (code >= f->phases) {
+            PyErr_Format(PyExc_IndexError, "stallscope: event code %lld names no phase", code);
+            return -1;
+        }
+        f->totals[st[S_CUR]] += t - st[S_MARK];
+        st[S_MARK] = t;
+        if (code >= 0) {
+            if (stack_push(f, st[S_CUR]) < 0) {
+                return -1;
+            }
+            st[S_CUR] = code;
+            f->counts[code] += 1;
+        }
+        else if (code == LEAVE || code == GOT || code == NONE) {
+            st[S_CUR] = f->depth ? f->stack[--f->depth] : OTHER_ID;
+            if (code == GOT) { /* the wait is over, the step runs */
+                st[S_IN_STEP] = 1;
+                st[S_STEP_WAIT] = t - st[S_DATA_MARK];
+            }
+        }
+        else {
+            if (st[S_IN_STEP] && (code == STEP || code == END)) { /* the step in progress ends */
+                st[S_IN_STEP] = 0;
+                long long duration = t - st[S_STEP_START];
+                st[S_STEP_TOTAL] += duration;
+                long long pos = st[S_RING_POS];
+                steps_ring[pos] = duration;
+                waits_ring[pos] = st[S_STEP_WAIT];
+                st[S_RING_POS] = pos + 1 < ring_size ? pos + 1 : 0;
+                st[S_STEPS] += 1;
+                if (--f->window_left == 0) {
+                    /* the timeline closes the window (and may merge windows, doubling their
+                     * length); it is handed the compute time credited up to ``t`` */
+                    long long window_steps;
+                    PyObject *rc = NULL;
+                    PyObject *steps_value = NULL;
+                    if (get_ll(timeline, name_window_steps, &window_steps) == 0 &&
+                        (steps_value = PyLong_FromLongLong(window_steps)) != NULL &&
+                        PyObject_SetAttr(timeline, state_attrs[S_WIN_STEPS], steps_value) == 0) {
+                        rc = PyObject_CallMethod(timeline, "_close_window", "LL", t, f->totals[COMPUTE_ID]);
+                    }
+                    Py_XDECREF(steps_value);
+                    if (rc == NULL) {
+                        return -1;
+                    }
+                    Py_DECREF(rc);
+                    if (get_ll(timeline, name_window_steps, &window_steps) < 0) {
+                        return -1;
+                    }
+                    f->window_left = window_steps;
+                }
+            }
+            if (code == STEP || code == WAIT) {
+                if (code == STEP) {
+                    st[S_STEP_START] = t;
+                }
+                st[S_DATA_MARK] = t;
+                if (stack_push(f, st[S_CUR]) < 0) {
+                    return -1;
+                }
+                st[S_CUR] = DATA_ID;
+                f->counts[DATA_ID] += 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "fold(timeline, events): events is a list");
+        return NULL;
+    }
+    PyObject *timeline = args[0], *events = args[1];
+    Folding f = {0};
+    Py_buffer ring_step = {0}, ring_wait = {0};
+    int have_step = 0, have_wait = 0, rc = -1;
+    long long ring_size, window_steps;
+    PyObject *result = NULL;
+    Py_INCREF(events);
+    f.totals_list = PyObject_GetAttr(timeline, name_totals);
+    f.counts_list = f.totals_list ? PyObject_GetAttr(timeline, name_counts) : NULL;
+    f.stack_list = f.counts_list ? PyObject_GetAttr(timeline, name_stack) : NULL;
+    if (f.stack_list == NULL) {
+        goto done;
+    }
+    Py_ssize_t counted;
+    if ((f.totals = read_ints(f.totals_list, 0, &f.phases)) == NULL ||
+        (f.counts = read_ints(f.counts_list, 0, &counted)) == NULL ||
+        (f.stack = read_ints(f.stack_list, 8, &f.depth)) == NULL) {
+        goto done;
+    }
+    f.stack_cap = f.depth > 8 ? f.depth : 8;
+    if (counted != f.phases || f.phases <= OTHER_ID) {
+        PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's totals and counts disagree");
+        goto done;
+    }
+    for (int i = 0; i < S_COUNT; i++) {
+        if (i == S_IN_STEP) {
+            PyObject *value = PyObject_GetAttr(timeline, state_attrs[i]);
+            int truth = value ? PyObject_IsTrue(value) : -1;
+            Py_XDECREF(value);
+            if (truth < 0) {
+                goto done;
+            }
+            f.state[i] = truth;
+        }
+        else if (get_ll(timeline, state_attrs[i], &f.state[i]) < 0) {
+            goto done;
+        }
+    }
+    if (f.state[S_CUR] < 0 || f.state[S_CUR] >= f.phases) {
+        PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's current phase is out of range");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < f.depth; i++) {
+        if (f.stack[i] < 0 || f.stack[i] >= f.phases) {
+            PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's phase stack is out of range");
+            goto done;
+        }
+    }
+    if (get_ll(timeline, name_ring_size, &ring_size) < 0 || get_ll(timeline, name_window_steps, &window_steps) < 0) {
+        goto done;
+    }
+    f.window_left = window_steps - f.state[S_WIN_STEPS];
+    if (ring_size < 1 || f.state[S_RING_POS] < 0 || f.state[S_RING_POS] >= ring_size) {
+        PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's ring position is out of range");
+        goto done;
+    }
+    if (get_ring(timeline, name_ring_step, (Py_ssize_t)ring_size, &ring_step) < 0) {
+        goto done;
+    }
+    have_step = 1;
+    if (get_ring(timeline, name_ring_wait, (Py_ssize_t)ring_size, &ring_wait) < 0) {
+        goto done;
+    }
+    have_wait = 1;
+    /* from here the state is written back whatever happens, as the Python fold's ``finally`` */
+    rc = fold_events(timeline, events, &f, &ring_step, &ring_wait, ring_size);
+    {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb); /* a write-back of its own does not lose the fold's error */
+        if (fold_write_back(timeline, &f) < 0) {
+            if (type != NULL) {
+                PyErr_Clear();
+            }
+            else {
+                rc = -1;
+            }
+        }
+        if (type != NULL) {
+            PyErr_Restore(type, value, tb);
+        }
+    }
+done:
+    if (have_step) {
+        PyBuffer_Release(&ring_step);
+    }
+    if (have_wait) {
+        PyBuffer_Release(&ring_wait);
+    }
+    PyMem_Free(f.totals);
+    PyMem_Free(f.counts);
+    PyMem_Free(f.stack);
+    Py_XDECREF(f.totals_list);
+    Py_XDECREF(f.counts_list);
+    Py_XDECREF(f.stack_list);
+    Py_DECREF(events);
+    if (rc == 0) {
+        result = Py_NewRef(Py_None);
+    }
+    return result;
+}
+
+static PyMethodDef native_methods[] = {
+    {"fold", (PyCFunction)(void (*)(void))native_fold, METH_FASTCALL,
+     "fold(timeline, events): apply the logged events to the timeline's folded state (Timeline._fold_events)."},
+    {NULL},
+};
+
 /* ---- module ---------------------------------------------------------------------------- */
 
 static struct PyModuleDef native_module = {
@@ -508,6 +880,7 @@ static struct PyModuleDef native_module = {
     .m_name = "stallscope.timeline._native",
     .m_doc = PyDoc_STR("The timeline's hot path in C (see recorder.py for the Python equivalent)."),
     .m_size = -1,
+    .m_methods = native_methods,
 };
 
 PyMODINIT_FUNC
@@ -531,6 +904,22 @@ PyInit__native(void)
     code_none = PyLong_FromLong(NONE);
     name_fold = PyUnicode_InternFromString("_fold");
     name_failed = PyUnicode_InternFromString("_failed");
+    for (int i = 0; i < S_COUNT; i++) {
+        if ((state_attrs[i] = PyUnicode_InternFromString(state_names[i])) == NULL) {
+            return NULL;
+        }
+    }
+    name_totals = PyUnicode_InternFromString("_totals");
+    name_counts = PyUnicode_InternFromString("_counts");
+    name_stack = PyUnicode_InternFromString("_stack");
+    name_ring_step = PyUnicode_InternFromString("_ring_step");
+    name_ring_wait = PyUnicode_InternFromString("_ring_wait");
+    name_ring_size = PyUnicode_InternFromString("_ring_size");
+    name_window_steps = PyUnicode_InternFromString("_window_steps");
+    if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_size ||
+        !name_window_steps) {
+        return NULL;
+    }
     if (!code_leave || !code_step || !code_got || !code_none || !name_fold || !name_failed || PyType_Ready(&TimerType) < 0 ||
         PyType_Ready(&StreamType) < 0) {
         return NULL;
@@ -542,7 +931,11 @@ PyInit__native(void)
     if (PyModule_AddObject(module, "Timer", Py_NewRef((PyObject *)&TimerType)) < 0 ||
         PyModule_AddObject(module, "Stream", Py_NewRef((PyObject *)&StreamType)) < 0 ||
         PyModule_AddIntConstant(module, "LEAVE", LEAVE) < 0 || PyModule_AddIntConstant(module, "STEP", STEP) < 0 ||
-        PyModule_AddIntConstant(module, "GOT", GOT) < 0 || PyModule_AddIntConstant(module, "NONE", NONE) < 0) {
+        PyModule_AddIntConstant(module, "GOT", GOT) < 0 || PyModule_AddIntConstant(module, "NONE", NONE) < 0 ||
+        PyModule_AddIntConstant(module, "WAIT", WAIT) < 0 || PyModule_AddIntConstant(module, "END", END) < 0 ||
+        PyModule_AddIntConstant(module, "DATA_ID", DATA_ID) < 0 ||
+        PyModule_AddIntConstant(module, "COMPUTE_ID", COMPUTE_ID) < 0 ||
+        PyModule_AddIntConstant(module, "OTHER_ID", OTHER_ID) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -7,8 +7,16 @@ T = TypeVar("T")
 
 LEAVE: int
 STEP: int
+WAIT: int
 GOT: int
 NONE: int
+END: int
+DATA_ID: int
+COMPUTE_ID: int
+OTHER_ID: int
+
+def fold(timeline: object, events: list[int], /) -> None:
+    """``recorder.Timeline._fold_events`` in C: apply ``events`` to the timeline's folded state."""
 
 class Timer:
     """``recorder.PhaseTimer`` in C."""
