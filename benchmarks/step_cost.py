@@ -18,12 +18,14 @@ inside the measurement; the fold of the event log happens inside the chunks, as 
   phase     ``scope.iter`` plus ``with scope.phase("compute")`` around the step and
             ``scope.phase("logging")`` around the loss read: loop (a) watched
 
-Then, separately, what a run pays once: start-up, epoch end and finish of a scope over a short
+Then, separately, the same recording around a no-op body with warm caches (the CPU work alone,
+steady even on a noisy host), what a run pays once: start-up, epoch end and finish of a scope over a short
 loop (median of ``--runs``), and the CPU time the host sampler's thread takes per second of a
 watched run. ``--steps`` sets the run length used to turn those into a share; the estimate
 printed for loop (a) is 1 + (per-step cost + fixed cost / steps) / bare step + sampler share.
 
     .venv/bin/python benchmarks/step_cost.py [--rounds 80] [--chunk 1000] [--runs 15] [--steps 20000]
+        [--warm-steps 200000] [--sampler-seconds 10]
 """
 
 from __future__ import annotations
@@ -143,6 +145,27 @@ def fixed_ms(runs: int) -> tuple[float, float]:
     return statistics.median(costs), min(costs)
 
 
+def warm_ns(steps: int, runs: int) -> tuple[float, float]:
+    """(median ns, bare ns) a step of ``scope.iter`` plus ``scope.phase("compute")`` costs around
+    a no-op body, caches warm: the recording's own work (four events a step, and their fold),
+    without the cache misses a real step adds. Far steadier on a noisy host than the real loop."""
+    items = range(steps)
+    tmp = tempfile.mkdtemp(prefix="stallscope-warm-")
+    costs = []
+    for _ in range(runs):
+        with StallScope(tmp, console=False) as scope:
+            compute = scope.phase("compute")
+            t0 = time.perf_counter_ns()
+            for _ in scope.iter(items):
+                with compute:
+                    pass
+            costs.append((time.perf_counter_ns() - t0) / steps)
+    t0 = time.perf_counter_ns()
+    for _ in items:
+        pass
+    return statistics.median(costs), (time.perf_counter_ns() - t0) / steps
+
+
 def sampler_share(seconds: float) -> float:
     """CPU time the host sampler's thread takes per wall second of a watched run (a core's
     share), from that thread's own CPU clock around its set-up and each of its samples. (On a
@@ -188,11 +211,12 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=1000, help="steps per chunk")
     parser.add_argument("--runs", type=int, default=15, help="short scopes for the fixed cost")
     parser.add_argument("--steps", type=int, default=20_000, help="run length for the estimate (overhead.py's (a))")
+    parser.add_argument("--warm-steps", type=int, default=200_000, help="no-op steps for the warm-cache cost")
     parser.add_argument("--sampler-seconds", type=float, default=10.0, help="length of the sampler CPU run")
     args = parser.parse_args()
-    for name, least in (("rounds", 2), ("chunk", 1), ("runs", 1), ("steps", 1)):
+    for name, least in (("rounds", 2), ("chunk", 1), ("runs", 1), ("steps", 1), ("warm_steps", 1)):
         if getattr(args, name) < least:
-            parser.error(f"--{name} must be >= {least}")
+            parser.error(f"--{name.replace('_', '-')} must be >= {least}")
     if args.sampler_seconds <= 0:
         parser.error("--sampler-seconds must be > 0")
     torch.set_num_threads(1)
@@ -209,6 +233,8 @@ def main() -> int:
     print(f"fixed cost per run: {args.runs} short scopes ...", file=sys.stderr, flush=True)
     median_ms, low_ms = fixed_ms(args.runs)
     print(f"fixed cost per run (start-up, epoch end, finish): {median_ms:.1f} ms (lowest {low_ms:.1f})")
+    warm, bare_ns = warm_ns(args.warm_steps, 5)
+    print(f"no-op step, caches warm ({args.warm_steps:,} steps, median of 5): {warm:.0f} ns (bare {bare_ns:.0f} ns)")
     print(f"sampler threads: {args.sampler_seconds:.0f} s watched run ...", file=sys.stderr, flush=True)
     share = sampler_share(args.sampler_seconds)
     print(f"host sampler thread: {share * 100:.3f}% of a core")
