@@ -129,6 +129,27 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
     overrides nothing: what Lightning's own dispatch costs for any callback)."""
     import lightning.pytorch as pl
     from lightning.pytorch.profilers import SimpleProfiler
+
+    callbacks: list[Any] = []
+    if mode == "watched":
+        callbacks = [StallScope(report_dir, console=null_console())]
+    elif mode == "empty":
+        callbacks = [pl.Callback()]
+    # its summary goes to a file in report_dir, not to the console
+    profiler = SimpleProfiler(dirpath=report_dir, filename="simple-profiler") if mode == "simple" else None
+    trainer, model, data = lightning_parts(steps, callbacks, profiler=profiler)
+    t0 = time.perf_counter()
+    trainer.fit(model, data)
+    return time.perf_counter() - t0
+
+
+def lightning_parts(
+    steps: int, callbacks: list[Any], *, profiler: Any = None, on_step: Callable[[int], None] | None = None
+) -> tuple[Any, Any, Any]:
+    """Loop (c): (trainer, model, train loader) of a tiny fit of ``steps`` steps, one epoch.
+    ``on_step(batch_idx)`` runs at the start of each training step (``lightning_segments.py``
+    and ``instructions.py`` mark steps with it)."""
+    import lightning.pytorch as pl
     from torch.utils.data import DataLoader, TensorDataset
 
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)  # "GPU available: ..." per fit
@@ -139,6 +160,8 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
             self.layer = nn.Linear(32, 1)
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if on_step is not None:
+                on_step(batch_idx)
             x, y = batch
             return nn.functional.mse_loss(self.layer(x), y)
 
@@ -147,11 +170,6 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
 
     torch.manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 1)), batch_size=8)
-    callbacks: list[Any] = []
-    if mode == "watched":
-        callbacks = [StallScope(report_dir, console=null_console())]
-    elif mode == "empty":
-        callbacks = [pl.Callback()]
     trainer = pl.Trainer(
         max_epochs=1,
         accelerator="cpu",
@@ -161,13 +179,9 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
-        # its summary goes to a file in report_dir, not to the console
-        profiler=SimpleProfiler(dirpath=report_dir, filename="simple-profiler") if mode == "simple" else None,
+        profiler=profiler,
     )
-    model = Tiny()
-    t0 = time.perf_counter()
-    trainer.fit(model, data)
-    return time.perf_counter() - t0
+    return trainer, Tiny(), data
 
 
 def memory_check(report_dir: str) -> tuple[float, int, float]:

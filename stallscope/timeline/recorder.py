@@ -604,7 +604,7 @@ class Timeline:
 
     def _fold(self) -> None:
         """Apply the logged events to the totals, steps and windows, in order (in C where
-        ``_native`` is built: ``_native.fold`` runs ``_fold_events`` at about a tenth of its cost).
+        ``_native`` is built: ``_native.fold`` is ``_fold_events`` without the interpreter).
 
         The events are taken out of the log first, so none is ever applied twice: a fold cut short
         (Ctrl-C in a window's close, a failure) keeps the events before the one it stopped at, and

@@ -1,0 +1,187 @@
+"""What StallScope adds to a step, in CPU instructions: counts that the host's noise cannot move.
+
+On a shared VM, whole-run ratios (``overhead.py``) move by several percent from run to run, more
+than StallScope costs. This script counts instead. It runs loops (a) and (c) of ``overhead.py``
+under ``valgrind --tool=callgrind``, bare and watched, each in its own process (in parallel), and
+reads the instructions the training thread executed over a window of steps after a warm-up. The
+window is cut by a ``os.getppid()`` call at each end, where callgrind dumps its counters.
+``--ablate`` adds loop (c) with StallScope's Lightning probes left out, to tell what costs.
+
+The host sampler is set to sample nothing during these runs. Under valgrind the process runs some
+50 times slower while the sampler keeps its wall-clock period, so it would sample 50 times too
+often. Its cost is measured as CPU share in ``step_cost.py``, and its thread is not the training
+thread anyway. For the same reason the data wait's CPU clock, read once per 2 ms of wall time,
+is read on about every step here: the watched counts are a little high.
+
+Instructions are not time: cache misses between two steps make StallScope's few instructions
+dearer than the step's own. They are a floor that repeats, good for comparing two versions of
+the code. With address-space randomisation off (``setarch -R``, used where it is installed) the
+bare counts repeat exactly; the watched ones move by about a thousand instructions a step.
+
+    .venv/bin/python benchmarks/instructions.py [--loops a,c] [--warm 200] [--steps 400] [--ablate]
+    (about 9 minutes on 2 cores, 13 with --ablate; needs valgrind)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("bare", "watched")
+#: with ``--ablate``, for loop (c): StallScope with neither of its Lightning probes installed
+#: (it records no steps: what being a callback costs), and with the compute probe only
+ABLATIONS = ("noprobes", "computeonly")
+
+
+def child(loop: str, variant: str, warm: int, steps: int) -> None:
+    """Run loop ``loop`` in ``variant``, calling ``os.getppid()`` before step ``warm`` and before
+    step ``warm + steps``: the window callgrind reports."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from overhead import lightning_parts, null_console, tiny_loop
+
+    from stallscope import StallScope
+    from stallscope.hooks import lightning as hooks
+
+    torch.set_num_threads(1)
+    total = warm + steps + 50
+    marks = (warm, warm + steps)
+    report_dir = tempfile.mkdtemp(prefix="stallscope-instructions-")
+
+    def scope() -> StallScope:
+        return StallScope(report_dir, console=null_console(), sample_interval_s=3600)
+
+    if loop == "a":
+        plain = tiny_loop(steps=total)
+        if variant == "bare":
+            for i, (x, y) in enumerate(plain.batches):
+                if i in marks:
+                    os.getppid()
+                loss = plain.train_step(x, y)
+                if i % 50 == 0:
+                    loss.item()
+        else:
+            with scope() as watched:
+                for i, (x, y) in enumerate(watched.iter(plain.batches)):
+                    if i in marks:
+                        os.getppid()
+                    with watched.phase("compute"):
+                        loss = plain.train_step(x, y)
+                    if i % 50 == 0:
+                        with watched.phase("logging"):
+                            loss.item()
+        return
+    if variant in ABLATIONS:
+        hooks.attach_fetch_probe = _no_probe
+        if variant == "noprobes":
+            hooks.attach_step_probe = _no_probe
+
+    def mark(batch_idx: int) -> None:
+        if batch_idx in marks:
+            os.getppid()
+
+    trainer, model, data = lightning_parts(total, [] if variant == "bare" else [scope()], on_step=mark)
+    trainer.fit(model, data)
+
+
+def _no_probe(*args: object, **kwargs: object) -> Callable[[], None]:
+    return lambda: None
+
+
+def window_instructions(out_dir: Path, pid: int) -> int:
+    """The training thread's instructions between the two marks: callgrind's second dump."""
+    dump = out_dir / f"out.{pid}.2-01"  # dump 2 (at the second mark) of thread 1 (the main one)
+    for line in dump.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no summary line in {dump}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loops", default="a,c", help="which of overhead.py's loops: a, c or a,c")
+    parser.add_argument("--warm", type=int, default=200, help="steps before the window")
+    parser.add_argument("--steps", type=int, default=400, help="steps in the window")
+    parser.add_argument("--ablate", action="store_true", help="loop (c) also without one or both probes")
+    parser.add_argument("--child", nargs=2, metavar=("LOOP", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.warm < 1 or args.steps < 1:
+        parser.error("--warm and --steps must be >= 1")
+    loops = [loop.strip() for loop in args.loops.split(",") if loop.strip()]
+    if not loops or any(loop not in ("a", "c") for loop in loops):
+        parser.error(f"--loops takes a, c or a,c, got {args.loops!r}")
+    if args.child:
+        child(args.child[0], args.child[1], args.warm, args.steps)
+        return 0
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    # without address-space randomisation the counts repeat exactly (with it, the bare Lightning
+    # fit's count moved by 0.5% between runs): setarch -R, where util-linux provides it
+    setarch = shutil.which("setarch")
+    prefix = [setarch, platform.machine(), "-R"] if setarch else []
+    out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    counts: dict[tuple[str, str], int] = {}
+    for loop in loops:
+        variants = VARIANTS + (ABLATIONS if args.ablate and loop == "c" else ())
+        print(f"loop ({loop}): {len(variants)} processes under callgrind ...", file=sys.stderr, flush=True)
+        procs = {}
+        for variant in variants:
+            command = [
+                *prefix,
+                valgrind,
+                "--tool=callgrind",
+                "--separate-threads=yes",
+                "--dump-before=getppid",
+                f"--callgrind-out-file={out_dir}/out.%p",
+                sys.executable,
+                __file__,
+                "--child",
+                loop,
+                variant,
+                f"--warm={args.warm}",
+                f"--steps={args.steps}",
+            ]
+            log = (out_dir / f"{loop}-{variant}.log").open("w")
+            procs[variant] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        failed = []
+        for variant, (proc, log) in procs.items():
+            rc = proc.wait()
+            log.close()
+            if rc != 0:
+                failed.append(f"loop ({loop}) {variant}: exit {rc}; see {out_dir}/{loop}-{variant}.log")
+            else:
+                counts[loop, variant] = window_instructions(out_dir, proc.pid)
+        if failed:
+            print("\n".join(failed), file=sys.stderr)
+            return 1
+    print(f"instructions of the training thread per step, over {args.steps} steps after {args.warm}")
+    print("| loop | bare | watched | StallScope adds | share |")
+    print("|---|---|---|---|---|")
+    for loop in loops:
+        bare = counts[loop, "bare"] / args.steps
+        watched = counts[loop, "watched"] / args.steps
+        print(f"| ({loop}) | {bare:,.0f} | {watched:,.0f} | {watched - bare:,.0f} | {(watched - bare) / bare:.2%} |")
+    if args.ablate and "c" in loops:
+        bare = counts["c", "bare"] / args.steps
+        print("| loop (c), StallScope ... | instructions a step over bare |")
+        print("|---|---|")
+        for variant, label in (("noprobes", "without its probes"), ("computeonly", "with the compute probe only")):
+            print(f"| {label} | {counts['c', variant] / args.steps - bare:,.0f} |")
+        print(f"| with both probes (watched) | {counts['c', 'watched'] / args.steps - bare:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
