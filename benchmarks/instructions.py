@@ -15,8 +15,10 @@ is read on about every step here: the watched counts are a little high.
 
 Instructions are not time: cache misses between two steps make StallScope's few instructions
 dearer than the step's own. They are a floor that repeats, good for comparing two versions of
-the code. With address-space randomisation off (``setarch -R``, used where it is installed) the
-bare counts repeat exactly; the watched ones move by about a thousand instructions a step.
+the code, if run more than once: between runs the bare counts moved by up to 0.5% of a step
+(Lightning's; the plain loop's by 0.03%), and the watched ones by up to 10,000 instructions a
+step on (c). Address-space randomisation is turned off (``setarch -R``, where it is installed),
+which takes away one source of that.
 
     .venv/bin/python benchmarks/instructions.py [--loops a,c] [--warm 200] [--steps 400] [--ablate]
     (about 9 minutes on 2 cores, 13 with --ablate; needs valgrind)
@@ -126,8 +128,8 @@ def main() -> int:
     if valgrind is None:
         print("instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    # without address-space randomisation the counts repeat exactly (with it, the bare Lightning
-    # fit's count moved by 0.5% between runs): setarch -R, where util-linux provides it
+    # addresses can decide the order sets of objects are walked in, and so the count: setarch -R
+    # keeps them the same from run to run, where util-linux provides it
     setarch = shutil.which("setarch")
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
