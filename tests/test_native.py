@@ -256,3 +256,26 @@ def test_the_c_fold_refuses_a_log_it_cannot_read() -> None:
     with pytest.raises(TypeError):
         native.fold(tl, (recorder.STEP, 5))  # type: ignore[arg-type]
     assert _folded_state(tl) == before
+
+
+def test_the_c_fold_survives_a_callback_that_changes_the_list_it_was_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_native.fold`` reads a snapshot of the events: Python run from a window's close (here,
+    one that empties the caller's list) cannot make it read past the end."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    real = recorder.Timeline._close_window
+    log: list[int] = []
+
+    def clearing(self: recorder.Timeline, now: int, busy: int) -> None:
+        log.clear()
+        real(self, now, busy)
+
+    monkeypatch.setattr(recorder.Timeline, "_close_window", clearing)
+    tl, _ = _twin_timelines(0)
+    for i in range(200):
+        log += [recorder.STEP, 100 * i + 1, recorder.GOT, 100 * i + 20]
+    native.fold(tl, log)
+    assert tl._steps == 199  # every event of the snapshot was applied

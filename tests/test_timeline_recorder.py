@@ -688,6 +688,35 @@ def test_a_fold_cut_short_applies_no_event_twice(
     assert stats.phase_counts["data"] <= 13
 
 
+def test_a_window_close_cut_short_does_not_stop_later_windows(
+    clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C inside the first window's close: the fold stops there, and later steps still close
+    windows (the window that was cut short closes one step late, with its true step count)."""
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=4)
+    tl.start()
+    real = Timeline._close_window
+    calls = {"n": 0}
+
+    def interrupted(self: Timeline, now: int, busy: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        real(self, now, busy)
+
+    monkeypatch.setattr(Timeline, "_close_window", interrupted)
+    for _ in range(5):  # the 4th step's end (at the 5th wait) closes the first window
+        _step(tl, clock, wait=2, compute=5, other=1)
+    with pytest.raises(KeyboardInterrupt):
+        tl._fold()
+    for _ in range(12):
+        _step(tl, clock, wait=2, compute=5, other=1)
+    tl._fold()
+    # the cut-short fold dropped the 5th step's events after its wait (its step is lost, its
+    # time counts as data); the first window closes one counted step late, at the 6th step's end
+    assert [(w.steps, w.wall_ns, w.busy_ns) for w in tl._windows] == [(5, 48, 25), (4, 32, 20), (4, 32, 20)]
+
+
 def test_a_pass_ended_during_next_logs_nothing_more(tl: Timeline) -> None:
     """``stop`` or a new pass while the loader's ``next()`` runs (a phase the loader times fails,
     or the loader starts another pass): what that ``next()`` returns, and the rest, pass on

@@ -556,20 +556,27 @@ read_ints(PyObject *list, Py_ssize_t least, Py_ssize_t *size)
         PyErr_SetString(PyExc_TypeError, "stallscope: the fold needs lists of ints");
         return NULL;
     }
-    Py_ssize_t n = PyList_GET_SIZE(list);
+    PyObject *items = PyList_AsTuple(list); /* a snapshot: converting an item may run Python */
+    if (items == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
     Py_ssize_t cap = n > least ? n : least;
     long long *out = PyMem_Calloc(cap > 0 ? (size_t)cap : 1, sizeof(long long));
     if (out == NULL) {
+        Py_DECREF(items);
         PyErr_NoMemory();
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(items, i));
         if (out[i] == -1 && PyErr_Occurred()) {
+            Py_DECREF(items);
             PyMem_Free(out);
             return NULL;
         }
     }
+    Py_DECREF(items);
     *size = n;
     return out;
 }
@@ -677,17 +684,18 @@ fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_st
 {
     long long *st = f->state;
     long long *steps_ring = ring_step->buf, *waits_ring = ring_wait->buf;
-    Py_ssize_t n = PyList_GET_SIZE(events);
+    /* ``events`` is a tuple: the window's close runs Python, which could change a list */
+    Py_ssize_t n = PyTuple_GET_SIZE(events);
     if (n % 2) {
         PyErr_SetString(PyExc_ValueError, "stallscope: the event log has an odd length");
         return -1;
     }
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
-        long long code = PyLong_AsLongLong(PyList_GET_ITEM(events, i));
+        long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(events, i));
         if (code == -1 && PyErr_Occurred()) {
             return -1;
         }
-        long long t = PyLong_AsLongLong(PyList_GET_ITEM(events, i + 1));
+        long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(events, i + 1));
         if (t == -1 && PyErr_Occurred()) {
             return -1;
         }
@@ -721,14 +729,15 @@ fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_st
                 waits_ring[pos] = st[S_STEP_WAIT];
                 st[S_RING_POS] = pos + 1 < ring_size ? pos + 1 : 0;
                 st[S_STEPS] += 1;
-                if (--f->window_left == 0) {
+                if (--f->window_left <= 0) { /* below 0 after a close that was cut short */
                     /* the timeline closes the window (and may merge windows, doubling their
-                     * length); it is handed the compute time credited up to ``t`` */
+                     * length); it is handed the compute time credited up to ``t``. It must not
+                     * register phases: the totals here are written back when the fold ends */
                     long long window_steps;
                     PyObject *rc = NULL;
                     PyObject *steps_value = NULL;
                     if (get_ll(timeline, name_window_steps, &window_steps) == 0 &&
-                        (steps_value = PyLong_FromLongLong(window_steps)) != NULL &&
+                        (steps_value = PyLong_FromLongLong(window_steps - f->window_left)) != NULL &&
                         PyObject_SetAttr(timeline, state_attrs[S_WIN_STEPS], steps_value) == 0) {
                         rc = PyObject_CallMethod(timeline, "_close_window", "LL", t, f->totals[COMPUTE_ID]);
                     }
@@ -766,13 +775,16 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_TypeError, "fold(timeline, events): events is a list");
         return NULL;
     }
-    PyObject *timeline = args[0], *events = args[1];
+    PyObject *timeline = args[0];
+    PyObject *events = PyList_AsTuple(args[1]);
+    if (events == NULL) {
+        return NULL;
+    }
     Folding f = {0};
     Py_buffer ring_step = {0}, ring_wait = {0};
     int have_step = 0, have_wait = 0, rc = -1;
     long long ring_size, window_steps;
     PyObject *result = NULL;
-    Py_INCREF(events);
     f.totals_list = PyObject_GetAttr(timeline, name_totals);
     f.counts_list = f.totals_list ? PyObject_GetAttr(timeline, name_counts) : NULL;
     f.stack_list = f.counts_list ? PyObject_GetAttr(timeline, name_stack) : NULL;

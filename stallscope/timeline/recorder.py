@@ -667,8 +667,8 @@ class Timeline:
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
-                        if not window_left:
-                            self._win_steps = self._window_steps
+                        if window_left <= 0:  # below 0 after a close that was cut short
+                            self._win_steps = self._window_steps - window_left
                             self._close_window(t, totals[_COMPUTE])
                             window_left = self._window_steps
                     if code in (STEP, WAIT):
