@@ -657,6 +657,20 @@ def test_a_failure_while_the_loader_raises_keeps_the_loaders_error() -> None:
     assert [str(e) for e in errors] == ["planted"]
 
 
+def _interrupt_window_close(monkeypatch: pytest.MonkeyPatch, at: int) -> None:
+    """Ctrl-C inside the ``at``-th window's close (1-based); the other closes run as usual."""
+    real = Timeline._close_window
+    calls = {"n": 0}
+
+    def interrupted(self: Timeline, now: int, busy: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == at:
+            raise KeyboardInterrupt
+        real(self, now, busy)
+
+    monkeypatch.setattr(Timeline, "_close_window", interrupted)
+
+
 def test_a_fold_cut_short_applies_no_event_twice(
     clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -664,16 +678,7 @@ def test_a_fold_cut_short_applies_no_event_twice(
     applied once, the rest are dropped, and the totals still partition the time."""
     tl = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=4)
     tl.start()
-    real = Timeline._close_window
-    calls = {"n": 0}
-
-    def interrupted(self: Timeline, now: int, busy: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        real(self, now, busy)
-
-    monkeypatch.setattr(Timeline, "_close_window", interrupted)
+    _interrupt_window_close(monkeypatch, at=2)
     for _ in range(12):
         _step(tl, clock, wait=2, compute=5, other=1)
     with pytest.raises(KeyboardInterrupt):
@@ -695,16 +700,7 @@ def test_a_window_close_cut_short_does_not_stop_later_windows(
     windows (the window that was cut short closes one step late, with its true step count)."""
     tl = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=4)
     tl.start()
-    real = Timeline._close_window
-    calls = {"n": 0}
-
-    def interrupted(self: Timeline, now: int, busy: int) -> None:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise KeyboardInterrupt
-        real(self, now, busy)
-
-    monkeypatch.setattr(Timeline, "_close_window", interrupted)
+    _interrupt_window_close(monkeypatch, at=1)
     for _ in range(5):  # the 4th step's end (at the 5th wait) closes the first window
         _step(tl, clock, wait=2, compute=5, other=1)
     with pytest.raises(KeyboardInterrupt):
