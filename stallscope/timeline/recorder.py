@@ -170,7 +170,6 @@ class Timeline:
         "_push",
         "_timers",
         "_folds",
-        "_streams",
         "_stream_token",
         "_names",
         "_ids",
@@ -251,9 +250,8 @@ class Timeline:
         self._timers: dict[int, PhaseTimer | _native.Timer] = {}
         #: bumped whenever the folded state is rewritten: odd while that is in progress (``probe``)
         self._folds = 0
-        #: bumped to make the running ``stream`` pass items through unrecorded
-        self._streams = 0
-        #: the same for the C stream: item 0 is replaced
+        #: item 0 is replaced to make the running ``stream`` (C or Python) pass items through
+        #: unrecorded; a list, so the C stream holds it and sees the change
         self._stream_token: list[object] = [object()]
         # the folded state
         self._names: list[str] = list(BUILTIN_PHASES)
@@ -384,7 +382,6 @@ class Timeline:
 
     def end_streams(self) -> None:
         """A running ``stream`` passes its remaining items through unrecorded (a new pass began)."""
-        self._streams += 1
         self._stream_token[0] = object()
 
     # -- hot path: log one event ---------------------------------------------------------
@@ -444,14 +441,15 @@ class Timeline:
 
     def _stream(self, it: Iterator[T], on_first: Callable[[T, int], None], result: list[int]) -> Iterator[T]:
         """``stream`` in Python."""
-        gen = self._streams
+        token = self._stream_token
+        mine = token[0]
         clock = self._clock
         cpu_clock = self._cpu_clock
         log = self._log
         cpu_due = self._cpu_due
         first = True
         while True:  # the hot loop: two log entries per item
-            if self._streams != gen:
+            if token[0] is not mine:
                 yield from it
                 return
             try:
@@ -469,7 +467,7 @@ class Timeline:
             try:
                 item = next(it)
             except StopIteration:  # the pass is over
-                if self._streams != gen:  # stopped, or a new pass began, during next()
+                if token[0] is not mine:  # stopped, or a new pass began, during next()
                     return
                 try:
                     end = clock()
@@ -479,13 +477,13 @@ class Timeline:
                     self._failed(exc)
                 return
             except BaseException:
-                if self._streams == gen:
+                if token[0] is mine:
                     try:
                         self._push((NONE, clock()))
                     except Exception as exc:
                         self._failed(exc)
                 raise  # the loader's own error, or Ctrl-C: unchanged
-            if self._streams != gen:  # stopped, or a new pass began, during next(): not this pass's
+            if token[0] is not mine:  # stopped, or a new pass began, during next(): not this pass's
                 yield item
                 yield from it
                 return
