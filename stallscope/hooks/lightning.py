@@ -103,7 +103,7 @@ def attach_fetch_probe(trainer: Any, make: FetchHooks) -> Callable[[], None]:
     names = ("_on_before_fetch", "_on_after_fetch")
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     if loop is None or not all(callable(getattr(type(loop), name, None)) for name in names):
-        version = getattr(sys.modules.get(type(trainer).__module__.split(".")[0]), "__version__", "?")
+        version = _lightning_version(trainer)
         raise RuntimeError(
             f"cannot time the train loader's next(): this Lightning ({version}) has no "
             f"trainer.fit_loop.epoch_loop.{names[0]}/{names[1]}; StallScope needs an update"
@@ -152,7 +152,7 @@ def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[
         if obj is None or not callable(getattr(type(obj), name, None))
     ]
     if missing:
-        version = getattr(sys.modules.get(type(trainer).__module__.split(".")[0]), "__version__", "?")
+        version = _lightning_version(trainer)
         raise RuntimeError(f"this Lightning ({version}) has no {' or '.join(missing)}")
 
     def on_batch_start(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -180,6 +180,11 @@ def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[
             fn()
 
     return detach
+
+
+def _lightning_version(trainer: Any) -> str:
+    """The version of the Lightning package ``trainer`` comes from (for errors naming it)."""
+    return str(getattr(sys.modules.get(type(trainer).__module__.split(".")[0]), "__version__", "?"))
 
 
 def _wrap_method(
