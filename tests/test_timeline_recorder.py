@@ -710,7 +710,8 @@ def test_a_window_close_cut_short_does_not_stop_later_windows(
     tl._fold()
     # the cut-short fold dropped the 5th step's events after its wait (its step is lost, its
     # time counts as data); the first window closes one counted step late, at the 6th step's end
-    assert [(w.steps, w.wall_ns, w.busy_ns) for w in tl._windows] == [(5, 48, 25), (4, 32, 20), (4, 32, 20)]
+    closed = tl.run_stats().windows[:3]  # (a fourth, in progress, may follow)
+    assert [(w.steps, w.wall_ns, w.busy_ns) for w in closed] == [(5, 48, 25), (4, 32, 20), (4, 32, 20)]
 
 
 def test_a_pass_ended_during_next_logs_nothing_more(tl: Timeline) -> None:

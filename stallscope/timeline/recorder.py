@@ -294,7 +294,9 @@ class Timeline:
         # idle windows
         self._window_steps = window_steps
         self._max_windows = max_windows
-        self._windows: list[IdleWindow] = []
+        #: the closed windows, flat: (steps, wall_ns, busy_ns) each (a window closes every few
+        #: steps: three ints are cheaper to append than an ``IdleWindow`` to build)
+        self._windows: list[int] = []
         self._win_steps = 0
         self._win_start = 0
         self._win_busy = 0
@@ -693,17 +695,13 @@ class Timeline:
     def _close_window(self, now: int, busy: int) -> None:
         """The idle window in progress ends at ``now``, when ``busy`` ns of compute had been
         credited in all (by the fold, which is called mid-way)."""
-        self._windows.append(
-            IdleWindow(steps=self._win_steps, wall_ns=now - self._win_start, busy_ns=busy - self._win_busy)
-        )
+        windows = self._windows
+        windows += (self._win_steps, now - self._win_start, busy - self._win_busy)
         self._win_steps = 0
         self._win_start = now
         self._win_busy = busy
-        if len(self._windows) >= self._max_windows:
-            pairs = zip(self._windows[0::2], self._windows[1::2], strict=True)
-            self._windows = [
-                IdleWindow(a.steps + b.steps, a.wall_ns + b.wall_ns, a.busy_ns + b.busy_ns) for a, b in pairs
-            ]
+        if len(windows) >= 3 * self._max_windows:  # full: neighbours merge, windows get twice as long
+            self._windows = [windows[i] + windows[i + 3] for j in range(0, len(windows), 6) for i in range(j, j + 3)]
             self._window_steps *= 2
 
     # -- epochs --------------------------------------------------------------------------
@@ -771,7 +769,8 @@ class Timeline:
     def run_stats(self) -> SpanStats:
         """Statistics of the whole run so far (closes nothing)."""
         now = self._flush()
-        windows = list(self._windows)
+        flat = self._windows
+        windows = [IdleWindow(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
         if self._win_steps * 2 >= self._window_steps:
             busy = self._totals[_COMPUTE]
             windows.append(IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
