@@ -42,6 +42,24 @@ static PyObject *perf_counter_ns; /* time.perf_counter_ns */
 static PyObject *code_leave, *code_step, *code_got, *code_none;
 static PyObject *name_fold, *name_failed; /* the timeline's methods, by name */
 
+/* ``value`` as a C long long. PyLong_AsLongLong goes through a byte-array conversion for any
+ * int past 2**30, which timestamps all are: this reads the digits directly. */
+static int
+as_ll(PyObject *value, long long *out)
+{
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "stallscope: an int does not fit in 64 bits");
+        return -1;
+    }
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int
 read_clock(PyObject *clock, long long *out)
 {
@@ -58,9 +76,9 @@ read_clock(PyObject *clock, long long *out)
     if (value == NULL) {
         return -1;
     }
-    *out = PyLong_AsLongLong(value);
+    int rc = as_ll(value, out);
     Py_DECREF(value);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    return rc;
 }
 
 /* append code and t to the list ``log`` */
@@ -543,9 +561,9 @@ get_ll(PyObject *obj, PyObject *name, long long *out)
     if (value == NULL) {
         return -1;
     }
-    *out = PyLong_AsLongLong(value);
+    int rc = as_ll(value, out);
     Py_DECREF(value);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    return rc;
 }
 
 /* a list of ints read into a new C array of at least ``least`` items (zeros past its end) */
@@ -569,8 +587,7 @@ read_ints(PyObject *list, Py_ssize_t least, Py_ssize_t *size)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(items, i));
-        if (out[i] == -1 && PyErr_Occurred()) {
+        if (as_ll(PyTuple_GET_ITEM(items, i), &out[i]) < 0) {
             Py_DECREF(items);
             PyMem_Free(out);
             return NULL;
@@ -691,12 +708,8 @@ fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_st
         return -1;
     }
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
-        long long code = PyLong_AsLongLong(PyTuple_GET_ITEM(events, i));
-        if (code == -1 && PyErr_Occurred()) {
-            return -1;
-        }
-        long long t = PyLong_AsLongLong(PyTuple_GET_ITEM(events, i + 1));
-        if (t == -1 && PyErr_Occurred()) {
+        long long code, t;
+        if (as_ll(PyTuple_GET_ITEM(events, i), &code) < 0 || as_ll(PyTuple_GET_ITEM(events, i + 1), &t) < 0) {
             return -1;
         }
         if (code >= f->phases) {
