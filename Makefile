@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.stallscope-installed
-PYTHON_TWIN_TESTS := tests/test_timeline_recorder.py tests/test_scope.py tests/test_bounded_memory.py tests/test_native.py
+PYTHON_TWIN_TESTS := tests/test_timeline_recorder.py tests/test_scope.py tests/test_bounded_memory.py tests/test_native.py tests/test_hooks_lightning.py
 
 .PHONY: demo test lint typecheck unit benchmarks clean
 
@@ -27,8 +27,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# the whole suite on the C hot path, then the tests of the timeline and the scope again on its
-# Python twin (what an install without a C compiler runs)
+# the whole suite on the C hot path, then the tests of the timeline, the scope and the Lightning
+# hooks again on its Python twin (what an install without a C compiler runs)
 unit: $(STAMP)
 	$(PY) -m pytest -q
 	STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q $(PYTHON_TWIN_TESTS)

@@ -31,9 +31,10 @@ from torch.utils.data import DataLoader, Dataset
 
 from stallscope import StallScope
 from stallscope.hooks import lightning as lightning_hooks
-from stallscope.hooks.lightning import attach_fetch_probe, attach_step_probe
+from stallscope.hooks.lightning import attach_fetch_probe, attach_step_probe, call_after, call_before
 from stallscope.hooks.session import Session
 from stallscope.report.io import REPORT_NAME
+from stallscope.timeline import recorder
 from stallscope.timeline.recorder import Timeline
 
 NAMESPACES = ["lightning", "pytorch_lightning"]
@@ -351,7 +352,7 @@ def test_step_probe_touch_points(pl: ModuleType, tmp_path: Path) -> None:
     class Probe(pl.Callback):  # type: ignore[misc,name-defined]
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             begin = lambda batch: events.append("begin" if trainer.training else "begin(val)")  # noqa: E731
-            detachers.append(attach_step_probe(trainer, begin, lambda: events.append("end")))
+            detachers.append(attach_step_probe(trainer, call_after(begin), call_before(lambda: events.append("end"))))
 
         def on_train_batch_start(self, *args: Any) -> None:
             events.append("batch_start")
@@ -384,6 +385,33 @@ def test_step_probe_names_what_moved() -> None:
 
     with pytest.raises(RuntimeError, match=r"_logger_connector\.on_batch_start or .*update_lr_schedulers"):
         attach_step_probe(NotATrainer(), lambda batch: None, lambda: None)
+
+
+def test_the_c_hooks_take_each_steps_usual_case_alone(
+    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the C module is built, Lightning calls ``_native.StepHook``s, which call the run's
+    Python methods only outside the usual case: a few times an epoch, not at every step."""
+    if recorder.NATIVE_MODULE is None:
+        pytest.skip("the Python twin is in use")
+    calls: Counter[str] = Counter()
+    for name in ("_fetch_began", "_fetch_ended", "_on_compute_begin", "_on_compute_end"):
+        method = getattr(lightning_hooks._FitRun, name)
+
+        def counted(run: Any, *args: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> None:
+            calls[_name] += 1
+            _method(run, *args, **kwargs)
+
+        monkeypatch.setattr(lightning_hooks._FitRun, name, counted)
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2)
+    tr.fit(tiny_class(pl)(costs), loader(64, costs))
+    assert scope.report is not None
+    assert scope.report.notes == ()  # nothing went wrong
+    assert scope.report.summary.steps == 32
+    # per epoch: its first fetch and step, the loader's end (a fetch that gets nothing)
+    assert all(n <= 2 * 2 for n in calls.values()), calls
 
 
 def test_lightning_does_not_dispatch_the_batch_hooks(tmp_path: Path) -> None:
@@ -820,15 +848,67 @@ def test_user_exception_propagates_unchanged_and_report_is_written(pl: ModuleTyp
     assert probes_left(tr) == []
 
 
+#: the per-step fast paths, by the hook Lightning calls: where the C module is built, a
+#: ``_native.StepHook`` takes the usual case (its kind); else a ``_FitRun`` method makes the
+#: timeline call
+_FAST_PATHS = {
+    "_on_fetch_begin": ("FETCH_BEGIN", "_fetch_began", "Timeline.data_begin"),
+    "_on_fetch_end": ("FETCH_END", "_fetch_ended", "Timeline.data_end"),
+    "_on_compute_begin": ("COMPUTE_BEGIN", "_on_compute_begin", "Timeline.switch"),
+    "_on_compute_end": ("COMPUTE_END", "_on_compute_end", "Timeline.leave"),
+}
+
+
+def _break_fast_path(monkeypatch: pytest.MonkeyPatch, caller: str, failed: list[str | None]) -> str:
+    """Make the usual case of Lightning's hook ``caller`` fail once; returns where it fails."""
+    kind, method, where = _FAST_PATHS[caller]
+    native = recorder.NATIVE_MODULE
+    if native is None:  # the Python method: the timeline call fails when it makes it
+        name = where.split(".")[1]
+        original = getattr(Timeline, name)
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            if sys._getframe(1).f_code.co_name == method:
+                failed.append(caller)
+                raise RuntimeError(f"injected in {where}")
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(Timeline, name, broken)
+        return where
+    # the StepHook: the clock it reads in the usual case fails (the slow path reads the timeline's)
+    make = lightning_hooks._FitRun._native_hook
+    where = f"StepHook {kind}"
+
+    def hook(run: Any, hook_kind: int, inner: Any, slow: Any) -> Any:
+        if hook_kind != getattr(native, kind):
+            return make(run, hook_kind, inner, slow)
+        real = run.timeline._clock
+
+        def clock() -> int:
+            if not failed:
+                failed.append(caller)
+                raise RuntimeError(f"injected in {where}")
+            return int(real())
+
+        run.timeline._clock = clock  # the hook keeps the clock it was built with
+        try:
+            return make(run, hook_kind, inner, slow)
+        finally:
+            run.timeline._clock = real
+
+    monkeypatch.setattr(lightning_hooks._FitRun, "_native_hook", hook)
+    return where
+
+
 @pytest.mark.parametrize(
     ("where", "caller"),
     [
         ("_FitRun.fetch_begin", None),  # an epoch's first fetch
-        # the per-step fast paths: the timeline call fails only when they make it
-        ("Timeline.data_end", "_on_fetch_end"),
-        ("Timeline.switch", "_on_compute_begin"),
-        ("Timeline.leave", "_on_compute_end"),
-        ("Timeline.data_begin", "_on_fetch_begin"),
+        # the per-step fast paths: they fail only in their usual case
+        ("", "_on_fetch_end"),
+        ("", "_on_compute_begin"),
+        ("", "_on_compute_end"),
+        ("", "_on_fetch_begin"),
         ("_FitRun.lazy_begin", None),
         ("_FitRun.epoch_end", None),
         ("_FitRun.fit_start", None),
@@ -842,18 +922,17 @@ def test_internal_error_turns_the_scope_off_and_training_goes_on(
     where: str,
     caller: str | None,
 ) -> None:
-    owner, name = where.split(".")
-    target = lightning_hooks._FitRun if owner == "_FitRun" else Timeline
-    original = getattr(target, name)
-    failed = []
+    failed: list[str | None] = []
+    if caller is not None:
+        where = _break_fast_path(monkeypatch, caller, failed)
+    else:
+        name = where.split(".")[1]
 
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        if caller is None or sys._getframe(1).f_code.co_name == caller:
+        def broken(*args: Any, **kwargs: Any) -> Any:
             failed.append(caller)
             raise RuntimeError(f"injected in {where}")
-        return original(*args, **kwargs)
 
-    monkeypatch.setattr(target, name, broken)
+        monkeypatch.setattr(lightning_hooks._FitRun, name, broken)
     costs = Costs()
     scope = scope_for(tmp_path)
     csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 from array import array
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +65,25 @@ def test_native_objects_misused_from_python_raise_instead_of_crashing() -> None:
     with timer:
         pass
     assert log == [3, 7, -1, 7]
+    with pytest.raises(RuntimeError, match="not initialised"):
+        native.StepHook.__new__(native.StepHook)()
+
+
+def test_a_step_hook_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    run, _, _ = _fit_run(tmp_path, 0, {"_top": None, "_lazy": None})
+    args = (run, run.scope, run.timeline, run.h2d, run.compute, 64, 1000)
+    with pytest.raises(ValueError, match="kind in range"):
+        native.StepHook(7, print, print, *args)
+    with pytest.raises(ValueError, match="two callables"):
+        native.StepHook(native.FETCH_BEGIN, None, print, *args)
+    with pytest.raises(AttributeError, match="__dict__"):  # the state lives in the run's __dict__
+        native.StepHook(native.FETCH_BEGIN, print, print, 5, *args[1:])
+    hook = native.StepHook(native.FETCH_BEGIN, print, print, *args)
+    with pytest.raises(TypeError, match="already initialised"):
+        hook.__init__(native.FETCH_BEGIN, print, print, *args)  # type: ignore[misc]
 
 
 def test_native_objects_keep_what_they_use_while_python_runs() -> None:
@@ -279,3 +301,179 @@ def test_the_c_fold_survives_a_callback_that_changes_the_list_it_was_given(
         log += [recorder.STEP, 100 * i + 1, recorder.GOT, 100 * i + 20]
     native.fold(tl, log)
     assert tl._steps == 199  # every event of the snapshot was applied
+
+
+# -- Lightning's per-step hooks: ``StepHook`` against the ``_FitRun`` methods it stands in for ----
+
+
+class _TickingClock:
+    """A clock that moves by ``step`` ns at each reading: a hook that read it once more or once
+    less than its twin would log other times."""
+
+    def __init__(self, start: int, step: int) -> None:
+        self.now = start
+        self.step = step
+
+    def __call__(self) -> int:
+        self.now += self.step
+        return self.now
+
+
+def _fit_run(tmp_path: Path, seed: int, state: dict[str, object]) -> tuple[Any, list[str], list[object]]:
+    """A ``_FitRun`` in ``state`` (its timeline as the state implies), with the calls its scope's
+    ``_fail`` receives, and a list for the calls of Lightning's stand-in callable and of the
+    listeners of a watched compute phase (``state["watched"]``)."""
+    from stallscope.hooks.lightning import _SETUP, _FitRun
+    from stallscope.hooks.session import Session
+
+    scope = StallScope(str(tmp_path), console=False)
+    session = Session(scope._config, clock=_TickingClock(10_000, 7), cpu_clock=_TickingClock(500, 3))
+    failures: list[str] = []
+    scope._fail = lambda exc: failures.append(repr(exc))  # type: ignore[method-assign]
+    run = _FitRun(scope, object(), session, None)
+    tl = session.timeline
+    tl.start()
+    top, lazy = state["_top"], state["_lazy"]
+    calls: list[object] = []
+    if state.get("watched"):
+        tl.watch(run.compute, lambda: calls.append("compute entered"), lambda: calls.append("compute left"))
+    if top == _SETUP:
+        tl.data_begin(new_step=False)
+    elif top is not None:
+        tl.enter(top)  # type: ignore[arg-type]
+    if lazy is not None:
+        tl.enter(lazy)  # type: ignore[arg-type]
+    rng = random.Random(seed)
+    tl._cpu_due = rng.choice([0, 1 << 62])
+    tl._data_cpu_mark = rng.choice([-1, 400])
+    tl._data_t0 = 9_000
+    for name, value in state.items():
+        if name == "_active":
+            scope._active = value  # type: ignore[assignment]
+        elif name != "watched":
+            setattr(run, name, value)
+    return run, failures, calls
+
+
+def _observed(run: Any, failures: list[str], inner_calls: list[object], result: object) -> dict[str, object]:
+    tl = run.timeline
+    keys = ("closed", "_top", "_lazy", "_lazy_depth", "_resume_setup", "_nested_fetch", "_first_wait_ns")
+    keys += ("_fetched", "_count_tensors", "_setup_ns")
+    timeline = ("_log", "_data_t0", "_data_cpu_mark", "_cpu_due", "_data_cpu_total", "_data_cpu_wall", "_steps")
+    timeline += ("_tracked",)
+    return {
+        **{key: getattr(run, key) for key in keys},
+        **{key: copy.copy(getattr(tl, key)) for key in timeline},
+        "stack": list(tl._stack),
+        "clock readings": (tl._clock.now, tl._cpu_clock.now),
+        "active": run.scope._active,
+        "failures": failures,
+        "inner": inner_calls,
+        "result": result,
+    }
+
+
+#: each hook's usual case: the state in which its C hook calls no Python method of the run
+_USUAL = {
+    "FETCH_BEGIN": {"_top": None},
+    "FETCH_END": {"_top": "h2d", "_nested_fetch": False, "_first_wait_ns": 5},
+    "COMPUTE_BEGIN": {"_top": "h2d", "_fetched": True, "_count_tensors": False},
+    "COMPUTE_END": {"_top": "compute"},
+}
+
+
+def _random_fit_state(rng: random.Random, ids: dict[str, int], kind: str) -> tuple[dict[str, object], bool]:
+    """A state for hook ``kind``, and whether it is its usual case: half of them are, the others
+    are random, or one field away from it."""
+    from stallscope.hooks.lightning import _SETUP
+
+    lazy = None if rng.random() < 0.5 else ids["logging"]
+    state: dict[str, object] = {
+        "_top": rng.choice([None, ids["h2d"], ids["compute"], ids["validation"], _SETUP]),
+        "_lazy": lazy,
+        "_lazy_depth": 0 if lazy is None else rng.choice([0, 1, 2]),
+        "_resume_setup": False if lazy is None else rng.random() < 0.5,
+        "_fetched": rng.random() < 0.7,
+        "_count_tensors": rng.random() < 0.2,
+        "_nested_fetch": rng.random() < 0.2,
+        "_first_wait_ns": None if rng.random() < 0.2 else 5,
+        "closed": False,
+        "_active": True,
+        "watched": rng.random() < 0.3,
+    }
+    if rng.random() >= 0.5:
+        return state, False
+    usual = {k: ids.get(v, v) if isinstance(v, str) else v for k, v in _USUAL[kind].items()}
+    state.update(usual, _lazy=None, _lazy_depth=0, _resume_setup=False)
+    if rng.random() < 0.5:
+        return state, True
+    field = rng.choice([*usual, "_lazy", "closed", "_active"])
+    state[field] = {
+        "_top": rng.choice([None, ids["validation"], _SETUP]),
+        "_lazy": ids["logging"],
+        "closed": True,
+        "_active": False,
+    }.get(field, not state[field] if isinstance(state[field], bool) else None)
+    return state, False
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_step_hook_does_what_the_python_hook_does(tmp_path: Path, seed: int) -> None:
+    """Each of Lightning's four per-step touch points, from random fit states (the usual cases
+    and their neighbours): the C hook and the Python method (with ``call_after``/``call_before``
+    for the compute points) leave the same run, timeline, log and calls, clock readings included."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    from stallscope.hooks.lightning import call_after, call_before
+
+    rng = random.Random(seed)
+    probe, _, _ = _fit_run(tmp_path / "ids", seed, {"_top": None, "_lazy": None})
+    ids = {k: getattr(probe, k) for k in ("h2d", "compute", "validation", "logging")}
+    for trial in range(8):
+        kind = rng.choice(list(_USUAL))
+        state, usual = _random_fit_state(rng, ids, kind)
+        batch = [trial]
+        slow_calls: list[object] = []
+        seen = []
+        for side in ("python", "c"):
+            run, failures, inner_calls = _fit_run(tmp_path / f"{trial}-{side}", seed, state)
+
+            def inner(*args: object, _calls: list[object] = inner_calls, **kwargs: object) -> object:
+                _calls.append((args, kwargs))
+                return "lightning's result"
+
+            args: tuple[object, ...] = (batch,) if kind == "COMPUTE_BEGIN" else ()
+            kwargs = {"update_plateau_schedulers": False} if kind == "COMPUTE_END" else {}
+            if kind == "COMPUTE_END":
+                args = ("step",)
+            if side == "python":
+                hook: Callable[..., object] = {
+                    "FETCH_BEGIN": run._on_fetch_begin,
+                    "FETCH_END": run._on_fetch_end,
+                    "COMPUTE_BEGIN": call_after(run._on_compute_begin)(inner),
+                    "COMPUTE_END": call_before(run._on_compute_end)(inner),
+                }[kind]
+                run._start_profiler = run._stop_profiler = inner
+            else:
+                method = {
+                    "FETCH_BEGIN": run._fetch_began,
+                    "FETCH_END": run._fetch_ended,
+                    "COMPUTE_BEGIN": run._on_compute_begin,
+                    "COMPUTE_END": run._on_compute_end,
+                }[kind]
+
+                def slow(
+                    *args: object, _method: Callable[..., None] = method, _calls: list[object] = slow_calls
+                ) -> None:
+                    _calls.append(args)
+                    _method(*args)
+
+                hook = run._native_hook(getattr(native, kind), inner, slow)
+            logged = len(run.timeline._log)
+            result = hook(*args, **kwargs)
+            seen.append(_observed(run, failures, inner_calls, result))
+        assert seen[0] == seen[1], (kind, state)
+        if usual:  # the C hook took it alone, and logged
+            assert slow_calls == [], (kind, state)
+            assert len(run.timeline._log) > logged, (kind, state)

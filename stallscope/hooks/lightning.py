@@ -57,6 +57,7 @@ from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.session import Session
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import inspect_loader
+from stallscope.timeline import recorder
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, H2D, LOGGING, VALIDATION
 from stallscope.timeline.stats import EpochBoundary
 
@@ -80,6 +81,10 @@ _SETUP = -1
 #: what ``attach_fetch_probe`` installs: given Lightning's own (start the profiler, stop it), the
 #: (before ``next()``, after ``next()``) pair to call instead
 FetchHooks = Callable[[Callable[[], None], Callable[[], None]], tuple[Callable[[], None], Callable[[], None]]]
+
+#: what ``attach_step_probe`` installs: given Lightning's own method, the callable to set instead,
+#: which calls it (``call_after``, ``call_before``)
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 def attach_fetch_probe(trainer: Any, make: FetchHooks) -> Callable[[], None]:
@@ -120,7 +125,7 @@ def attach_fetch_probe(trainer: Any, make: FetchHooks) -> Callable[[], None]:
     return detach
 
 
-def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[[], None]) -> Callable[[], None]:
+def attach_step_probe(trainer: Any, begin: Wrap, end: Wrap) -> Callable[[], None]:
     """Two more private touch points: where a training step's compute starts and ends.
 
     A callback's ``on_train_batch_start``/``on_train_batch_end`` cost two dispatches a step, and
@@ -131,10 +136,12 @@ def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[
 
     * ``trainer._logger_connector.on_batch_start(batch)``, right after ``batch_to_device`` and
       before the ``on_train_batch_start`` hooks (the evaluation loop calls it for each of its
-      batches too): ``begin(batch)`` runs after Lightning's own;
+      batches too): ``begin(original)`` replaces it, and must call the original first
+      (``call_after``);
     * the epoch loop's ``update_lr_schedulers(interval, ...)``, right after the optimizer step and
-      before the ``on_train_batch_end`` hooks (and again at other points of an epoch): ``end()``
-      runs before Lightning's own, so stepping the schedulers is not compute.
+      before the ``on_train_batch_end`` hooks (and again at other points of an epoch):
+      ``end(original)`` replaces it, and must call the original last (``call_before``), so
+      stepping the schedulers is not compute.
 
     Compute is then the training step with the batch-start hooks before it (other callbacks'
     included); the batch-end hooks count as ``other``.
@@ -155,31 +162,41 @@ def attach_step_probe(trainer: Any, begin: Callable[[Any], None], end: Callable[
         version = _lightning_version(trainer)
         raise RuntimeError(f"this Lightning ({version}) has no {' or '.join(missing)}")
 
-    def on_batch_start(original: Callable[..., Any]) -> Callable[..., Any]:
-        def after(batch: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(batch, *args, **kwargs)
-            begin(batch)
-            return result
-
-        return after
-
-    def update_lr_schedulers(original: Callable[..., Any]) -> Callable[..., Any]:
-        def before(*args: Any, **kwargs: Any) -> Any:
-            end()
-            return original(*args, **kwargs)
-
-        return before
-
-    undo = [
-        _wrap_method(connector, "on_batch_start", on_batch_start),
-        _wrap_method(loop, "update_lr_schedulers", update_lr_schedulers),
-    ]
+    undo = [_wrap_method(connector, "on_batch_start", begin), _wrap_method(loop, "update_lr_schedulers", end)]
 
     def detach() -> None:
         for fn in undo:
             fn()
 
     return detach
+
+
+def call_after(hook: Callable[[Any], None]) -> Wrap:
+    """For ``attach_step_probe``'s ``begin``: the original ``on_batch_start(batch, ...)``, then
+    ``hook(batch)``."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def after(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(batch, *args, **kwargs)
+            hook(batch)
+            return result
+
+        return after
+
+    return wrap
+
+
+def call_before(hook: Callable[[], None]) -> Wrap:
+    """For ``attach_step_probe``'s ``end``: ``hook()``, then the original."""
+
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def before(*args: Any, **kwargs: Any) -> Any:
+            hook()
+            return original(*args, **kwargs)
+
+        return before
+
+    return wrap
 
 
 def _lightning_version(trainer: Any) -> str:
@@ -244,6 +261,10 @@ class _FitRun:
     or None for ``other``); ``_lazy`` a logging or checkpoint phase opened on top of it by a wrapped
     call, closed at the next event (or at the last logger's ``save``). Every method is called by
     a guarded hook, so an internal error turns the scope off instead of reaching the user.
+
+    While ``_lazy`` is None, ``_lazy_depth`` is 0 and ``_resume_setup`` False (only ``lazy_begin``
+    sets them otherwise, and it sets ``_lazy``): the per-step usual cases rely on it and leave
+    them as they are.
     """
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -340,14 +361,51 @@ class _FitRun:
 
     # -- per step: Lightning calls these itself, with the guard inlined and a fast path for the
     # usual state (every Python call between two training steps costs several times its
-    # tight-loop price, because the step's own work has just evicted it from the CPU caches) ----
+    # tight-loop price, because the step's own work has just evicted it from the CPU caches).
+    # Where the C module is built, ``_native.StepHook``s stand in Lightning's place instead: they
+    # take the usual case without a Python frame (a tiny step's probes cost about 4 us in Python)
+    # and call these methods for the rest -----------------------------------------------------
 
     def _fetch_hooks(
         self, start_profiler: Callable[[], None], stop_profiler: Callable[[], None]
     ) -> tuple[Callable[[], None], Callable[[], None]]:
         self._start_profiler = start_profiler
         self._stop_profiler = stop_profiler
+        native = recorder.NATIVE_MODULE
+        if native is not None:
+            return (
+                self._native_hook(native.FETCH_BEGIN, start_profiler, self._fetch_began),
+                self._native_hook(native.FETCH_END, stop_profiler, self._fetch_ended),
+            )
         return self._on_fetch_begin, self._on_fetch_end
+
+    def _step_wrappers(self) -> tuple[Wrap, Wrap]:
+        """What ``attach_step_probe`` sets in place of Lightning's two methods."""
+        native = recorder.NATIVE_MODULE
+        if native is not None:
+            return (
+                functools.partial(self._native_hook, native.COMPUTE_BEGIN, slow=self._on_compute_begin),
+                functools.partial(self._native_hook, native.COMPUTE_END, slow=self._on_compute_end),
+            )
+        return call_after(self._on_compute_begin), call_before(self._on_compute_end)
+
+    def _native_hook(self, kind: int, inner: Callable[..., Any], slow: Callable[..., None]) -> Callable[..., Any]:
+        """A ``_native.StepHook``: ``inner`` and this run's usual case in C, ``slow`` otherwise."""
+        native = recorder.NATIVE_MODULE
+        assert native is not None
+        hook: Callable[..., Any] = native.StepHook(
+            kind,
+            inner,
+            slow,
+            self,
+            self.scope,
+            self.timeline,
+            self.h2d,
+            self.compute,
+            recorder.FOLD_AT,
+            recorder.DATA_CPU_INTERVAL_NS,
+        )
+        return hook
 
     def _install_step_hooks(self) -> None:
         """Time compute through ``attach_step_probe``, and have Lightning skip the scope's own
@@ -364,7 +422,7 @@ class _FitRun:
             ("on_train_batch_end", self.on_train_batch_end),
         )
         try:
-            self._undo.append(attach_step_probe(self.trainer, self._on_compute_begin, self._on_compute_end))
+            self._undo.append(attach_step_probe(self.trainer, *self._step_wrappers()))
             self._probed = True
         except RuntimeError as exc:
             self.session.note(f"compute is timed by the batch hooks, at some cost per step: {exc}")
@@ -375,32 +433,37 @@ class _FitRun:
 
     def _on_fetch_begin(self) -> None:
         self._start_profiler()
+        self._fetch_began()
+
+    def _on_fetch_end(self) -> None:
+        try:
+            self._fetch_ended()
+        finally:
+            self._stop_profiler()
+
+    def _fetch_began(self) -> None:
         if self.closed or not self.scope._active:
             return
         try:
             if self._top is None and self._lazy is None:  # the usual case: between two steps
-                self._lazy_depth = 0
-                self._resume_setup = False
                 self.timeline.data_begin(new_step=True)
             else:
                 self.fetch_begin()
         except Exception as exc:
             self.scope._fail(exc)
 
-    def _on_fetch_end(self) -> None:
+    def _fetch_ended(self) -> None:
+        if self.closed or not self.scope._active:
+            return
         try:
-            if not self.closed and self.scope._active:
-                try:
-                    if self._nested_fetch or self._first_wait_ns is None:
-                        self.fetch_end()
-                    else:  # the usual case: a step's batch arrived, h2d starts
-                        self.timeline.data_end(got_item=True, then=self.h2d)
-                        self._fetched = True
-                        self._top = self.h2d
-                except Exception as exc:
-                    self.scope._fail(exc)
-        finally:
-            self._stop_profiler()
+            if self._nested_fetch or self._first_wait_ns is None:
+                self.fetch_end()
+            else:  # the usual case: a step's batch arrived, h2d starts
+                self.timeline.data_end(got_item=True, then=self.h2d)
+                self._fetched = True
+                self._top = self.h2d
+        except Exception as exc:
+            self.scope._fail(exc)
 
     def _on_compute_begin(self, batch: Any) -> None:
         """A batch is about to be trained on (``attach_step_probe``), or validated on."""
@@ -409,8 +472,6 @@ class _FitRun:
         try:
             if self._fetched and self._top == self.h2d and self._lazy is None and not self._count_tensors:
                 self._fetched = False  # the usual case: h2d -> compute in one clock read
-                self._lazy_depth = 0
-                self._resume_setup = False
                 self.timeline.switch(self.compute)
                 self._top = self.compute
             elif self._top not in (self.validation, self.sanity_check):  # not a validation batch
@@ -426,8 +487,6 @@ class _FitRun:
             return
         try:
             if self._top == self.compute and self._lazy is None:  # the usual case
-                self._lazy_depth = 0
-                self._resume_setup = False
                 self.timeline.leave()
                 self._top = None
             elif any_phase or self._top == self.compute:

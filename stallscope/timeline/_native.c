@@ -898,6 +898,545 @@ static PyMethodDef native_methods[] = {
     {NULL},
 };
 
+/* ---- StepHook -------------------------------------------------------------------------- */
+
+/* Lightning's per-step touch points (hooks/lightning.py): a StepHook stands in for one of
+ * Lightning's own callables (``inner``) and moves the fit's state machine (``_FitRun``) as its
+ * Python method does (``slow``), in the usual case without a Python frame:
+ *
+ *   FETCH_BEGIN    inner() (starts Lightning's profiler), then: between two steps, a data wait
+ *                  begins and the step in progress ends (_FitRun._fetch_began)
+ *   FETCH_END      a step's batch arrived and h2d starts (_FitRun._fetch_ended), then inner()
+ *                  (stops the profiler), even when that failed
+ *   COMPUTE_BEGIN  inner(batch, ...) (Lightning's on_batch_start), then: h2d -> compute
+ *                  (_FitRun._on_compute_begin(batch))
+ *   COMPUTE_END    compute ends (_FitRun._on_compute_end), then inner(...) (update_lr_schedulers);
+ *                  a second call in the same step finds nothing open and does nothing
+ *
+ * Anything else (the first step of an epoch, a logging call still open, a validation batch, a
+ * timeline not started or stopped) calls ``slow``, the Python method, which handles every case.
+ * With a phase watched (CUDA events around compute), the hook calls the timeline's listeners as
+ * its own methods do. The fit's state is read and written in the run's ``__dict__``, where its
+ * Python methods find it; the timeline's through its attributes. StallScope's own errors go to
+ * ``scope._fail(exc)``, as in the Python methods; ``inner``'s propagate unchanged. */
+
+enum { FETCH_BEGIN, FETCH_END, COMPUTE_BEGIN, COMPUTE_END, HOOK_KINDS };
+
+enum {
+    K_CLOSED,
+    K_TOP,
+    K_LAZY,
+    K_NESTED_FETCH,
+    K_FIRST_WAIT,
+    K_FETCHED,
+    K_COUNT_TENSORS,
+    K_ACTIVE,
+    K_FAIL,
+    K_DIRECT,
+    K_DATA_T0,
+    K_DATA_CPU_MARK,
+    K_CPU_DUE,
+    K_ADD_DATA_CPU,
+    K_LOG,
+    K_CLOCK,
+    K_CPU_CLOCK,
+    K_TRACK_ENTER,
+    K_TRACK_LEAVE,
+    K_COUNT
+};
+static const char *key_names[K_COUNT] = {
+    "closed",         "_top",    "_lazy",   "_nested_fetch", "_first_wait_ns", "_fetched",      "_count_tensors",
+    "_active",        "_fail",   "_direct", "_data_t0",      "_data_cpu_mark", "_cpu_due",      "_add_data_cpu",
+    "_log",           "_clock",  "_cpu_clock", "_track_enter", "_track_leave",
+};
+static PyObject *keys[K_COUNT];
+static PyObject *data_id; /* DATA_ID as an int */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int kind;
+    PyObject *inner;    /* Lightning's callable */
+    PyObject *slow;     /* the _FitRun method that handles every case */
+    PyObject *state;    /* the run's __dict__ */
+    PyObject *scope;    /* its _fail(exc) */
+    PyObject *scope_state; /* its __dict__: _active */
+    PyObject *timeline; /* its _direct, _data_t0, _data_cpu_mark, _cpu_due, _add_data_cpu, _fold */
+    PyObject *log;      /* timeline._log */
+    PyObject *clock;    /* timeline._clock */
+    PyObject *cpu_clock;
+    PyObject *h2d;     /* the phase ids, as the run holds them */
+    PyObject *compute;
+    Py_ssize_t fold_at;
+    long long interval; /* between two waits whose CPU time is read */
+} StepHook;
+
+/* the run's attribute ``key`` (borrowed), or the scope's for K_ACTIVE; NULL with an error */
+static PyObject *
+run_get(StepHook *self, int key)
+{
+    PyObject *value = PyDict_GetItemWithError(key == K_ACTIVE ? self->scope_state : self->state, keys[key]);
+    if (value == NULL && !PyErr_Occurred()) {
+        PyErr_Format(PyExc_AttributeError, "stallscope: the fit's state has no %U", keys[key]);
+    }
+    return value;
+}
+
+static int
+run_set(StepHook *self, int key, PyObject *value)
+{
+    return PyDict_SetItem(self->state, keys[key], value);
+}
+
+/* a truth value of the run (``key``) or the scope (``K_ACTIVE``): 1, 0, or -1 with an error */
+static int
+truth(StepHook *self, int key)
+{
+    PyObject *value = run_get(self, key);
+    return value == NULL ? -1 : PyObject_IsTrue(value);
+}
+
+/* Timeline._direct: 0 (events go through its ``_push``), UNWATCHED (straight into its log) or
+ * WATCHED (into its log, and a phase is watched: ``_track_enter``/``_track_leave`` follow each
+ * event); -1 with an error */
+enum { UNWATCHED = 1, WATCHED = 2 };
+
+static int
+direct(StepHook *self)
+{
+    long long value;
+    if (get_ll(self->timeline, keys[K_DIRECT], &value) < 0) {
+        return -1;
+    }
+    return value == UNWATCHED || value == WATCHED ? (int)value : 0;
+}
+
+/* with a phase watched, what Timeline does after logging an event: ``_track_leave()`` when
+ * ``leave``, then ``_track_enter(enter)`` unless ``enter`` is NULL */
+static int
+track(StepHook *self, int leave, PyObject *enter)
+{
+    PyObject *rc;
+    if (leave) {
+        rc = PyObject_CallMethodNoArgs(self->timeline, keys[K_TRACK_LEAVE]);
+        if (rc == NULL) {
+            return -1;
+        }
+        Py_DECREF(rc);
+    }
+    if (enter != NULL) {
+        rc = PyObject_CallMethodOneArg(self->timeline, keys[K_TRACK_ENTER], enter);
+        if (rc == NULL) {
+            return -1;
+        }
+        Py_DECREF(rc);
+    }
+    return 0;
+}
+
+/* append (code, now) to the log, and (then, now) after it when ``then`` is not NULL; ``*when``
+ * gets a new reference to now as an int */
+static int
+log_now(StepHook *self, PyObject *code, PyObject *then, long long *now, PyObject **when)
+{
+    if (read_clock(self->clock, now) < 0 || (*when = PyLong_FromLongLong(*now)) == NULL) {
+        return -1;
+    }
+    if (PyList_Append(self->log, code) < 0 || PyList_Append(self->log, *when) < 0 ||
+        (then != NULL && (PyList_Append(self->log, then) < 0 || PyList_Append(self->log, *when) < 0))) {
+        Py_CLEAR(*when);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+fold_if_full(StepHook *self)
+{
+    if (PyList_GET_SIZE(self->log) < self->fold_at) {
+        return 0;
+    }
+    PyObject *rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
+    Py_XDECREF(rc);
+    return rc == NULL ? -1 : 0;
+}
+
+static int
+set_ll(PyObject *obj, int key, long long value)
+{
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) {
+        return -1;
+    }
+    int rc = PyObject_SetAttr(obj, keys[key], number);
+    Py_DECREF(number);
+    return rc;
+}
+
+/* the step's usual case: 1 when it was handled, 0 when ``slow`` must run, -1 on an error */
+static int
+usual(StepHook *self)
+{
+    PyObject *top = run_get(self, K_TOP), *lazy = run_get(self, K_LAZY);
+    if (top == NULL || lazy == NULL) {
+        return -1;
+    }
+    int is_compute = PyObject_RichCompareBool(top, self->compute, Py_EQ);
+    if (is_compute < 0) {
+        return -1;
+    }
+    if (self->kind == COMPUTE_END && !is_compute) {
+        return 1; /* nothing open to end (the schedulers are stepped again, or no step ran) */
+    }
+    if (lazy != Py_None) {
+        return 0;
+    }
+    int ready;
+    switch (self->kind) {
+    case FETCH_BEGIN:
+        ready = top == Py_None;
+        break;
+    case FETCH_END:
+        ready = truth(self, K_NESTED_FETCH);
+        if (ready < 0) {
+            return -1;
+        }
+        PyObject *first_wait = run_get(self, K_FIRST_WAIT);
+        if (first_wait == NULL) {
+            return -1;
+        }
+        ready = !ready && first_wait != Py_None;
+        break;
+    case COMPUTE_BEGIN: {
+        int fetched = truth(self, K_FETCHED), counting = truth(self, K_COUNT_TENSORS);
+        int is_h2d = PyObject_RichCompareBool(top, self->h2d, Py_EQ);
+        if (fetched < 0 || counting < 0 || is_h2d < 0) {
+            return -1;
+        }
+        ready = fetched && is_h2d && !counting;
+        break;
+    }
+    default:
+        ready = 1; /* COMPUTE_END with compute open */
+    }
+    if (!ready) {
+        return 0;
+    }
+    int mode = direct(self);
+    if (mode <= 0) {
+        return mode;
+    }
+    int watched = mode == WATCHED;
+
+    long long now;
+    PyObject *when = NULL;
+    int rc = -1;
+    switch (self->kind) {
+    case FETCH_BEGIN: { /* Timeline.data_begin(new_step=True) */
+        long long cpu_due, mark = -1;
+        if (log_now(self, code_step, NULL, &now, &when) < 0 ||
+            PyObject_SetAttr(self->timeline, keys[K_DATA_T0], when) < 0 || (watched && track(self, 0, data_id) < 0) ||
+            set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0 || get_ll(self->timeline, keys[K_CPU_DUE], &cpu_due) < 0) {
+            break;
+        }
+        if (now >= cpu_due && (set_ll(self->timeline, K_CPU_DUE, now + self->interval) < 0 ||
+                               read_clock(self->cpu_clock, &mark) < 0 ||
+                               set_ll(self->timeline, K_DATA_CPU_MARK, mark) < 0)) {
+            break;
+        }
+        rc = 1;
+        break;
+    }
+    case FETCH_END: { /* Timeline.data_end(got_item=True, then=h2d) */
+        long long mark, cpu1 = -1, t0;
+        if (get_ll(self->timeline, keys[K_DATA_CPU_MARK], &mark) < 0 ||
+            (mark >= 0 && read_clock(self->cpu_clock, &cpu1) < 0) ||
+            log_now(self, code_got, self->h2d, &now, &when) < 0 || get_ll(self->timeline, keys[K_DATA_T0], &t0) < 0) {
+            break;
+        }
+        if (mark >= 0) {
+            PyObject *added = PyObject_CallMethod(self->timeline, "_add_data_cpu", "LL", cpu1 - mark, now - t0);
+            Py_XDECREF(added);
+            if (added == NULL || set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0) {
+                break;
+            }
+        }
+        if ((watched && track(self, 1, self->h2d) < 0) || fold_if_full(self) < 0 ||
+            run_set(self, K_FETCHED, Py_True) < 0 || run_set(self, K_TOP, self->h2d) < 0) {
+            break;
+        }
+        rc = 1;
+        break;
+    }
+    case COMPUTE_BEGIN: /* Timeline.switch(compute) */
+        if (run_set(self, K_FETCHED, Py_False) < 0 || log_now(self, code_leave, self->compute, &now, &when) < 0 ||
+            (watched && track(self, 1, self->compute) < 0) || run_set(self, K_TOP, self->compute) < 0) {
+            break;
+        }
+        rc = 1;
+        break;
+    default: /* COMPUTE_END: Timeline.leave() */
+        if (log_now(self, code_leave, NULL, &now, &when) < 0 || (watched && track(self, 1, NULL) < 0) ||
+            fold_if_full(self) < 0 || run_set(self, K_TOP, Py_None) < 0) {
+            break;
+        }
+        rc = 1;
+    }
+    Py_XDECREF(when);
+    return rc;
+}
+
+/* With an error set: StallScope's own Exception goes to ``scope._fail`` and is cleared (returns
+ * 0); anything else stays set (returns -1), as does an error that ``_fail`` raises */
+static int
+contain_in_scope(StepHook *self)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        return -1;
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    PyObject *rc = PyObject_CallMethodOneArg(self->scope, keys[K_FAIL], value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (rc == NULL) {
+        return -1;
+    }
+    Py_DECREF(rc);
+    return 0;
+}
+
+/* the step's part of the call: 0 when done (StallScope's errors contained), -1 with an error set */
+static int
+StepHook_step(StepHook *self, PyObject *batch)
+{
+    int closed = truth(self, K_CLOSED);
+    int active = closed == 0 ? truth(self, K_ACTIVE) : 0;
+    if (closed < 0 || active < 0) {
+        return contain_in_scope(self);
+    }
+    if (closed || !active) {
+        return 0;
+    }
+    int rc = usual(self);
+    if (rc < 0) {
+        return contain_in_scope(self);
+    }
+    if (rc == 0) { /* the Python method: it contains StallScope's errors itself */
+        PyObject *done = batch != NULL ? PyObject_CallOneArg(self->slow, batch) : PyObject_CallNoArgs(self->slow);
+        Py_XDECREF(done);
+        return done == NULL ? -1 : 0;
+    }
+    return 0;
+}
+
+/* ``batch`` of on_batch_start(batch, ...): the first argument, or the one named so */
+static PyObject *
+batch_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs > 0) {
+        return args[0];
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_Check(PyTuple_GET_ITEM(kwnames, i)) &&
+            PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "batch") == 0) {
+            return args[i];
+        }
+    }
+    return Py_None;
+}
+
+static PyObject *
+StepHook_vectorcall(StepHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (unready(!self->inner || !self->slow || !self->state || !self->scope || !self->scope_state || !self->timeline ||
+                !self->log || !self->clock || !self->cpu_clock || !self->h2d || !self->compute)) {
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *result;
+    switch (self->kind) {
+    case FETCH_BEGIN:
+    case COMPUTE_BEGIN:
+        result = PyObject_Vectorcall(self->inner, args, nargsf, kwnames);
+        if (result != NULL && self->kind == FETCH_BEGIN) { /* Lightning's fetch hooks return None */
+            Py_SETREF(result, Py_NewRef(Py_None));
+        }
+        if (result != NULL &&
+            StepHook_step(self, self->kind == COMPUTE_BEGIN ? batch_arg(args, nargs, kwnames) : NULL) < 0) {
+            Py_CLEAR(result);
+        }
+        return result;
+    case FETCH_END: {
+        if (StepHook_step(self, NULL) == 0) {
+            result = PyObject_Vectorcall(self->inner, args, nargsf, kwnames);
+            if (result != NULL) {
+                Py_SETREF(result, Py_NewRef(Py_None));
+            }
+            return result;
+        }
+        /* inner() runs even so (a ``finally``): its own error, if any, replaces this one */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        result = PyObject_Vectorcall(self->inner, args, nargsf, kwnames);
+        if (result == NULL) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        Py_DECREF(result);
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    default:
+        if (StepHook_step(self, NULL) < 0) {
+            return NULL;
+        }
+        return PyObject_Vectorcall(self->inner, args, nargsf, kwnames);
+    }
+}
+
+static PyObject *
+StepHook_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    StepHook *self = (StepHook *)PyType_GenericNew(type, args, kwds);
+    if (self != NULL) {
+        self->vectorcall = (vectorcallfunc)StepHook_vectorcall; /* before __init__: it checks */
+    }
+    return (PyObject *)self;
+}
+
+static int
+StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"kind", "inner", "slow", "run", "scope", "timeline", "h2d", "compute", "fold_at",
+                            "interval", NULL};
+    int kind;
+    PyObject *inner, *slow, *run, *scope, *timeline, *h2d, *compute;
+    Py_ssize_t fold_at;
+    long long interval;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOOOOOO!O!nL:StepHook", names, &kind, &inner, &slow, &run, &scope,
+                                     &timeline, &PyLong_Type, &h2d, &PyLong_Type, &compute, &fold_at, &interval)) {
+        return -1;
+    }
+    if (self->inner != NULL) { /* its fields are read across calls into Python: never swapped */
+        PyErr_SetString(PyExc_TypeError, "StepHook is already initialised");
+        return -1;
+    }
+    if (kind < 0 || kind >= HOOK_KINDS || !PyCallable_Check(inner) || !PyCallable_Check(slow)) {
+        PyErr_SetString(PyExc_ValueError, "StepHook needs a kind in range(4) and two callables");
+        return -1;
+    }
+    PyObject *state = PyObject_GenericGetDict(run, NULL);
+    if (state == NULL) {
+        return -1;
+    }
+    PyObject *scope_state = PyObject_GenericGetDict(scope, NULL);
+    if (scope_state == NULL) {
+        Py_DECREF(state);
+        return -1;
+    }
+    PyObject *log = PyObject_GetAttr(timeline, keys[K_LOG]);
+    PyObject *clock = log != NULL ? PyObject_GetAttr(timeline, keys[K_CLOCK]) : NULL;
+    PyObject *cpu_clock = clock != NULL ? PyObject_GetAttr(timeline, keys[K_CPU_CLOCK]) : NULL;
+    if (cpu_clock == NULL || !PyDict_Check(state) || !PyDict_Check(scope_state) || !PyList_CheckExact(log)) {
+        if (cpu_clock != NULL) {
+            PyErr_SetString(PyExc_TypeError, "StepHook needs a run and a scope with a __dict__, and a timeline's log");
+        }
+        Py_DECREF(state);
+        Py_DECREF(scope_state);
+        Py_XDECREF(log);
+        Py_XDECREF(clock);
+        Py_XDECREF(cpu_clock);
+        return -1;
+    }
+    self->kind = kind;
+    Py_XSETREF(self->inner, Py_NewRef(inner));
+    Py_XSETREF(self->slow, Py_NewRef(slow));
+    Py_XSETREF(self->state, state);
+    Py_XSETREF(self->scope, Py_NewRef(scope));
+    Py_XSETREF(self->scope_state, scope_state);
+    Py_XSETREF(self->timeline, Py_NewRef(timeline));
+    Py_XSETREF(self->log, log);
+    Py_XSETREF(self->clock, clock);
+    Py_XSETREF(self->cpu_clock, cpu_clock);
+    Py_XSETREF(self->h2d, Py_NewRef(h2d));
+    Py_XSETREF(self->compute, Py_NewRef(compute));
+    self->fold_at = fold_at;
+    self->interval = interval;
+    return 0;
+}
+
+static int
+StepHook_traverse(StepHook *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->inner);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->state);
+    Py_VISIT(self->scope);
+    Py_VISIT(self->scope_state);
+    Py_VISIT(self->timeline);
+    Py_VISIT(self->log);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->cpu_clock);
+    Py_VISIT(self->h2d);
+    Py_VISIT(self->compute);
+    return 0;
+}
+
+static int
+StepHook_clear(StepHook *self)
+{
+    Py_CLEAR(self->inner);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->scope);
+    Py_CLEAR(self->scope_state);
+    Py_CLEAR(self->timeline);
+    Py_CLEAR(self->log);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->cpu_clock);
+    Py_CLEAR(self->h2d);
+    Py_CLEAR(self->compute);
+    return 0;
+}
+
+static void
+StepHook_dealloc(StepHook *self)
+{
+    PyObject_GC_UnTrack(self);
+    StepHook_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef StepHook_members[] = {
+    {"inner", T_OBJECT_EX, offsetof(StepHook, inner), READONLY, "Lightning's callable it stands in for"},
+    {NULL},
+};
+
+static PyTypeObject StepHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.StepHook",
+    .tp_doc = PyDoc_STR("StepHook(kind, inner, slow, run, scope, timeline, h2d, compute, fold_at, interval): one of "
+                        "Lightning's per-step touch points, the usual case in C"),
+    .tp_basicsize = sizeof(StepHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(StepHook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = StepHook_new,
+    .tp_init = (initproc)StepHook_init,
+    .tp_dealloc = (destructor)StepHook_dealloc,
+    .tp_traverse = (traverseproc)StepHook_traverse,
+    .tp_clear = (inquiry)StepHook_clear,
+    .tp_members = StepHook_members,
+};
+
 /* ---- module ---------------------------------------------------------------------------- */
 
 static struct PyModuleDef native_module = {
@@ -941,6 +1480,15 @@ PyInit__native(void)
     name_ring_wait = PyUnicode_InternFromString("_ring_wait");
     name_ring_size = PyUnicode_InternFromString("_ring_size");
     name_window_steps = PyUnicode_InternFromString("_window_steps");
+    for (int i = 0; i < K_COUNT; i++) {
+        if ((keys[i] = PyUnicode_InternFromString(key_names[i])) == NULL) {
+            return NULL;
+        }
+    }
+    data_id = PyLong_FromLong(DATA_ID);
+    if (data_id == NULL || PyType_Ready(&StepHookType) < 0) {
+        return NULL;
+    }
     if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_size ||
         !name_window_steps) {
         return NULL;
@@ -955,6 +1503,11 @@ PyInit__native(void)
     }
     if (PyModule_AddObject(module, "Timer", Py_NewRef((PyObject *)&TimerType)) < 0 ||
         PyModule_AddObject(module, "Stream", Py_NewRef((PyObject *)&StreamType)) < 0 ||
+        PyModule_AddObject(module, "StepHook", Py_NewRef((PyObject *)&StepHookType)) < 0 ||
+        PyModule_AddIntConstant(module, "FETCH_BEGIN", FETCH_BEGIN) < 0 ||
+        PyModule_AddIntConstant(module, "FETCH_END", FETCH_END) < 0 ||
+        PyModule_AddIntConstant(module, "COMPUTE_BEGIN", COMPUTE_BEGIN) < 0 ||
+        PyModule_AddIntConstant(module, "COMPUTE_END", COMPUTE_END) < 0 ||
         PyModule_AddIntConstant(module, "LEAVE", LEAVE) < 0 || PyModule_AddIntConstant(module, "STEP", STEP) < 0 ||
         PyModule_AddIntConstant(module, "GOT", GOT) < 0 || PyModule_AddIntConstant(module, "NONE", NONE) < 0 ||
         PyModule_AddIntConstant(module, "WAIT", WAIT) < 0 || PyModule_AddIntConstant(module, "END", END) < 0 ||

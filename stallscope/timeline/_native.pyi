@@ -14,6 +14,10 @@ END: int
 DATA_ID: int
 COMPUTE_ID: int
 OTHER_ID: int
+FETCH_BEGIN: int
+FETCH_END: int
+COMPUTE_BEGIN: int
+COMPUTE_END: int
 
 def fold(timeline: object, events: list[int], /) -> None:
     """``recorder.Timeline._fold_events`` in C: apply ``events`` to the timeline's folded state."""
@@ -55,3 +59,23 @@ class Stream(Iterator[T]):
         fold_at: int,
     ) -> None: ...
     def __next__(self) -> T: ...
+
+class StepHook:
+    """One of Lightning's per-step touch points (``hooks/lightning.py``): calls ``inner`` and
+    moves the fit's state in its usual case, calls ``slow`` in any other."""
+
+    inner: Callable[..., object]
+    def __init__(
+        self,
+        kind: int,
+        inner: Callable[..., object],
+        slow: Callable[..., None],
+        run: object,
+        scope: object,
+        timeline: object,
+        h2d: int,
+        compute: int,
+        fold_at: int,
+        interval: int,
+    ) -> None: ...
+    def __call__(self, *args: object, **kwargs: object) -> object: ...

@@ -93,11 +93,13 @@ _NATIVE_CONSTANTS = {
 if _native is not None and (
     os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
     or any(getattr(_native, name, None) != value for name, value in _NATIVE_CONSTANTS.items())
-    or not hasattr(_native, "fold")
+    or not all(hasattr(_native, name) for name in ("fold", "StepHook"))
 ):
     _native = None  # type: ignore[assignment]
 #: whether the C hot path is in use
 NATIVE = _native is not None
+#: the C module where it is in use (hooks/lightning.py builds its per-step ``StepHook``s), else None
+NATIVE_MODULE = _native
 
 #: a push that records nothing (after ``stop``), in C: ``deque(maxlen=0)`` drops what it is given
 _SINK: deque[int] = deque(maxlen=0)
@@ -168,6 +170,7 @@ class Timeline:
         "_log",
         "_live",
         "_push",
+        "_direct",
         "_timers",
         "_folds",
         "_stream_token",
@@ -247,6 +250,10 @@ class Timeline:
         self._log: list[int] = []
         self._live = True
         self._push: Callable[[tuple[int, ...]], None] = self._push_first
+        #: for a ``_native.StepHook``, which logs its usual case itself: 0 while events go through
+        #: ``_push`` to anything but the log; 1 while they go straight into it; 2 when a phase is
+        #: watched as well (``_track_enter``/``_track_leave`` follow each event)
+        self._direct = 0
         self._timers: dict[int, PhaseTimer | _native.Timer] = {}
         #: bumped whenever the folded state is rewritten: odd while that is in progress (``probe``)
         self._folds = 0
@@ -554,6 +561,7 @@ class Timeline:
             self._push = self._push_first
         else:
             self._push = self._log.extend
+        self._direct = 0 if not (self._live and self._started) else 1 if self._watch < 0 else 2
         for pid, timer in self._timers.items():
             self._retarget(pid, timer)
 
