@@ -936,7 +936,8 @@ enum {
     K_DATA_T0,
     K_DATA_CPU_MARK,
     K_CPU_DUE,
-    K_ADD_DATA_CPU,
+    K_DATA_CPU_TOTAL,
+    K_DATA_CPU_WALL,
     K_LOG,
     K_CLOCK,
     K_CPU_CLOCK,
@@ -945,9 +946,11 @@ enum {
     K_COUNT
 };
 static const char *key_names[K_COUNT] = {
-    "closed",         "_top",    "_lazy",   "_nested_fetch", "_first_wait_ns", "_fetched",      "_count_tensors",
-    "_active",        "_fail",   "_direct", "_data_t0",      "_data_cpu_mark", "_cpu_due",      "_add_data_cpu",
-    "_log",           "_clock",  "_cpu_clock", "_track_enter", "_track_leave",
+    /* the run's (K_ACTIVE: the scope's) */
+    "closed", "_top", "_lazy", "_nested_fetch", "_first_wait_ns", "_fetched", "_count_tensors", "_active", "_fail",
+    /* the timeline's */
+    "_direct", "_data_t0", "_data_cpu_mark", "_cpu_due", "_data_cpu_total", "_data_cpu_wall", "_log", "_clock",
+    "_cpu_clock", "_track_enter", "_track_leave",
 };
 static PyObject *keys[K_COUNT];
 static PyObject *data_id; /* DATA_ID as an int */
@@ -961,7 +964,7 @@ typedef struct {
     PyObject *state;    /* the run's __dict__ */
     PyObject *scope;    /* its _fail(exc) */
     PyObject *scope_state; /* its __dict__: _active */
-    PyObject *timeline; /* its _direct, _data_t0, _data_cpu_mark, _cpu_due, _add_data_cpu, _fold */
+    PyObject *timeline; /* its _direct, the data wait's fields, _fold and _track_enter/_track_leave */
     PyObject *log;      /* timeline._log */
     PyObject *clock;    /* timeline._clock */
     PyObject *cpu_clock;
@@ -1073,6 +1076,16 @@ set_ll(PyObject *obj, int key, long long value)
     return rc;
 }
 
+/* ``top == pid`` for the run's phase (None or an id): 1, 0, or -1 with an error */
+static int
+is_phase(PyObject *top, PyObject *pid)
+{
+    if (top == pid) { /* the run stores its own id objects */
+        return 1;
+    }
+    return top == Py_None ? 0 : PyObject_RichCompareBool(top, pid, Py_EQ);
+}
+
 /* the step's usual case: 1 when it was handled, 0 when ``slow`` must run, -1 on an error */
 static int
 usual(StepHook *self)
@@ -1081,7 +1094,7 @@ usual(StepHook *self)
     if (top == NULL || lazy == NULL) {
         return -1;
     }
-    int is_compute = PyObject_RichCompareBool(top, self->compute, Py_EQ);
+    int is_compute = is_phase(top, self->compute);
     if (is_compute < 0) {
         return -1;
     }
@@ -1109,7 +1122,7 @@ usual(StepHook *self)
         break;
     case COMPUTE_BEGIN: {
         int fetched = truth(self, K_FETCHED), counting = truth(self, K_COUNT_TENSORS);
-        int is_h2d = PyObject_RichCompareBool(top, self->h2d, Py_EQ);
+        int is_h2d = is_phase(top, self->h2d);
         if (fetched < 0 || counting < 0 || is_h2d < 0) {
             return -1;
         }
@@ -1154,12 +1167,13 @@ usual(StepHook *self)
             log_now(self, code_got, self->h2d, &now, &when) < 0 || get_ll(self->timeline, keys[K_DATA_T0], &t0) < 0) {
             break;
         }
-        if (mark >= 0) {
-            PyObject *added = PyObject_CallMethod(self->timeline, "_add_data_cpu", "LL", cpu1 - mark, now - t0);
-            Py_XDECREF(added);
-            if (added == NULL || set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0) {
-                break;
-            }
+        long long cpu_total, cpu_wall;
+        if (mark >= 0 && (get_ll(self->timeline, keys[K_DATA_CPU_TOTAL], &cpu_total) < 0 ||
+                          get_ll(self->timeline, keys[K_DATA_CPU_WALL], &cpu_wall) < 0 ||
+                          set_ll(self->timeline, K_DATA_CPU_TOTAL, cpu_total + cpu1 - mark) < 0 ||
+                          set_ll(self->timeline, K_DATA_CPU_WALL, cpu_wall + now - t0) < 0 ||
+                          set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0)) {
+            break;
         }
         if ((watched && track(self, 1, self->h2d) < 0) || fold_if_full(self) < 0 ||
             run_set(self, K_FETCHED, Py_True) < 0 || run_set(self, K_TOP, self->h2d) < 0) {
