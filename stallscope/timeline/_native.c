@@ -996,7 +996,13 @@ static int
 truth(StepHook *self, int key)
 {
     PyObject *value = run_get(self, key);
-    return value == NULL ? -1 : PyObject_IsTrue(value);
+    if (value == NULL) {
+        return -1;
+    }
+    Py_INCREF(value); /* borrowed from the dict, which Python code in __bool__ could change */
+    int rc = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return rc;
 }
 
 /* Timeline._direct: 0 (events go through its ``_push``), UNWATCHED (straight into its log) or
@@ -1090,16 +1096,24 @@ is_phase(PyObject *top, PyObject *pid)
 static int
 usual(StepHook *self)
 {
-    PyObject *top = run_get(self, K_TOP), *lazy = run_get(self, K_LAZY);
-    if (top == NULL || lazy == NULL) {
+    PyObject *top = run_get(self, K_TOP);
+    if (top == NULL) {
         return -1;
     }
+    int no_top = top == Py_None;
+    Py_INCREF(top); /* a comparison could run Python, which could change the run's state */
     int is_compute = is_phase(top, self->compute);
-    if (is_compute < 0) {
+    int is_h2d = is_compute == 0 ? is_phase(top, self->h2d) : 0;
+    Py_DECREF(top);
+    if (is_compute < 0 || is_h2d < 0) {
         return -1;
     }
     if (self->kind == COMPUTE_END && !is_compute) {
         return 1; /* nothing open to end (the schedulers are stepped again, or no step ran) */
+    }
+    PyObject *lazy = run_get(self, K_LAZY);
+    if (lazy == NULL) {
+        return -1;
     }
     if (lazy != Py_None) {
         return 0;
@@ -1107,7 +1121,7 @@ usual(StepHook *self)
     int ready;
     switch (self->kind) {
     case FETCH_BEGIN:
-        ready = top == Py_None;
+        ready = no_top;
         break;
     case FETCH_END:
         ready = truth(self, K_NESTED_FETCH);
@@ -1122,8 +1136,7 @@ usual(StepHook *self)
         break;
     case COMPUTE_BEGIN: {
         int fetched = truth(self, K_FETCHED), counting = truth(self, K_COUNT_TENSORS);
-        int is_h2d = is_phase(top, self->h2d);
-        if (fetched < 0 || counting < 0 || is_h2d < 0) {
+        if (fetched < 0 || counting < 0) {
             return -1;
         }
         ready = fetched && is_h2d && !counting;
