@@ -79,8 +79,10 @@ def test_a_step_hook_refuses_what_it_cannot_use(tmp_path: Path) -> None:
         native.StepHook(7, print, print, *args)
     with pytest.raises(ValueError, match="two callables"):
         native.StepHook(native.FETCH_BEGIN, None, print, *args)
-    with pytest.raises(AttributeError, match="__dict__"):  # the state lives in the run's __dict__
-        native.StepHook(native.FETCH_BEGIN, print, print, 5, *args[1:])
+    with pytest.raises(TypeError, match=r"int\.closed is not a slot"):
+        native.StepHook(native.FETCH_BEGIN, print, print, 5, *args[1:])  # the state is in the run's slots
+    with pytest.raises(TypeError, match="is not a slot"):
+        native.StepHook(native.FETCH_BEGIN, print, print, *args[:2], object(), *args[3:])  # the timeline's too
     hook = native.StepHook(native.FETCH_BEGIN, print, print, *args)
     with pytest.raises(TypeError, match="already initialised"):
         hook.__init__(native.FETCH_BEGIN, print, print, *args)  # type: ignore[misc]

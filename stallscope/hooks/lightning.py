@@ -267,6 +267,40 @@ class _FitRun:
     them as they are.
     """
 
+    # slots: a ``_native.StepHook`` reads and writes the per-step state at fixed offsets
+    __slots__ = (
+        "scope",
+        "trainer",
+        "session",
+        "buffer",
+        "timeline",
+        "h2d",
+        "compute",
+        "logging",
+        "checkpoint",
+        "validation",
+        "sanity_check",
+        "closed",
+        "_sanity_checking",
+        "_top",
+        "_before_validation",
+        "_lazy",
+        "_lazy_depth",
+        "_resume_setup",
+        "_nested_fetch",
+        "_fetched",
+        "_in_epoch",
+        "_setup_ns",
+        "_first_wait_ns",
+        "_count_tensors",
+        "_last_logger",
+        "_probed",
+        "_undo",
+        "_thread",
+        "_start_profiler",
+        "_stop_profiler",
+    )
+
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
         self.scope = scope
         self.trainer = trainer

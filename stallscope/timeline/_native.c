@@ -916,12 +916,15 @@ static PyMethodDef native_methods[] = {
  * Anything else (the first step of an epoch, a logging call still open, a validation batch, a
  * timeline not started or stopped) calls ``slow``, the Python method, which handles every case.
  * With a phase watched (CUDA events around compute), the hook calls the timeline's listeners as
- * its own methods do. The fit's state is read and written in the run's ``__dict__``, where its
- * Python methods find it; the timeline's through its attributes. StallScope's own errors go to
+ * its own methods do. The fit's state and the timeline's are read and written in their
+ * ``__slots__`` (at the offsets of their member descriptors, found once), where the Python
+ * methods find them; the scope's ``_active`` in its ``__dict__``. StallScope's own errors go to
  * ``scope._fail(exc)``, as in the Python methods; ``inner``'s propagate unchanged. */
 
 enum { FETCH_BEGIN, FETCH_END, COMPUTE_BEGIN, COMPUTE_END, HOOK_KINDS };
 
+/* attribute names: the run's slots (up to K_ACTIVE), the scope's, then the timeline's slots
+ * (K_DIRECT to K_DATA_CPU_WALL) and other attributes */
 enum {
     K_CLOSED,
     K_TOP,
@@ -961,7 +964,7 @@ typedef struct {
     int kind;
     PyObject *inner;    /* Lightning's callable */
     PyObject *slow;     /* the _FitRun method that handles every case */
-    PyObject *state;    /* the run's __dict__ */
+    PyObject *run;      /* the _FitRun: its slots */
     PyObject *scope;    /* its _fail(exc) */
     PyObject *scope_state; /* its __dict__: _active */
     PyObject *timeline; /* its _direct, the data wait's fields, _fold and _track_enter/_track_leave */
@@ -972,15 +975,87 @@ typedef struct {
     PyObject *compute;
     Py_ssize_t fold_at;
     long long interval; /* between two waits whose CPU time is read */
+    /* where the run's (K_CLOSED..K_COUNT_TENSORS) and the timeline's (K_DIRECT..K_DATA_CPU_WALL)
+     * attributes are in those objects: their __slots__, read and written as Python's own member
+     * descriptors do, without a lookup by name */
+    Py_ssize_t offsets[K_COUNT];
 } StepHook;
+
+/* ``name``'s offset in instances of ``type``: a writable object slot (``__slots__``) */
+static int
+slot_offset(PyTypeObject *type, PyObject *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (descr == NULL && !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        return -1;
+    }
+    PyErr_Clear();
+    int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type);
+    if (ok) {
+        PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+        ok = member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
+             member->offset >= (Py_ssize_t)sizeof(PyObject) &&
+             member->offset + (Py_ssize_t)sizeof(PyObject *) <= type->tp_basicsize;
+        *offset = member->offset;
+    }
+    Py_XDECREF(descr);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "stallscope: %s.%U is not a slot", type->tp_name, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* the value in ``obj``'s slot ``key`` (borrowed), or NULL with an AttributeError when unset */
+static PyObject *
+slot_get(StepHook *self, PyObject *obj, int key)
+{
+    PyObject *value = *(PyObject **)((char *)obj + self->offsets[key]);
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "stallscope: %U is not set", keys[key]);
+    }
+    return value;
+}
+
+static void
+slot_set(StepHook *self, PyObject *obj, int key, PyObject *value)
+{
+    PyObject **where = (PyObject **)((char *)obj + self->offsets[key]);
+    PyObject *old = *where;
+    *where = Py_NewRef(value);
+    Py_XDECREF(old); /* last: freeing it could run code that reads the slot */
+}
+
+/* the timeline's int attribute ``key`` */
+static int
+timeline_ll(StepHook *self, int key, long long *out)
+{
+    PyObject *value = slot_get(self, self->timeline, key);
+    return value == NULL ? -1 : as_ll(value, out);
+}
+
+static int
+set_timeline_ll(StepHook *self, int key, long long value)
+{
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL) {
+        return -1;
+    }
+    slot_set(self, self->timeline, key, number);
+    Py_DECREF(number);
+    return 0;
+}
 
 /* the run's attribute ``key`` (borrowed), or the scope's for K_ACTIVE; NULL with an error */
 static PyObject *
 run_get(StepHook *self, int key)
 {
-    PyObject *value = PyDict_GetItemWithError(key == K_ACTIVE ? self->scope_state : self->state, keys[key]);
+    if (key != K_ACTIVE) {
+        return slot_get(self, self->run, key);
+    }
+    PyObject *value = PyDict_GetItemWithError(self->scope_state, keys[key]);
     if (value == NULL && !PyErr_Occurred()) {
-        PyErr_Format(PyExc_AttributeError, "stallscope: the fit's state has no %U", keys[key]);
+        PyErr_Format(PyExc_AttributeError, "stallscope: the scope has no %U", keys[key]);
     }
     return value;
 }
@@ -988,7 +1063,8 @@ run_get(StepHook *self, int key)
 static int
 run_set(StepHook *self, int key, PyObject *value)
 {
-    return PyDict_SetItem(self->state, keys[key], value);
+    slot_set(self, self->run, key, value);
+    return 0;
 }
 
 /* a truth value of the run (``key``) or the scope (``K_ACTIVE``): 1, 0, or -1 with an error */
@@ -1014,7 +1090,7 @@ static int
 direct(StepHook *self)
 {
     long long value;
-    if (get_ll(self->timeline, keys[K_DIRECT], &value) < 0) {
+    if (timeline_ll(self, K_DIRECT, &value) < 0) {
         return -1;
     }
     return value == UNWATCHED || value == WATCHED ? (int)value : 0;
@@ -1068,18 +1144,6 @@ fold_if_full(StepHook *self)
     PyObject *rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
     Py_XDECREF(rc);
     return rc == NULL ? -1 : 0;
-}
-
-static int
-set_ll(PyObject *obj, int key, long long value)
-{
-    PyObject *number = PyLong_FromLongLong(value);
-    if (number == NULL) {
-        return -1;
-    }
-    int rc = PyObject_SetAttr(obj, keys[key], number);
-    Py_DECREF(number);
-    return rc;
 }
 
 /* ``top == pid`` for the run's phase (None or an id): 1, 0, or -1 with an error */
@@ -1160,14 +1224,16 @@ usual(StepHook *self)
     switch (self->kind) {
     case FETCH_BEGIN: { /* Timeline.data_begin(new_step=True) */
         long long cpu_due, mark = -1;
-        if (log_now(self, code_step, NULL, &now, &when) < 0 ||
-            PyObject_SetAttr(self->timeline, keys[K_DATA_T0], when) < 0 || (watched && track(self, 0, data_id) < 0) ||
-            set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0 || get_ll(self->timeline, keys[K_CPU_DUE], &cpu_due) < 0) {
+        if (log_now(self, code_step, NULL, &now, &when) < 0) {
             break;
         }
-        if (now >= cpu_due && (set_ll(self->timeline, K_CPU_DUE, now + self->interval) < 0 ||
-                               read_clock(self->cpu_clock, &mark) < 0 ||
-                               set_ll(self->timeline, K_DATA_CPU_MARK, mark) < 0)) {
+        slot_set(self, self->timeline, K_DATA_T0, when);
+        if ((watched && track(self, 0, data_id) < 0) || set_timeline_ll(self, K_DATA_CPU_MARK, -1) < 0 ||
+            timeline_ll(self, K_CPU_DUE, &cpu_due) < 0) {
+            break;
+        }
+        if (now >= cpu_due && (set_timeline_ll(self, K_CPU_DUE, now + self->interval) < 0 ||
+                               read_clock(self->cpu_clock, &mark) < 0 || set_timeline_ll(self, K_DATA_CPU_MARK, mark) < 0)) {
             break;
         }
         rc = 1;
@@ -1175,17 +1241,16 @@ usual(StepHook *self)
     }
     case FETCH_END: { /* Timeline.data_end(got_item=True, then=h2d) */
         long long mark, cpu1 = -1, t0;
-        if (get_ll(self->timeline, keys[K_DATA_CPU_MARK], &mark) < 0 ||
-            (mark >= 0 && read_clock(self->cpu_clock, &cpu1) < 0) ||
-            log_now(self, code_got, self->h2d, &now, &when) < 0 || get_ll(self->timeline, keys[K_DATA_T0], &t0) < 0) {
+        if (timeline_ll(self, K_DATA_CPU_MARK, &mark) < 0 || (mark >= 0 && read_clock(self->cpu_clock, &cpu1) < 0) ||
+            log_now(self, code_got, self->h2d, &now, &when) < 0 || timeline_ll(self, K_DATA_T0, &t0) < 0) {
             break;
         }
         long long cpu_total, cpu_wall;
-        if (mark >= 0 && (get_ll(self->timeline, keys[K_DATA_CPU_TOTAL], &cpu_total) < 0 ||
-                          get_ll(self->timeline, keys[K_DATA_CPU_WALL], &cpu_wall) < 0 ||
-                          set_ll(self->timeline, K_DATA_CPU_TOTAL, cpu_total + cpu1 - mark) < 0 ||
-                          set_ll(self->timeline, K_DATA_CPU_WALL, cpu_wall + now - t0) < 0 ||
-                          set_ll(self->timeline, K_DATA_CPU_MARK, -1) < 0)) {
+        if (mark >= 0 && (timeline_ll(self, K_DATA_CPU_TOTAL, &cpu_total) < 0 ||
+                          timeline_ll(self, K_DATA_CPU_WALL, &cpu_wall) < 0 ||
+                          set_timeline_ll(self, K_DATA_CPU_TOTAL, cpu_total + cpu1 - mark) < 0 ||
+                          set_timeline_ll(self, K_DATA_CPU_WALL, cpu_wall + now - t0) < 0 ||
+                          set_timeline_ll(self, K_DATA_CPU_MARK, -1) < 0)) {
             break;
         }
         if ((watched && track(self, 1, self->h2d) < 0) || fold_if_full(self) < 0 ||
@@ -1282,7 +1347,7 @@ batch_arg(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 static PyObject *
 StepHook_vectorcall(StepHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    if (unready(!self->inner || !self->slow || !self->state || !self->scope || !self->scope_state || !self->timeline ||
+    if (unready(!self->inner || !self->slow || !self->run || !self->scope || !self->scope_state || !self->timeline ||
                 !self->log || !self->clock || !self->cpu_clock || !self->h2d || !self->compute)) {
         return NULL;
     }
@@ -1361,23 +1426,25 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "StepHook needs a kind in range(4) and two callables");
         return -1;
     }
-    PyObject *state = PyObject_GenericGetDict(run, NULL);
-    if (state == NULL) {
-        return -1;
+    Py_ssize_t offsets[K_COUNT];
+    for (int key = 0; key < K_COUNT; key++) {
+        offsets[key] = -1;
+        if ((key < K_ACTIVE && slot_offset(Py_TYPE(run), keys[key], &offsets[key]) < 0) ||
+            (key >= K_DIRECT && key <= K_DATA_CPU_WALL && slot_offset(Py_TYPE(timeline), keys[key], &offsets[key]) < 0)) {
+            return -1;
+        }
     }
     PyObject *scope_state = PyObject_GenericGetDict(scope, NULL);
     if (scope_state == NULL) {
-        Py_DECREF(state);
         return -1;
     }
     PyObject *log = PyObject_GetAttr(timeline, keys[K_LOG]);
     PyObject *clock = log != NULL ? PyObject_GetAttr(timeline, keys[K_CLOCK]) : NULL;
     PyObject *cpu_clock = clock != NULL ? PyObject_GetAttr(timeline, keys[K_CPU_CLOCK]) : NULL;
-    if (cpu_clock == NULL || !PyDict_Check(state) || !PyDict_Check(scope_state) || !PyList_CheckExact(log)) {
+    if (cpu_clock == NULL || !PyDict_Check(scope_state) || !PyList_CheckExact(log)) {
         if (cpu_clock != NULL) {
-            PyErr_SetString(PyExc_TypeError, "StepHook needs a run and a scope with a __dict__, and a timeline's log");
+            PyErr_SetString(PyExc_TypeError, "StepHook needs a scope with a __dict__ and a timeline's log");
         }
-        Py_DECREF(state);
         Py_DECREF(scope_state);
         Py_XDECREF(log);
         Py_XDECREF(clock);
@@ -1387,7 +1454,8 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     self->kind = kind;
     Py_XSETREF(self->inner, Py_NewRef(inner));
     Py_XSETREF(self->slow, Py_NewRef(slow));
-    Py_XSETREF(self->state, state);
+    Py_XSETREF(self->run, Py_NewRef(run));
+    memcpy(self->offsets, offsets, sizeof(offsets));
     Py_XSETREF(self->scope, Py_NewRef(scope));
     Py_XSETREF(self->scope_state, scope_state);
     Py_XSETREF(self->timeline, Py_NewRef(timeline));
@@ -1406,7 +1474,7 @@ StepHook_traverse(StepHook *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->inner);
     Py_VISIT(self->slow);
-    Py_VISIT(self->state);
+    Py_VISIT(self->run);
     Py_VISIT(self->scope);
     Py_VISIT(self->scope_state);
     Py_VISIT(self->timeline);
@@ -1423,7 +1491,7 @@ StepHook_clear(StepHook *self)
 {
     Py_CLEAR(self->inner);
     Py_CLEAR(self->slow);
-    Py_CLEAR(self->state);
+    Py_CLEAR(self->run);
     Py_CLEAR(self->scope);
     Py_CLEAR(self->scope_state);
     Py_CLEAR(self->timeline);
