@@ -5,7 +5,8 @@ this script profiles a tiny fit (loop (c) of ``overhead.py``) bare and watched w
 and prints the calls a watched step adds, per function, with the total and the Python-level
 part (each Python-level call costs about half a microsecond between two training steps here;
 a C function a fraction of that). Lightning's own calls made on StallScope's behalf (the
-dispatch of a callback hook, with its profiler context) count too.
+dispatch of a callback hook, with its profiler context) count too. cProfile sees Python functions
+and built-in functions only: the C ``StepHook``s Lightning calls at each step are not counted.
 
     .venv/bin/python benchmarks/lightning_calls.py [--steps 1000]
 """
