@@ -479,3 +479,40 @@ def test_a_step_hook_does_what_the_python_hook_does(tmp_path: Path, seed: int) -
         if usual:  # the C hook took it alone, and logged
             assert slow_calls == [], (kind, state)
             assert len(run.timeline._log) > logged, (kind, state)
+
+
+@pytest.mark.parametrize("twin", ["python", "c"])
+def test_a_failed_fetch_end_still_stops_the_profiler_and_chains_what_it_raised(tmp_path: Path, twin: str) -> None:
+    """Ctrl-C while the fetch's end is recorded: Lightning's stop-profiler runs all the same (a
+    ``finally``), and when it raises too, its error carries the interrupt as ``__context__``."""
+    native = recorder._native
+    if twin == "c" and native is None:
+        pytest.skip("the Python twin is in use")
+    state = {"_top": None, "_lazy": None, "_nested_fetch": False, "_first_wait_ns": 5, "_fetched": False}
+    run, _, _ = _fit_run(tmp_path, 0, state)
+    stops: list[str] = []
+
+    def clock() -> int:
+        raise KeyboardInterrupt("clock")
+
+    def stop_profiler() -> None:
+        stops.append("stop")
+        raise ValueError("the profiler's own error")
+
+    run.timeline._clock = clock
+    if twin == "python":
+        run._stop_profiler = stop_profiler
+        hook: Callable[[], object] = run._on_fetch_end
+    else:
+        hook = run._native_hook(native.FETCH_END, stop_profiler, run._fetch_ended)
+    with pytest.raises(ValueError, match="own error") as raised:
+        hook()
+    assert stops == ["stop"]
+    assert isinstance(raised.value.__context__, KeyboardInterrupt)
+    run._stop_profiler = lambda: stops.append("stop")
+    hook = (
+        run._native_hook(native.FETCH_END, run._stop_profiler, run._fetch_ended) if twin == "c" else run._on_fetch_end
+    )
+    with pytest.raises(KeyboardInterrupt, match="clock"):  # alone, the interrupt propagates unchanged
+        hook()
+    assert stops == ["stop", "stop"]

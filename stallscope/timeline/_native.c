@@ -990,7 +990,8 @@ slot_offset(PyTypeObject *type, PyObject *name, Py_ssize_t *offset)
         return -1;
     }
     PyErr_Clear();
-    int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type);
+    /* a member descriptor of this type or a base: another class's would address another layout */
+    int ok = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyType_IsSubtype(type, PyDescr_TYPE(descr));
     if (ok) {
         PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
         ok = member->type == T_OBJECT_EX && !(member->flags & READONLY) &&
@@ -1127,8 +1128,16 @@ log_now(StepHook *self, PyObject *code, PyObject *then, long long *now, PyObject
     if (read_clock(self->clock, now) < 0 || (*when = PyLong_FromLongLong(*now)) == NULL) {
         return -1;
     }
+    Py_ssize_t logged = PyList_GET_SIZE(self->log);
     if (PyList_Append(self->log, code) < 0 || PyList_Append(self->log, *when) < 0 ||
         (then != NULL && (PyList_Append(self->log, then) < 0 || PyList_Append(self->log, *when) < 0))) {
+        /* all or nothing, as the Python twin's extend: a half-logged event would shift the pairs */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyList_SetSlice(self->log, logged, PY_SSIZE_T_MAX, NULL) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, tb);
         Py_CLEAR(*when);
         return -1;
     }
@@ -1233,7 +1242,8 @@ usual(StepHook *self)
             break;
         }
         if (now >= cpu_due && (set_timeline_ll(self, K_CPU_DUE, now + self->interval) < 0 ||
-                               read_clock(self->cpu_clock, &mark) < 0 || set_timeline_ll(self, K_DATA_CPU_MARK, mark) < 0)) {
+                               read_clock(self->cpu_clock, &mark) < 0 ||
+                               set_timeline_ll(self, K_DATA_CPU_MARK, mark) < 0)) {
             break;
         }
         rc = 1;
@@ -1373,11 +1383,24 @@ StepHook_vectorcall(StepHook *self, PyObject *const *args, size_t nargsf, PyObje
             }
             return result;
         }
-        /* inner() runs even so (a ``finally``): its own error, if any, replaces this one */
+        /* inner() runs even so (a ``finally``): its own error, if any, replaces this one, which
+         * becomes its __context__ as in Python */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
         result = PyObject_Vectorcall(self->inner, args, nargsf, kwnames);
         if (result == NULL) {
+            PyObject *type2, *value2, *tb2;
+            PyErr_Fetch(&type2, &value2, &tb2);
+            PyErr_NormalizeException(&type2, &value2, &tb2);
+            if (value2 != NULL && value != NULL && value2 != value) {
+                PyException_SetContext(value2, value); /* steals the reference to value */
+                value = NULL;
+            }
+            PyErr_Restore(type2, value2, tb2);
             Py_XDECREF(type);
             Py_XDECREF(value);
             Py_XDECREF(tb);
@@ -1429,8 +1452,10 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     Py_ssize_t offsets[K_COUNT];
     for (int key = 0; key < K_COUNT; key++) {
         offsets[key] = -1;
-        if ((key < K_ACTIVE && slot_offset(Py_TYPE(run), keys[key], &offsets[key]) < 0) ||
-            (key >= K_DIRECT && key <= K_DATA_CPU_WALL && slot_offset(Py_TYPE(timeline), keys[key], &offsets[key]) < 0)) {
+        PyTypeObject *owner = key < K_ACTIVE                            ? Py_TYPE(run)
+                              : key >= K_DIRECT && key <= K_DATA_CPU_WALL ? Py_TYPE(timeline)
+                                                                          : NULL;
+        if (owner != NULL && slot_offset(owner, keys[key], &offsets[key]) < 0) {
             return -1;
         }
     }
