@@ -426,7 +426,8 @@ class _FitRun:
     def _native_hook(self, kind: int, inner: Callable[..., Any], slow: Callable[..., None]) -> Callable[..., Any]:
         """A ``_native.StepHook``: ``inner`` and this run's usual case in C, ``slow`` otherwise."""
         native = recorder.NATIVE_MODULE
-        assert native is not None
+        if native is None:
+            raise RuntimeError("the C hot path is not built")
         hook: Callable[..., Any] = native.StepHook(
             kind,
             inner,
