@@ -119,9 +119,12 @@ class Report:
 
 def _clean(value: Any) -> Any:
     """JSON-safe copy: NaN/inf become None, tuples lists, mappings dicts."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # most of a report: no ABC check
+        return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
+    if kind is dict or isinstance(value, Mapping):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
