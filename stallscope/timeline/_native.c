@@ -81,6 +81,25 @@ read_clock(PyObject *clock, long long *out)
     return rc;
 }
 
+/* append (code, when) to the list ``log``, and (then, when) after it unless ``then`` is NULL:
+ * all or nothing, as the Python twin's ``extend`` (a half-logged event would shift the pairs) */
+static int
+log_pairs(PyObject *log, PyObject *code, PyObject *when, PyObject *then)
+{
+    Py_ssize_t logged = PyList_GET_SIZE(log);
+    if (PyList_Append(log, code) < 0 || PyList_Append(log, when) < 0 ||
+        (then != NULL && (PyList_Append(log, then) < 0 || PyList_Append(log, when) < 0))) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyList_SetSlice(log, logged, PY_SSIZE_T_MAX, NULL) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, tb);
+        return -1;
+    }
+    return 0;
+}
+
 /* append code and t to the list ``log`` */
 static int
 push(PyObject *log, PyObject *code, long long t)
@@ -89,10 +108,7 @@ push(PyObject *log, PyObject *code, long long t)
     if (when == NULL) {
         return -1;
     }
-    int rc = PyList_Append(log, code);
-    if (rc == 0) {
-        rc = PyList_Append(log, when);
-    }
+    int rc = log_pairs(log, code, when, NULL);
     Py_DECREF(when);
     return rc;
 }
@@ -127,11 +143,11 @@ event(PyObject *target, PyObject *clock, PyObject *code)
     return 0;
 }
 
-/* With an error set: StallScope's own Exception goes to ``timeline._failed`` and is cleared
+/* With an error set: StallScope's own Exception goes to ``owner.<method>(exc)`` and is cleared
  * (returns 0); anything else (KeyboardInterrupt) stays set (returns -1), as does an error that
- * ``_failed`` raises. */
+ * the method raises. */
 static int
-contain(PyObject *timeline)
+contain_in(PyObject *owner, PyObject *method)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception)) {
         return -1;
@@ -142,7 +158,7 @@ contain(PyObject *timeline)
     if (tb != NULL) {
         PyException_SetTraceback(value, tb);
     }
-    PyObject *rc = PyObject_CallMethodOneArg(timeline, name_failed, value);
+    PyObject *rc = PyObject_CallMethodOneArg(owner, method, value);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
@@ -151,6 +167,13 @@ contain(PyObject *timeline)
     }
     Py_DECREF(rc);
     return 0;
+}
+
+/* ``contain_in`` the timeline: its ``_failed(exc)`` turns recording off */
+static int
+contain(PyObject *timeline)
+{
+    return contain_in(timeline, name_failed);
 }
 
 /* an object made with __new__ and never initialised, or a member deleted from Python */
@@ -1128,16 +1151,7 @@ log_now(StepHook *self, PyObject *code, PyObject *then, long long *now, PyObject
     if (read_clock(self->clock, now) < 0 || (*when = PyLong_FromLongLong(*now)) == NULL) {
         return -1;
     }
-    Py_ssize_t logged = PyList_GET_SIZE(self->log);
-    if (PyList_Append(self->log, code) < 0 || PyList_Append(self->log, *when) < 0 ||
-        (then != NULL && (PyList_Append(self->log, then) < 0 || PyList_Append(self->log, *when) < 0))) {
-        /* all or nothing, as the Python twin's extend: a half-logged event would shift the pairs */
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (PyList_SetSlice(self->log, logged, PY_SSIZE_T_MAX, NULL) < 0) {
-            PyErr_Clear();
-        }
-        PyErr_Restore(type, value, tb);
+    if (log_pairs(self->log, code, *when, then) < 0) {
         Py_CLEAR(*when);
         return -1;
     }
@@ -1288,31 +1302,6 @@ usual(StepHook *self)
     return rc;
 }
 
-/* With an error set: StallScope's own Exception goes to ``scope._fail`` and is cleared (returns
- * 0); anything else stays set (returns -1), as does an error that ``_fail`` raises */
-static int
-contain_in_scope(StepHook *self)
-{
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) {
-        return -1;
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL) {
-        PyException_SetTraceback(value, tb);
-    }
-    PyObject *rc = PyObject_CallMethodOneArg(self->scope, keys[K_FAIL], value);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    if (rc == NULL) {
-        return -1;
-    }
-    Py_DECREF(rc);
-    return 0;
-}
-
 /* the step's part of the call: 0 when done (StallScope's errors contained), -1 with an error set */
 static int
 StepHook_step(StepHook *self, PyObject *batch)
@@ -1320,14 +1309,14 @@ StepHook_step(StepHook *self, PyObject *batch)
     int closed = truth(self, K_CLOSED);
     int active = closed == 0 ? truth(self, K_ACTIVE) : 0;
     if (closed < 0 || active < 0) {
-        return contain_in_scope(self);
+        return contain_in(self->scope, keys[K_FAIL]);
     }
     if (closed || !active) {
         return 0;
     }
     int rc = usual(self);
     if (rc < 0) {
-        return contain_in_scope(self);
+        return contain_in(self->scope, keys[K_FAIL]);
     }
     if (rc == 0) { /* the Python method: it contains StallScope's errors itself */
         PyObject *done = batch != NULL ? PyObject_CallOneArg(self->slow, batch) : PyObject_CallNoArgs(self->slow);
