@@ -10,7 +10,7 @@ window is cut by a ``os.getppid()`` call at each end, where callgrind dumps its 
 The host sampler is set to sample nothing during these runs. Under valgrind the process runs some
 50 times slower while the sampler keeps its wall-clock period, so it would sample 50 times too
 often. Its cost is measured as CPU share in ``step_cost.py``, and its thread is not the training
-thread anyway. For the same reason the data wait's CPU clock, read once per 2 ms of wall time,
+thread anyway. For the same reason the data wait's CPU clock, read once per 20 ms of wall time,
 is read on about every step here: the watched counts are a little high.
 
 Instructions are not time: cache misses between two steps make StallScope's few instructions
