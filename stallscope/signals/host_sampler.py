@@ -7,8 +7,9 @@ minus what the cgroup already uses), and the time tasks stalled on memory (PSI),
 reports it.
 
 Workers come and go (non-persistent workers restart every epoch): the list of descendants is
-refreshed about once a second, less often where listing them is expensive (it reads every
-process on the machine). Nothing is lost in between: a child found late counts all its CPU time
+refreshed about once a second, less often where listing them is expensive. On Linux a listing
+reads the processes created since the previous one (``descendants.py``); elsewhere psutil reads
+every process on the machine. Nothing is lost in between: a child found late counts all its CPU time
 so far, and a child that exits is accounted through the parent's "children" CPU times, which the
 kernel raises by a child's whole CPU time when the parent reaps it, so its last stretch is not
 lost and nothing is counted twice.
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from stallscope.signals.descendants import ProcDescendants
 from stallscope.signals.host import usable_cores
 from stallscope.signals.sampler import Clock, PeriodicSampler
 
 #: the list of descendants is refreshed at most every ``SCAN_BUDGET_FACTOR`` times what a
-#: refresh costs (it reads every process on the machine): at most 0.2% of a core
+#: refresh costs (a full listing reads every process on the machine): at most 0.2% of a core
 SCAN_BUDGET_FACTOR = 500
 #: host figures change slowly: sampling them more often than this costs CPU for nothing
 MIN_INTERVAL_S = 1.0
@@ -215,7 +217,7 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         if slow:
             self._last_slow = now_ns
         if scan and (self._next_scan is None or now_ns >= self._next_scan):
-            # listing descendants scans every process on the machine: keep it under ~0.2% of a core
+            # a full listing reads every process on the machine: keep it under ~0.2% of a core
             began = time.perf_counter_ns()
             live = probe.children()
             cost = time.perf_counter_ns() - began
@@ -282,7 +284,8 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
 
     def close_window(self) -> HostSummary | None:
         # so the window ends where the epoch does; on the training thread, without the refresh of
-        # the descendants (it reads every process on the machine: 0.5-2 ms here, more on big hosts)
+        # the descendants (a full listing reads every process on the machine: 1 ms here, more on
+        # big hosts)
         self.sample_now(self._close_tick)
         return self._summary(self._with_lock(self._swap_window))  # None when the lock timed out
 
@@ -433,6 +436,8 @@ class PsutilProbe:
         self._main: Any = psutil.Process(pid if pid is not None else os.getpid())
         self._main_pid = self._main.pid
         self._procs: dict[int, Any] = {}
+        #: the cheap listing of descendants on Linux (see ``descendants.py``); None: psutil's
+        self._descendants = ProcDescendants(self._main_pid) if ProcDescendants.available() else None
         self._cgroup = cgroup if cgroup is not None else CgroupMemory()
         self._gone: tuple[type[BaseException], ...] = (psutil.NoSuchProcess, psutil.AccessDenied)
 
@@ -443,19 +448,30 @@ class PsutilProbe:
         return t.user + t.system, t.children_user + t.children_system
 
     def children(self) -> dict[int, bool]:
+        out = self._listing()
+        for pid in list(out):
+            if pid not in self._procs:
+                try:
+                    self._procs[pid] = self._ps.Process(pid)
+                except self._gone:
+                    del out[pid]
+        for pid in set(self._procs) - set(out):
+            del self._procs[pid]
+        return out
+
+    def _listing(self) -> dict[int, bool]:
+        if self._descendants is not None:
+            return self._descendants.listing()
         try:
             kids = self._main.children(recursive=True)
         except self._gone:
             return {}
         out: dict[int, bool] = {}
         for proc in kids:
-            self._procs.setdefault(proc.pid, proc)
             try:
                 out[proc.pid] = proc.ppid() == self._main_pid
             except self._gone:
                 continue
-        for pid in set(self._procs) - set(out):
-            del self._procs[pid]
         return out
 
     def child_cpu(self, pid: int) -> float | None:

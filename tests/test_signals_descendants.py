@@ -1,0 +1,169 @@
+"""Listing a process's descendants from /proc: in full, then only the ids handed out since."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stallscope.signals.descendants import ProcDescendants
+
+ROOT = 100
+
+
+class FakeProc:
+    """A scripted /proc: ``add`` a process or a thread, ``kill`` one, move the last id handed out."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        (path / "sys" / "kernel").mkdir(parents=True)
+        (path / "self").mkdir()
+        (path / "self" / "stat").write_text("")
+        self.set_last(0)
+        self.add(1, parent=0)
+        self.add(ROOT, parent=1)
+
+    def set_last(self, pid: int) -> None:
+        (self.path / "sys" / "kernel" / "ns_last_pid").write_text(f"{pid}\n")
+
+    def add(self, pid: int, *, parent: int, start: int = 7, thread_of: int | None = None) -> None:
+        """A process (or a thread of ``thread_of``, whose stat shows its process's parent)."""
+        d = self.path / str(pid)
+        d.mkdir(exist_ok=True)
+        rest = " ".join(["0"] * 17 + [str(start)] + ["0"] * 30)
+        # a name with a space and a parenthesis, as a real command name may have
+        (d / "stat").write_text(f"{pid} (py thon) x) S {parent} {rest}\n")
+        tgid = thread_of if thread_of is not None else pid
+        (d / "status").write_text(f"Name:\tpython\nState:\tS\nTgid:\t{tgid}\nPid:\t{pid}\nPPid:\t{parent}\n")
+        last = int((self.path / "sys" / "kernel" / "ns_last_pid").read_text())
+        self.set_last(max(last, pid))
+
+    def kill(self, pid: int) -> None:
+        d = self.path / str(pid)
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+
+
+class CountingDescendants(ProcDescendants):
+    """Records which pids' stat files were read."""
+
+    def __init__(self, proc: Path, **kwargs: int) -> None:
+        super().__init__(ROOT, proc=proc, **kwargs)
+        self.read: set[int] = set()
+
+    def _stat(self, pid: int) -> tuple[int, int] | None:
+        self.read.add(pid)
+        return super()._stat(pid)
+
+
+def test_a_full_listing_finds_children_and_their_children_only(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    proc.add(102, parent=101)
+    proc.add(103, parent=1)  # not ours
+    proc.add(104, parent=103)
+    listing = ProcDescendants(ROOT, proc=tmp_path)
+    assert listing.listing() == {101: True, 102: False}
+    assert listing.full_listings == 1
+
+
+def test_later_listings_read_only_the_known_descendants_and_the_ids_handed_out_since(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    for pid in range(2, 90):  # the rest of the machine
+        proc.add(pid, parent=1)
+    proc.add(101, parent=ROOT)
+    listing = CountingDescendants(tmp_path)
+    assert listing.listing() == {101: True}
+    listing.read.clear()
+    proc.add(120, parent=ROOT)
+    proc.add(121, parent=ROOT, thread_of=120)  # a thread of the new worker: not a process
+    proc.add(122, parent=120)  # the worker's own child
+    proc.add(123, parent=1)  # someone else's
+    assert listing.listing() == {101: True, 120: True, 122: False}
+    assert listing.full_listings == 1
+    # the known one and every id handed out since (some already gone), not the other 89 processes
+    assert listing.read == {101, *range(102, 124)}
+    listing.read.clear()
+    assert listing.listing() == {101: True, 120: True, 122: False}  # nothing new: the known ones only
+    assert listing.read == {101, 120, 122}
+
+
+def test_an_exited_process_a_reused_id_and_an_orphan_drop_out(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    proc.add(102, parent=ROOT)
+    proc.add(103, parent=ROOT)
+    proc.add(104, parent=103)
+    listing = ProcDescendants(ROOT, proc=tmp_path)
+    assert listing.listing() == {101: True, 102: True, 103: True, 104: False}
+    proc.kill(101)
+    proc.kill(102)
+    proc.add(102, parent=ROOT, start=9)  # the id went round to another process (started later)
+    proc.kill(103)
+    proc.add(104, parent=1)  # its parent exited: adopted by init
+    assert listing.listing() == {}
+    assert listing.full_listings == 1
+
+
+def test_a_wrap_a_long_gap_and_every_nth_listing_list_everything(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    listing = ProcDescendants(ROOT, proc=tmp_path, span=50, full_every=4)
+    listing.listing()
+    assert listing.full_listings == 1
+    proc.add(40, parent=ROOT)  # ids wrapped around: below the last one
+    proc.set_last(40)
+    assert listing.listing() == {101: True, 40: True}
+    assert listing.full_listings == 2
+    proc.add(95, parent=ROOT)
+    proc.set_last(95)  # 55 ids since: more than the span
+    assert listing.listing() == {101: True, 40: True, 95: True}
+    assert listing.full_listings == 3
+    for _ in range(3):
+        listing.listing()
+    assert listing.full_listings == 3
+    listing.listing()
+    assert listing.full_listings == 4  # the fourth listing since the last full one
+
+
+def test_without_the_last_id_every_listing_is_full(tmp_path: Path) -> None:
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    (tmp_path / "sys" / "kernel" / "ns_last_pid").unlink()
+    assert not ProcDescendants.available(tmp_path)
+    listing = ProcDescendants(ROOT, proc=tmp_path)
+    for _ in range(3):
+        assert listing.listing() == {101: True}
+    assert listing.full_listings == 3
+
+
+@pytest.mark.skipif(not ProcDescendants.available(), reason="needs Linux's /proc")
+def test_real_children_and_grandchildren_as_psutil_lists_them() -> None:
+    import psutil
+
+    def psutil_listing() -> dict[int, bool]:
+        return {p.pid: p.ppid() == os.getpid() for p in psutil.Process().children(recursive=True)}
+
+    listing = ProcDescendants(os.getpid())
+    before = listing.listing()
+    assert before == psutil_listing()
+    code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'input()']).wait()"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while len(psutil_listing()) < len(before) + 2:  # the grandchild is up
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        now = listing.listing()
+        assert listing.full_listings == 1  # found without reading every process
+        assert now == psutil_listing()
+        assert now[child.pid] is True
+        assert sorted(now.values()).count(False) >= 1
+    finally:
+        child.communicate(b"\n", timeout=30)
+    assert listing.listing() == psutil_listing() == before
