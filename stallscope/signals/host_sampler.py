@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, Protocol
 
 from stallscope.signals.descendants import ProcDescendants
 from stallscope.signals.host import usable_cores
+from stallscope.signals.procfs import DiskReads, meminfo
 from stallscope.signals.sampler import Clock, PeriodicSampler
 
 #: the list of descendants is refreshed at most every ``SCAN_BUDGET_FACTOR`` times what a
@@ -438,6 +439,10 @@ class PsutilProbe:
         self._procs: dict[int, Any] = {}
         #: the cheap listing of descendants on Linux (see ``descendants.py``); None: psutil's
         self._descendants = ProcDescendants(self._main_pid) if ProcDescendants.available() else None
+        #: disk reads from /proc/diskstats, where it reads (else psutil's, which may count in other
+        #: units: one source for a whole run, so that differences stay right)
+        disk = DiskReads()
+        self._disk = disk if disk.read() is not None else None
         self._cgroup = cgroup if cgroup is not None else CgroupMemory()
         self._gone: tuple[type[BaseException], ...] = (psutil.NoSuchProcess, psutil.AccessDenied)
 
@@ -491,8 +496,11 @@ class PsutilProbe:
             proc = self._procs.get(pid)
             if proc is not None:
                 rss += _rss(proc, self._gone)
-        vm = self._ps.virtual_memory()
-        available, limit = int(vm.available), int(vm.total)
+        machine = meminfo()
+        if machine is None:
+            vm = self._ps.virtual_memory()
+            machine = int(vm.available), int(vm.total)
+        available, limit = machine
         cg = self._cgroup.limit_and_usage()
         if cg is not None:
             cg_limit, cg_used = cg
@@ -502,6 +510,8 @@ class PsutilProbe:
         return MemoryReading(rss=rss, available=available, limit=limit, stall_some_s=some, stall_full_s=full)
 
     def disk_read_bytes(self) -> int | None:
+        if self._disk is not None:
+            return self._disk.read()
         try:
             counters = self._ps.disk_io_counters()
         except (OSError, RuntimeError):

@@ -1,0 +1,67 @@
+"""Two figures the host sampler reads once a second, straight from Linux's /proc.
+
+psutil reads them too, and more: ``disk_io_counters()`` opens two sysfs files per block device on
+every call, ``virtual_memory()`` parses every line of ``/proc/meminfo`` into a dozen fields. Here
+a second costs one read of each file. Every reader returns None where the file is missing or
+unexpected, and the sampler then asks psutil.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: /proc/diskstats counts sectors of 512 bytes, whatever the device's own sector size
+SECTOR_BYTES = 512
+
+
+class DiskReads:
+    """Bytes read from whole block devices since boot (partitions left out: their reads are
+    their disk's too), from ``/proc/diskstats``."""
+
+    def __init__(self, proc: Path = Path("/proc"), sys_block: Path = Path("/sys/block")) -> None:
+        self._stats = proc / "diskstats"
+        self._sys_block = sys_block
+        self._disks: frozenset[str] = frozenset()
+        #: names in the file already classified (a disk, or a partition)
+        self._seen: frozenset[str] = frozenset()
+
+    def read(self) -> int | None:
+        try:
+            with open(self._stats, "rb") as fh:
+                lines = [line.split() for line in fh]
+        except OSError:
+            return None
+        names = frozenset(fields[2].decode(errors="replace") for fields in lines if len(fields) > 5)
+        if not names <= self._seen:  # a device came (or this is the first read): list the disks again
+            try:
+                self._disks = frozenset(os.listdir(self._sys_block))
+            except OSError:
+                return None
+            self._seen = names
+        total = 0
+        try:
+            for fields in lines:
+                if len(fields) > 5 and fields[2].decode(errors="replace") in self._disks:
+                    total += int(fields[5])
+        except ValueError:
+            return None
+        return total * SECTOR_BYTES
+
+
+def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
+    """(available, total) bytes of the machine's memory; None without ``MemAvailable`` (kernels
+    before 3.14, other systems)."""
+    available = total = None
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith(b"MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                if available is not None and total is not None:
+                    return available, total
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

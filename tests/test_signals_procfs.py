@@ -1,0 +1,76 @@
+"""The host figures read straight from /proc: disk reads and the machine's memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stallscope.signals.procfs import DiskReads, meminfo
+
+
+def _diskstats(path: Path, rows: dict[str, int]) -> None:
+    """Write a /proc/diskstats with ``rows``: device name -> sectors read."""
+    lines = [
+        f"   8       {i} {name} 100 7 {sectors} 40 0 0 0 0 0 50 40 0 0 0 0 0 0"
+        for i, (name, sectors) in enumerate(rows.items())
+    ]
+    (path / "diskstats").write_text("\n".join(lines) + "\n")
+
+
+def test_whole_disks_count_and_partitions_do_not(tmp_path: Path) -> None:
+    blocks = tmp_path / "block"
+    for disk in ("sda", "nvme0n1", "loop0"):
+        (blocks / disk).mkdir(parents=True)
+    _diskstats(tmp_path, {"sda": 1000, "sda1": 600, "sda2": 400, "nvme0n1": 10, "nvme0n1p1": 10, "loop0": 3})
+    reads = DiskReads(proc=tmp_path, sys_block=blocks)
+    assert reads.read() == (1000 + 10 + 3) * 512
+
+
+def test_a_disk_that_comes_later_is_counted(tmp_path: Path) -> None:
+    blocks = tmp_path / "block"
+    (blocks / "sda").mkdir(parents=True)
+    _diskstats(tmp_path, {"sda": 1000})
+    reads = DiskReads(proc=tmp_path, sys_block=blocks)
+    assert reads.read() == 1000 * 512
+    (blocks / "sdb").mkdir()
+    _diskstats(tmp_path, {"sda": 1200, "sdb": 5, "sdb1": 5})
+    assert reads.read() == 1205 * 512
+
+
+def test_a_missing_or_broken_diskstats_reads_as_unknown(tmp_path: Path) -> None:
+    blocks = tmp_path / "block"
+    (blocks / "sda").mkdir(parents=True)
+    reads = DiskReads(proc=tmp_path, sys_block=blocks)
+    assert reads.read() is None
+    (tmp_path / "diskstats").write_text("   8       0 sda 100 7 many 40\n")
+    assert reads.read() is None
+
+
+def test_meminfo_reads_available_and_total(tmp_path: Path) -> None:
+    path = tmp_path / "meminfo"
+    path.write_text("MemTotal:       16000 kB\nMemFree:         1000 kB\nMemAvailable:    9000 kB\nBuffers: 1 kB\n")
+    assert meminfo(path) == (9000 * 1024, 16000 * 1024)
+    path.write_text("MemTotal:       16000 kB\nMemFree:         1000 kB\n")  # a kernel before 3.14
+    assert meminfo(path) is None
+    assert meminfo(tmp_path / "missing") is None
+
+
+@pytest.mark.skipif(not Path("/proc/diskstats").exists(), reason="needs Linux's /proc")
+def test_this_machine_agrees_with_psutil() -> None:
+    import psutil
+
+    available, total = meminfo() or (0, 0)
+    assert total == psutil.virtual_memory().total
+    assert 0 < available <= total
+    reads = {line.split()[2]: int(line.split()[5]) for line in Path("/proc/diskstats").read_text().splitlines()}
+    sizes = {f.parent.parent.name: f.read_text().strip() for f in Path("/sys/block").glob("*/queue/hw_sector_size")}
+    if any(size != "512" and reads.get(disk, 0) > 0 for disk, size in sizes.items()):
+        pytest.skip("psutil scales by each disk's own sector size; /proc/diskstats counts 512 bytes")
+    before = psutil.disk_io_counters()
+    ours = DiskReads().read()
+    after = psutil.disk_io_counters()
+    if before is None or after is None:
+        pytest.skip("no block devices here")
+    assert ours is not None
+    assert before.read_bytes <= ours <= after.read_bytes
