@@ -8,7 +8,7 @@ from conftest import FakeClock
 
 from stallscope.timeline.phases import BUILTIN_PHASES
 from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, GOT, NONE, STEP, Timeline
-from stallscope.timeline.stats import EpochBoundary, IdleWindow, SpanStats
+from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
 
 
 @pytest.fixture
@@ -488,6 +488,51 @@ def test_idle_windows_stay_bounded_on_a_long_run(clock: FakeClock, cpu_clock: Fa
     for w in windows:
         assert w.wall_ns == 4 * w.steps
         assert w.idle_fraction == pytest.approx(0.25)
+
+
+def test_a_second_run_stats_sees_the_windows_and_steps_closed_since_the_first(
+    clock: FakeClock, cpu_clock: FakeClock
+) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock, window_steps=1, max_windows=64)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    for compute in (1, 2):
+        _step(timeline, clock, wait=1, compute=compute)
+    first = timeline.run_stats()
+    for compute in (3, 4, 5):
+        _step(timeline, clock, wait=1, compute=compute)
+    timeline.data_begin()  # closes the fifth step
+    timeline.data_end(got_item=True)
+    second = timeline.run_stats()
+    assert [w.busy_ns for w in first.windows] == [1]
+    assert [w.busy_ns for w in second.windows] == [1, 2, 3, 4, 5]
+    assert (first.step.n, second.step.n) == (1, 5)
+    assert (second.step.p50, second.step.max) == pytest.approx((4e-9, 6e-9))  # steps of 2 to 6 ns
+
+
+def test_an_epoch_end_and_the_reports_after_it_sort_the_rings_once(
+    tl: Timeline, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sorts = []
+    of = Distribution.of
+    monkeypatch.setattr(Distribution, "of", lambda values: sorts.append(len(values)) or of(values))
+    tl.begin_epoch(in_process_data=True)
+    _open_pass(tl, clock)
+    for _ in range(6):
+        _step(tl, clock, wait=1, compute=2)
+    _close_pass(tl, clock)
+    epoch = tl.end_epoch()
+    assert sorts == [6, 6]  # step times and waits
+    run = tl.run_stats()
+    assert tl.run_stats() == run
+    assert (run.step, run.data_wait) == (epoch.step, epoch.data_wait)
+    assert sorts == [6, 6]  # the same six steps: nothing sorted again
+    _open_pass(tl, clock)
+    _step(tl, clock, wait=1, compute=5)
+    _close_pass(tl, clock)
+    assert tl.run_stats().step.max == pytest.approx(6e-9)
+    assert sorts == [6, 6, 7, 7]
 
 
 # -- run_stats -------------------------------------------------------------------------------

@@ -208,6 +208,8 @@ class Timeline:
         "_window_steps",
         "_max_windows",
         "_windows",
+        "_built_windows",
+        "_distributions",
         "_win_steps",
         "_win_start",
         "_win_busy",
@@ -305,6 +307,11 @@ class Timeline:
         #: the closed windows, flat: (steps, wall_ns, busy_ns) each (a window closes every few
         #: steps: three ints are cheaper to append than an ``IdleWindow`` to build)
         self._windows: list[int] = []
+        #: (the flat list, its length, its windows built): ``run_stats`` builds only what is new
+        self._built_windows: tuple[list[int], int, tuple[IdleWindow, ...]] = ([], 0, ())
+        #: (ring, steps so far, count) -> its ``Distribution``: an epoch end and the reports after
+        #: it ask for the same ones while no step ran in between (each is a sort of the ring)
+        self._distributions: dict[tuple[int, int, int], Distribution] = {}
         self._win_steps = 0
         self._win_start = 0
         self._win_busy = 0
@@ -750,8 +757,8 @@ class Timeline:
             step_total_ns=self._step_total - self._ep_step_total,
             phase_ns=self._diff(self._totals, self._ep_totals),
             phase_counts=self._diff(self._counts, self._ep_counts),
-            step=Distribution.of(self._recent(self._ring_step, ep_steps)),
-            data_wait=Distribution.of(self._recent(self._ring_wait, ep_steps)),
+            step=self._distribution(0, ep_steps),
+            data_wait=self._distribution(1, ep_steps),
             data_cpu_ns=self._scaled_data_cpu(
                 self._data_cpu_total - self._ep_data_cpu,
                 self._data_cpu_wall - self._ep_data_cpu_wall,
@@ -779,7 +786,12 @@ class Timeline:
         """Statistics of the whole run so far (closes nothing)."""
         now = self._flush()
         flat = self._windows
-        windows = [IdleWindow(*flat[i : i + 3]) for i in range(0, len(flat), 3)]
+        built_from, built_len, built = self._built_windows
+        if built_from is not flat or built_len != len(flat):  # new windows closed, or a merge (a new list)
+            start = built_len if built_from is flat and built_len <= len(flat) else 0
+            built = (built if start else ()) + tuple(IdleWindow(*flat[i : i + 3]) for i in range(start, len(flat), 3))
+            self._built_windows = (flat, len(flat), built)
+        windows = list(built)
         if self._win_steps * 2 >= self._window_steps:
             busy = self._totals[_COMPUTE]
             windows.append(IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
@@ -790,8 +802,8 @@ class Timeline:
             step_total_ns=self._step_total,
             phase_ns=self._diff(self._totals, [0] * len(self._totals)),
             phase_counts=self._diff(self._counts, [0] * len(self._counts)),
-            step=Distribution.of(self._recent(self._ring_step, self._steps)),
-            data_wait=Distribution.of(self._recent(self._ring_wait, self._steps)),
+            step=self._distribution(0, self._steps),
+            data_wait=self._distribution(1, self._steps),
             data_cpu_ns=self._scaled_data_cpu(self._data_cpu_total, self._data_cpu_wall, self._totals[_DATA])
             if self._data_cpu_valid_run
             else None,
@@ -910,6 +922,17 @@ class Timeline:
             if now[i] - then[i] or self._counts[i]:
                 out[self._names[i]] = now[i] - then[i]
         return out
+
+    def _distribution(self, which: int, count: int) -> Distribution:
+        """The distribution of the last ``count`` values of a ring (0: step times, 1: waits)."""
+        key = (which, self._steps, min(count, self._ring_size))
+        found = self._distributions.get(key)
+        if found is None:
+            if len(self._distributions) >= 8:
+                self._distributions.clear()
+            ring = self._ring_step if which == 0 else self._ring_wait
+            found = self._distributions[key] = Distribution.of(self._recent(ring, count))
+        return found
 
     def _recent(self, ring: array[int], count: int) -> list[int]:
         count = min(count, self._ring_size)
