@@ -89,7 +89,11 @@ def test_later_listings_read_only_the_known_descendants_and_the_ids_handed_out_s
     # the known one and every id handed out since (some already gone), not the other 89 processes
     assert listing.read == {101, *range(102, 124)}
     listing.read.clear()
-    assert listing.listing() == {101: True, 120: True, 122: False}  # nothing new: the known ones only
+    assert listing.listing() == {101: True, 120: True, 122: False}
+    # nothing new: the known ones, and once more the ids that had no /proc entry
+    assert listing.read == {101, 120, 122, *range(102, 120)}
+    listing.read.clear()
+    assert listing.listing() == {101: True, 120: True, 122: False}
     assert listing.read == {101, 120, 122}
 
 
@@ -108,6 +112,49 @@ def test_an_exited_process_a_reused_id_and_an_orphan_drop_out(tmp_path: Path) ->
     proc.add(104, parent=1)  # its parent exited: adopted by init
     assert listing.listing() == {}
     assert listing.full_listings == 1
+
+
+def test_an_id_handed_out_before_its_proc_entry_appears_is_read_again(tmp_path: Path) -> None:
+    """The kernel moves the last id on before ``/proc/<id>`` exists: that id is read once more."""
+    proc = FakeProc(tmp_path)
+    listing = ProcDescendants(ROOT, proc=tmp_path)
+    assert listing.listing() == {}
+    proc.set_last(130)  # handed out; the worker's /proc entry is not there yet
+    assert listing.listing() == {}
+    proc.add(130, parent=ROOT)  # there now, and no id handed out since
+    assert listing.listing() == {130: True}
+    assert listing.full_listings == 1
+
+
+class FailingDescendants(ProcDescendants):
+    """Reading ``fail``'s stat raises ``error`` (``times`` times, then reads work again)."""
+
+    def __init__(self, proc: Path, fail: int, error: OSError, times: int) -> None:
+        super().__init__(ROOT, proc=proc)
+        self.fail, self.error, self.times = fail, error, times
+
+    def _stat(self, pid: int) -> tuple[int, int] | None:
+        if pid == self.fail and self.times > 0:
+            self.times -= 1
+            raise self.error
+        return super()._stat(pid)
+
+
+def test_a_read_that_fails_for_another_reason_drops_nobody(tmp_path: Path) -> None:
+    """Too many open files is not a process gone: a full listing instead, and when that fails too,
+    the error propagates (the host sampler turns itself off, with a note)."""
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    proc.add(102, parent=101)
+    emfile = OSError(24, "Too many open files")
+    listing = FailingDescendants(tmp_path, fail=101, error=emfile, times=0)
+    assert listing.listing() == {101: True, 102: False}
+    listing.times = 1  # the incremental listing's read of 101 fails, the full one's works
+    assert listing.listing() == {101: True, 102: False}
+    assert listing.full_listings == 2
+    listing.times = 2  # both fail
+    with pytest.raises(OSError, match="Too many open files"):
+        listing.listing()
 
 
 def test_a_wrap_a_long_gap_and_every_nth_listing_list_everything(tmp_path: Path) -> None:
@@ -149,7 +196,7 @@ def test_real_children_and_grandchildren_as_psutil_lists_them() -> None:
     def psutil_listing() -> dict[int, bool]:
         return {p.pid: p.ppid() == os.getpid() for p in psutil.Process().children(recursive=True)}
 
-    listing = ProcDescendants(os.getpid())
+    listing = ProcDescendants(os.getpid(), span=100_000)  # other jobs on the host may fork meanwhile
     before = listing.listing()
     assert before == psutil_listing()
     code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'input()']).wait()"

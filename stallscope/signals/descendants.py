@@ -15,6 +15,13 @@ process adopted by this one as a child subreaper.
 Threads draw their ids from the same counter. ``/proc/<tid>/stat`` answers for a thread too, with
 its process's parent, so a new id whose parent is one of ours is checked to be a process
 (``Tgid`` in its ``status``) before it counts.
+
+The kernel hands an id out a moment before ``/proc/<id>`` appears: an id of the range that was not
+there yet is read again at the next listing. A file that cannot be read for any other reason than
+its process being gone (too many open files, say) is no sign of anything: the incremental listing
+gives way to a full one, whose own such error propagates (the sampler then turns itself off with a
+note). Ids that went all the way round between two listings look like a short range; the
+periodic full listing bounds what that can miss.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ class ProcDescendants:
         #: the last id handed out when the previous listing began
         self._last: int | None = None
         self._since_full = 0
+        #: ids of the previous range that had no /proc entry yet (or were gone): read once more
+        self._missing: list[int] = []
         #: full listings so far (every process read)
         self.full_listings = 0
 
@@ -70,13 +79,17 @@ class ProcDescendants:
         ):
             self._list_all()
         else:
-            self._list_new(previous, last)
+            try:
+                self._list_new(previous, last)
+            except OSError:  # not a process gone: the reads themselves fail; list everything
+                self._list_all()
         return {pid: direct for pid, (_, direct) in self._known.items()}
 
     # -- the two ways ----------------------------------------------------------------------
 
     def _list_all(self) -> None:
         self._since_full = 0
+        self._missing = []
         self.full_listings += 1
         stats: dict[int, tuple[int, int]] = {}
         for name in os.listdir(self._proc):  # processes only: threads are not listed
@@ -92,13 +105,23 @@ class ProcDescendants:
             stat = self._stat(pid)
             if stat is not None and stat[1] == start:  # not gone, nor its id reused by another process
                 stats[pid] = stat
-        for pid in range(previous + 1, last + 1):  # in order: a child's id comes before its own children's
+        missing: list[int] = []
+        # in order: a child's id comes before its own children's
+        for pid in sorted({*self._missing, *range(previous + 1, last + 1)}):
             if pid in stats:
                 continue
             stat = self._stat(pid)
-            if stat is not None and (stat[0] == self._root or stat[0] in stats) and self._tgid(pid) == pid:
-                stats[pid] = stat  # (a thread of one of ours has its process's parent, and another Tgid)
+            if stat is None:
+                missing.append(pid)
+            elif stat[0] == self._root or stat[0] in stats:
+                tgid = self._tgid(pid)
+                if tgid is None:
+                    missing.append(pid)
+                elif tgid == pid:  # a thread of one of ours has its process's parent, and another Tgid
+                    stats[pid] = stat
         self._known = self._tree(stats)
+        # read again next time, once: ids of this range only, so the list stays within the span
+        self._missing = [pid for pid in missing if pid > previous]
 
     def _tree(self, stats: dict[int, tuple[int, int]]) -> dict[int, tuple[int, bool]]:
         """The descendants of the root among ``stats`` (pid -> (parent pid, start time)): a process
@@ -119,23 +142,25 @@ class ProcDescendants:
     # -- reading /proc ---------------------------------------------------------------------
 
     def _stat(self, pid: int) -> tuple[int, int] | None:
-        """(parent pid, start time) of ``pid``; None when it is gone or unreadable."""
+        """(parent pid, start time) of ``pid``; None when there is no such process (any other
+        ``OSError`` propagates)."""
         try:
             with open(self._proc / str(pid) / "stat", "rb") as fh:
                 data = fh.read()
             # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so cut at the last ")"
             fields = data[data.rindex(b")") + 2 :].split()
             return int(fields[1]), int(fields[19])
-        except (OSError, ValueError, IndexError):
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             return None
 
     def _tgid(self, pid: int) -> int | None:
+        """The process ``pid`` belongs to (``pid`` itself unless it is a thread); None when gone."""
         try:
             with open(self._proc / str(pid) / "status", "rb") as fh:
                 for line in fh:
                     if line.startswith(b"Tgid:"):
                         return int(line.split()[1])
-        except (OSError, ValueError, IndexError):
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
             return None
         return None
 

@@ -1,6 +1,6 @@
 """Two figures the host sampler reads once a second, straight from Linux's /proc.
 
-psutil reads them too, and more: ``disk_io_counters()`` opens two sysfs files per block device on
+psutil reads them too, and more: ``disk_io_counters()`` checks a sysfs path per block device on
 every call, ``virtual_memory()`` parses every line of ``/proc/meminfo`` into a dozen fields. Here
 a second costs one read of each file. Every reader returns None where the file is missing or
 unexpected, and the sampler then asks psutil.
@@ -13,6 +13,9 @@ from pathlib import Path
 
 #: /proc/diskstats counts sectors of 512 bytes, whatever the device's own sector size
 SECTOR_BYTES = 512
+#: the whole disks are listed again at least every this many reads (a disk hot-added shows in
+#: /proc/diskstats a moment before /sys/block lists it)
+RELIST_EVERY = 60
 
 
 class DiskReads:
@@ -22,9 +25,11 @@ class DiskReads:
     def __init__(self, proc: Path = Path("/proc"), sys_block: Path = Path("/sys/block")) -> None:
         self._stats = proc / "diskstats"
         self._sys_block = sys_block
+        #: the whole disks, as /sys/block names them ("/" in a name is "!" there: cciss!c0d0)
         self._disks: frozenset[str] = frozenset()
-        #: names in the file already classified (a disk, or a partition)
+        #: the devices /proc/diskstats listed when the disks were last listed
         self._seen: frozenset[str] = frozenset()
+        self._reads = 0
 
     def read(self) -> int | None:
         try:
@@ -32,17 +37,19 @@ class DiskReads:
                 lines = [line.split() for line in fh]
         except OSError:
             return None
-        names = frozenset(fields[2].decode(errors="replace") for fields in lines if len(fields) > 5)
-        if not names <= self._seen:  # a device came (or this is the first read): list the disks again
+        names = [fields[2].decode(errors="replace").replace("/", "!") if len(fields) > 5 else "" for fields in lines]
+        self._reads += 1
+        if self._reads >= RELIST_EVERY or frozenset(names) != self._seen:  # devices came or went
             try:
                 self._disks = frozenset(os.listdir(self._sys_block))
             except OSError:
                 return None
-            self._seen = names
+            self._seen = frozenset(names)
+            self._reads = 0
         total = 0
         try:
-            for fields in lines:
-                if len(fields) > 5 and fields[2].decode(errors="replace") in self._disks:
+            for name, fields in zip(names, lines, strict=True):
+                if name in self._disks:
                     total += int(fields[5])
         except ValueError:
             return None
