@@ -127,17 +127,17 @@ def test_an_id_handed_out_before_its_proc_entry_appears_is_read_again(tmp_path: 
 
 
 class FailingDescendants(ProcDescendants):
-    """Reading ``fail``'s stat raises ``error`` (``times`` times, then reads work again)."""
+    """Reading ``fail``'s files raises ``error`` (``times`` times, then reads work again)."""
 
     def __init__(self, proc: Path, fail: int, error: OSError, times: int) -> None:
         super().__init__(ROOT, proc=proc)
         self.fail, self.error, self.times = fail, error, times
 
-    def _stat(self, pid: int) -> tuple[int, int] | None:
+    def _read(self, pid: int, name: str) -> bytes:
         if pid == self.fail and self.times > 0:
             self.times -= 1
             raise self.error
-        return super()._stat(pid)
+        return super()._read(pid, name)
 
 
 def test_a_read_that_fails_for_another_reason_drops_nobody(tmp_path: Path) -> None:
@@ -155,6 +155,15 @@ def test_a_read_that_fails_for_another_reason_drops_nobody(tmp_path: Path) -> No
     listing.times = 2  # both fail
     with pytest.raises(OSError, match="Too many open files"):
         listing.listing()
+
+
+def test_another_users_process_that_cannot_be_read_is_not_ours(tmp_path: Path) -> None:
+    """On a /proc mounted with ``hidepid=1`` other users' entries are listed but not readable."""
+    proc = FakeProc(tmp_path)
+    proc.add(101, parent=ROOT)
+    proc.add(150, parent=1)
+    listing = FailingDescendants(tmp_path, fail=150, error=PermissionError(13, "Permission denied"), times=9)
+    assert listing.listing() == {101: True}
 
 
 def test_a_wrap_a_long_gap_and_every_nth_listing_list_everything(tmp_path: Path) -> None:

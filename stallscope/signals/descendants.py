@@ -142,27 +142,30 @@ class ProcDescendants:
     # -- reading /proc ---------------------------------------------------------------------
 
     def _stat(self, pid: int) -> tuple[int, int] | None:
-        """(parent pid, start time) of ``pid``; None when there is no such process (any other
-        ``OSError`` propagates)."""
+        """(parent pid, start time) of ``pid``; None when there is no such process, or it is not
+        readable (another user's, on a /proc mounted with ``hidepid``: not one of ours). Any other
+        ``OSError`` propagates."""
         try:
-            with open(self._proc / str(pid) / "stat", "rb") as fh:
-                data = fh.read()
+            data = self._read(pid, "stat")
             # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so cut at the last ")"
             fields = data[data.rindex(b")") + 2 :].split()
             return int(fields[1]), int(fields[19])
-        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
             return None
 
     def _tgid(self, pid: int) -> int | None:
-        """The process ``pid`` belongs to (``pid`` itself unless it is a thread); None when gone."""
+        """The process ``pid`` belongs to (``pid`` itself unless it is a thread); None as ``_stat``."""
         try:
-            with open(self._proc / str(pid) / "status", "rb") as fh:
-                for line in fh:
-                    if line.startswith(b"Tgid:"):
-                        return int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            for line in self._read(pid, "status").splitlines():
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
             return None
         return None
+
+    def _read(self, pid: int, name: str) -> bytes:
+        with open(self._proc / str(pid) / name, "rb") as fh:
+            return fh.read()
 
     @staticmethod
     def _read_int(path: Path) -> int | None:
