@@ -473,6 +473,7 @@ class PsutilProbe:
             return {}
         out: dict[int, bool] = {}
         for proc in kids:
+            self._procs.setdefault(proc.pid, proc)  # ``children()`` keeps the handle psutil made
             try:
                 out[proc.pid] = proc.ppid() == self._main_pid
             except self._gone:

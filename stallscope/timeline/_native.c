@@ -1099,7 +1099,7 @@ truth(StepHook *self, int key)
     if (value == NULL) {
         return -1;
     }
-    Py_INCREF(value); /* borrowed from the dict, which Python code in __bool__ could change */
+    Py_INCREF(value); /* borrowed from a slot or the scope's dict, which __bool__ could change */
     int rc = PyObject_IsTrue(value);
     Py_DECREF(value);
     return rc;
