@@ -6,11 +6,15 @@ the ``stallscope`` package) after a number of steps, and again after six times a
 
 from __future__ import annotations
 
+import itertools
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 import stallscope
 from stallscope import StallScope
+from stallscope.timeline import recorder
 
 PACKAGE = str(Path(stallscope.__file__).parent)
 
@@ -65,3 +69,34 @@ def test_a_long_run_writes_a_small_report(tmp_path: Path) -> None:
     assert size < 1_000_000
     assert scope.report is not None
     assert scope.report.summary.steps == 200_000
+
+
+def test_a_recorded_step_holds_no_memory_until_the_fold() -> None:
+    """No per-step allocation held: once the C log's buffer has grown to a fold's worth, the events
+    of a step (the stream's two, the timer's two) are written into it, and nothing allocated while
+    200 steps run (no fold in between) is still held at their end. A log of Python ints held an
+    int per timestamp until the fold: about 40 kB here."""
+    if recorder._native is None:
+        pytest.skip("the Python twin logs an int per timestamp")
+    tl = recorder.Timeline()
+    tl.start()
+    timer = tl.timer(tl.phase_id("compute"))
+    stream = tl.stream(iter(range(10_000)), lambda item, wait: None, [])
+    for _ in itertools.islice(stream, 1_000):  # folds several times: the log's buffer has grown
+        with timer:
+            pass
+    tl._fold()
+    tracemalloc.start()
+    try:
+        for _ in itertools.islice(stream, 200):
+            with timer:
+                pass
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    assert len(tl._log) == 200 * 8  # logged, not folded yet
+    here = snapshot.filter_traces([tracemalloc.Filter(True, __file__)])
+    allocated = sum(stat.size for stat in here.statistics("filename"))
+    assert allocated < 500, f"the loop allocated {allocated} B over 200 steps"
+    tl._fold()
+    assert tl.steps == 1_200 - 1  # the 1,200th step is still in progress

@@ -55,16 +55,20 @@ def test_native_objects_misused_from_python_raise_instead_of_crashing() -> None:
         pass
     with pytest.raises(RuntimeError, match="not initialised"):
         next(native.Stream.__new__(native.Stream))
-    timer = native.Timer(3, [], [], lambda: 0, object(), 8)
+    timer = native.Timer(3, native.EventLog(), native.EventLog(), lambda: 0, object(), 8)
     del timer.target
     with pytest.raises(RuntimeError, match="not initialised"), timer:
         pass
-    log: list[int] = []
+    log = native.EventLog()
     timer = native.Timer(3, log, log, lambda: 7, object(), 8)
-    timer.log = 5  # type: ignore[assignment]  # not a list: never measured as one
+    timer.log = 5  # type: ignore[assignment]  # not a log: never measured as one
     with timer:
         pass
-    assert log == [3, 7, -1, 7]
+    assert log.copy() == [3, 7, -1, 7]
+    with pytest.raises(TypeError):
+        native.Timer(3, log, [], lambda: 0, object(), 8)  # type: ignore[arg-type]  # a list is no log
+    with pytest.raises(TypeError):
+        native.Timer("compute", log, log, lambda: 0, object(), 8)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="not initialised"):
         native.StepHook.__new__(native.StepHook)()
 
@@ -94,21 +98,25 @@ def test_native_objects_keep_what_they_use_while_python_runs() -> None:
     native = recorder._native
     if native is None:
         pytest.skip("the Python twin is in use")
-    log: list[int] = []
+    log = native.EventLog()
 
     def clock() -> int:
-        timer.target = log  # the list the event was bound for is freed here but for the C reference
+        timer.target = log  # the log the event was bound for is freed here but for the C reference
         return 9
 
-    timer = native.Timer(3, [], log, clock, object(), 8)
+    timer = native.Timer(3, native.EventLog(), log, clock, object(), 8)
     with timer:
         pass
-    assert log == [-1, 9]  # the enter went to the first list, the exit to ``log``
+    assert log.copy() == [-1, 9]  # the enter went to the first log, the exit to ``log``
     with pytest.raises(TypeError, match="already initialised"):
         native.Timer.__init__(timer, 3, log, log, clock, object(), 8)
-    stream = native.Stream(iter([1]), [], lambda: 0, lambda: 0, object(), lambda i, w: None, [], [object()], 0, 1, 8)
+    stream = native.Stream(
+        iter([1]), native.EventLog(), lambda: 0, lambda: 0, object(), lambda i, w: None, [], [object()], 0, 1, 8
+    )
     with pytest.raises(TypeError, match="already initialised"):
-        native.Stream.__init__(stream, iter([]), [], lambda: 0, lambda: 0, object(), print, [], [object()], 0, 1, 8)
+        native.Stream.__init__(
+            stream, iter([]), native.EventLog(), lambda: 0, lambda: 0, object(), print, [], [object()], 0, 1, 8
+        )
 
 
 def test_the_c_stream_goes_on_after_the_loaders_error(tmp_path: object) -> None:
@@ -280,6 +288,13 @@ def test_the_c_fold_refuses_a_log_it_cannot_read() -> None:
     with pytest.raises(TypeError):
         native.fold(tl, (recorder.STEP, 5))  # type: ignore[arg-type]
     assert _folded_state(tl) == before
+    # from the C log the events are taken out first, whether they fold or not: none is folded twice
+    log = native.EventLog([recorder.STEP, 7, len(tl._totals), 9])
+    with pytest.raises(IndexError, match="names no phase"):
+        native.fold(tl, log)
+    assert len(log) == 0
+    assert tl._cur == recorder._DATA  # the event before the bad one was applied
+    assert tl._mark == 7
 
 
 def test_the_c_fold_survives_a_callback_that_changes_the_list_it_was_given(
@@ -303,6 +318,56 @@ def test_the_c_fold_survives_a_callback_that_changes_the_list_it_was_given(
         log += [recorder.STEP, 100 * i + 1, recorder.GOT, 100 * i + 20]
     native.fold(tl, log)
     assert tl._steps == 199  # every event of the snapshot was applied
+
+
+def test_events_logged_during_a_c_fold_wait_for_the_next_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C fold empties the log before it applies anything: events that Python run from a
+    window's close logs meanwhile stay in the log, for the next fold, and none is applied twice."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    real = recorder.Timeline._close_window
+    tl, _ = _twin_timelines(0)
+
+    def logging(self: recorder.Timeline, now: int, busy: int) -> None:
+        self._log.extend((recorder.STEP, 10**9 + now))  # later than any event of this fold
+        real(self, now, busy)
+
+    monkeypatch.setattr(recorder.Timeline, "_close_window", logging)
+    log = tl._log
+    for i in range(8):
+        log.extend([recorder.STEP, 100 * i + 1, recorder.GOT, 100 * i + 20])
+    native.fold(tl, log)
+    assert tl._steps == 7
+    closes = 7 // 2  # windows of 2 steps
+    assert log.copy()[0::2] == [recorder.STEP] * closes
+    assert tl._mark == 100 * 7 + 20  # the last event of the fold, not one logged during it
+
+
+def test_the_c_log_appends_all_or_nothing_and_reads_as_a_list() -> None:
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    log = native.EventLog([recorder.STEP, 5])
+    log.extend((2, 6))
+    with pytest.raises(TypeError):
+        log.extend((recorder.LEAVE, "7"))  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        log.extend((recorder.LEAVE, 2**64))
+    with pytest.raises(TypeError):
+        log.extend(5)  # type: ignore[arg-type]
+    assert log.copy() == list(log) == [recorder.STEP, 5, 2, 6]  # the failed extends added nothing
+    assert (len(log), log[1], log[-1], bool(log)) == (4, 5, 6, True)
+    assert repr(log) == "EventLog([-2, 5, 2, 6])"
+    with pytest.raises(IndexError):
+        log[4]
+    big = list(range(-50_000, 50_000))
+    log.extend(big)
+    assert log.copy()[4:] == big
+    log.clear()
+    assert (len(log), log.copy(), bool(log)) == (0, [], False)
+    log.extend((1, 2))
+    assert log.copy() == [1, 2]
 
 
 # -- Lightning's per-step hooks: ``StepHook`` against the ``_FitRun`` methods it stands in for ----
@@ -365,7 +430,7 @@ def _observed(run: Any, failures: list[str], inner_calls: list[object], result: 
     timeline += ("_tracked",)
     return {
         **{key: getattr(run, key) for key in keys},
-        **{key: copy.copy(getattr(tl, key)) for key in timeline},
+        **{key: list(getattr(tl, key)) if key == "_log" else copy.copy(getattr(tl, key)) for key in timeline},
         "stack": list(tl._stack),
         "clock readings": (tl._clock.now, tl._cpu_clock.now),
         "active": run.scope._active,

@@ -782,7 +782,7 @@ def test_a_pass_ended_during_next_logs_nothing_more(tl: Timeline) -> None:
     result: list[int] = []
     assert list(tl.stream(Loader(), lambda item, wait: None, result)) == [1, 2, 3, 4]
     assert result == []
-    codes = tl._log[0::2]
+    codes = list(tl._log)[0::2]
     assert codes.count(STEP) == 3  # the third was logged before its next()
     assert codes.count(GOT) == 2
     assert NONE not in codes

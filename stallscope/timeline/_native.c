@@ -1,10 +1,12 @@
 /* The timeline's hot path in C: what runs between two training steps.
  *
- * recorder.py has the same three pieces in Python, used when this module is not built (no C
- * compiler at install time) or STALLSCOPE_NO_NATIVE is set; the two log the same events into
- * the same list and fold them into the same state, and the test suite runs the timeline and
- * scope tests against both (tests/test_native.py compares the two folds on random logs).
+ * recorder.py has the same pieces in Python, used when this module is not built (no C
+ * compiler at install time) or STALLSCOPE_NO_NATIVE is set; the two log the same events (into
+ * an EventLog here, a list there) and fold them into the same state, and the test suite runs the
+ * timeline and scope tests against both (tests/test_native.py compares the two folds on random
+ * logs).
  *
+ *   EventLog the log: (code, timestamp) pairs as C long longs, nothing allocated per event.
  *   Timer   the context manager ``scope.phase(name)`` hands out (recorder.PhaseTimer): logs
  *           (phase id, now) on enter and (LEAVE, now) on exit, then folds the log when full.
  *   Stream  the iterator behind ``scope.iter`` (recorder.Timeline._stream): logs (STEP, now)
@@ -39,7 +41,7 @@
 #define OTHER_ID 6
 
 static PyObject *perf_counter_ns; /* time.perf_counter_ns */
-static PyObject *code_leave, *code_step, *code_got, *code_none;
+static PyObject *code_leave; /* LEAVE as an int, for a timer whose target is a callable */
 static PyObject *name_fold, *name_failed; /* the timeline's methods, by name */
 
 /* ``value`` as a C long long. PyLong_AsLongLong goes through a byte-array conversion for any
@@ -81,55 +83,257 @@ read_clock(PyObject *clock, long long *out)
     return rc;
 }
 
-/* append (code, when) to the list ``log``, and (then, when) after it unless ``then`` is NULL:
- * all or nothing, as the Python twin's ``extend`` (a half-logged event would shift the pairs) */
+/* ---- EventLog -------------------------------------------------------------------------- */
+
+/* The timeline's event log: (code, timestamp) pairs as C long longs, appended to in place. A list
+ * of Python ints would allocate an int for each timestamp and free it again at the fold; this
+ * allocates nothing per event once its buffer has grown to a fold's worth. From Python it is a
+ * sequence of ints with ``extend``, ``copy`` (a list) and ``clear``, what recorder.py uses of a
+ * list. It holds no Python objects. */
+typedef struct {
+    PyObject_HEAD
+    long long *items;
+    Py_ssize_t len;
+    Py_ssize_t cap;
+} EventLog;
+
+static PyTypeObject EventLogType;
+#define EventLog_Check(op) Py_IS_TYPE((op), &EventLogType)
+/* a cleared log keeps a buffer of up to this many entries; a larger one is freed */
+#define KEEP_ENTRIES 8192
+
+/* room for ``more`` entries after the last */
 static int
-log_pairs(PyObject *log, PyObject *code, PyObject *when, PyObject *then)
+log_reserve(EventLog *log, Py_ssize_t more)
 {
-    Py_ssize_t logged = PyList_GET_SIZE(log);
-    if (PyList_Append(log, code) < 0 || PyList_Append(log, when) < 0 ||
-        (then != NULL && (PyList_Append(log, then) < 0 || PyList_Append(log, when) < 0))) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (PyList_SetSlice(log, logged, PY_SSIZE_T_MAX, NULL) < 0) {
-            PyErr_Clear();
-        }
-        PyErr_Restore(type, value, tb);
+    if (log->cap - log->len >= more) {
+        return 0;
+    }
+    if (more > PY_SSIZE_T_MAX / 2 / (Py_ssize_t)sizeof(long long) - log->len) {
+        PyErr_NoMemory();
         return -1;
+    }
+    Py_ssize_t need = log->len + more, cap = log->cap > 0 ? log->cap : 64;
+    while (cap < need) {
+        cap *= 2;
+    }
+    long long *grown = PyMem_Realloc(log->items, (size_t)cap * sizeof(long long));
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    log->items = grown;
+    log->cap = cap;
+    return 0;
+}
+
+/* append (code, t): both or neither */
+static int
+log_event(PyObject *log, long long code, long long t)
+{
+    EventLog *self = (EventLog *)log;
+    if (self->cap - self->len < 2 && log_reserve(self, 2) < 0) {
+        return -1;
+    }
+    self->items[self->len] = code;
+    self->items[self->len + 1] = t;
+    self->len += 2;
+    return 0;
+}
+
+/* append (code, t, then, t): all four or none */
+static int
+log_event_then(PyObject *log, long long code, long long t, long long then)
+{
+    EventLog *self = (EventLog *)log;
+    if (self->cap - self->len < 4 && log_reserve(self, 4) < 0) {
+        return -1;
+    }
+    long long *end = self->items + self->len;
+    end[0] = code;
+    end[1] = t;
+    end[2] = then;
+    end[3] = t;
+    self->len += 4;
+    return 0;
+}
+
+static void
+log_clear(EventLog *self)
+{
+    self->len = 0;
+    if (self->cap > KEEP_ENTRIES) {
+        PyMem_Free(self->items);
+        self->items = NULL;
+        self->cap = 0;
+    }
+}
+
+/* extend(values): the ints of an iterable appended, all or none (a half-logged event would shift
+ * the pairs); what recorder.py's ``_push`` calls with a tuple */
+static PyObject *
+EventLog_extend(EventLog *self, PyObject *values)
+{
+    PyObject *seq = PySequence_Fast(values, "EventLog.extend needs an iterable of ints");
+    if (seq == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    long long local[8];
+    long long *converted = n <= 8 ? local : PyMem_Malloc((size_t)n * sizeof(long long));
+    if (converted == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    /* converted first: an item's __index__ may run Python, which may use this log */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (as_ll(PySequence_Fast_GET_ITEM(seq, i), &converted[i]) < 0) {
+            n = -1;
+            break;
+        }
+    }
+    int rc = n >= 0 ? log_reserve(self, n) : -1;
+    if (rc == 0) {
+        memcpy(self->items + self->len, converted, (size_t)n * sizeof(long long));
+        self->len += n;
+    }
+    if (converted != local) {
+        PyMem_Free(converted);
+    }
+    Py_DECREF(seq);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* the entries as a list of ints */
+static PyObject *
+EventLog_copy(EventLog *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t n = self->len;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(self->items[i]);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
+static PyObject *
+EventLog_clear_method(EventLog *self, PyObject *Py_UNUSED(ignored))
+{
+    log_clear(self);
+    Py_RETURN_NONE;
+}
+
+static int
+EventLog_init(EventLog *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *values = NULL;
+    if (kwds != NULL && PyDict_GET_SIZE(kwds) > 0) {
+        PyErr_SetString(PyExc_TypeError, "EventLog() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "|O:EventLog", &values)) {
+        return -1;
+    }
+    log_clear(self);
+    if (values != NULL) {
+        PyObject *rc = EventLog_extend(self, values);
+        if (rc == NULL) {
+            return -1;
+        }
+        Py_DECREF(rc);
     }
     return 0;
 }
 
-/* append code and t to the list ``log`` */
-static int
-push(PyObject *log, PyObject *code, long long t)
+static Py_ssize_t
+EventLog_length(EventLog *self)
 {
-    PyObject *when = PyLong_FromLongLong(t);
-    if (when == NULL) {
-        return -1;
-    }
-    int rc = log_pairs(log, code, when, NULL);
-    Py_DECREF(when);
-    return rc;
+    return self->len;
 }
 
-/* an event now: appended to ``target`` when it is a list, else ``target((code, now))``. The
- * caller holds references to all three: a clock written in Python may run any code. */
+static PyObject *
+EventLog_item(EventLog *self, Py_ssize_t i)
+{
+    if (i < 0 || i >= self->len) {
+        PyErr_SetString(PyExc_IndexError, "EventLog index out of range");
+        return NULL;
+    }
+    return PyLong_FromLongLong(self->items[i]);
+}
+
+static PyObject *
+EventLog_repr(EventLog *self)
+{
+    PyObject *items = EventLog_copy(self, NULL);
+    if (items == NULL) {
+        return NULL;
+    }
+    PyObject *out = PyUnicode_FromFormat("EventLog(%R)", items);
+    Py_DECREF(items);
+    return out;
+}
+
+static void
+EventLog_dealloc(EventLog *self)
+{
+    PyMem_Free(self->items);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PySequenceMethods EventLog_as_sequence = {
+    .sq_length = (lenfunc)EventLog_length,
+    .sq_item = (ssizeargfunc)EventLog_item,
+};
+
+static PyMethodDef EventLog_methods[] = {
+    {"extend", (PyCFunction)EventLog_extend, METH_O, "Append the ints of an iterable, all or none."},
+    {"copy", (PyCFunction)EventLog_copy, METH_NOARGS, "The entries as a list of ints."},
+    {"clear", (PyCFunction)EventLog_clear_method, METH_NOARGS, "Remove every entry."},
+    {NULL},
+};
+
+static PyTypeObject EventLogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.EventLog",
+    .tp_doc = PyDoc_STR("EventLog([values]): the timeline's event log, (code, timestamp) pairs as C ints"),
+    .tp_basicsize = sizeof(EventLog),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)EventLog_init,
+    .tp_dealloc = (destructor)EventLog_dealloc,
+    .tp_repr = (reprfunc)EventLog_repr,
+    .tp_as_sequence = &EventLog_as_sequence,
+    .tp_methods = EventLog_methods,
+};
+
+/* an event now: appended to ``target`` when it is an EventLog, else ``target((code, now))`` with
+ * ``code_obj`` (``code`` as an int). The caller holds references to all of them: a clock written
+ * in Python may run any code. */
 static int
-event(PyObject *target, PyObject *clock, PyObject *code)
+event(PyObject *target, PyObject *clock, long long code, PyObject *code_obj)
 {
     long long t;
     if (read_clock(clock, &t) < 0) {
         return -1;
     }
-    if (PyList_CheckExact(target)) {
-        return push(target, code, t);
+    if (EventLog_Check(target)) {
+        return log_event(target, code, t);
     }
     PyObject *when = PyLong_FromLongLong(t);
     if (when == NULL) {
         return -1;
     }
-    PyObject *pair = PyTuple_Pack(2, code, when);
+    PyObject *pair = PyTuple_Pack(2, code_obj, when);
     Py_DECREF(when);
     if (pair == NULL) {
         return -1;
@@ -191,7 +395,8 @@ unready(int missing)
 typedef struct {
     PyObject_HEAD
     PyObject *code;   /* the phase id it enters */
-    PyObject *target; /* where events go: the log (a list), or a callable taking (code, now) */
+    long long code_ll;
+    PyObject *target; /* where events go: the log (an EventLog), or a callable taking (code, now) */
     PyObject *log;    /* the timeline's log: folded after a leave once it holds fold_at entries */
     PyObject *clock;
     PyObject *timeline; /* its _fold() and _failed(exc) */
@@ -204,14 +409,19 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
     static char *names[] = {"code", "target", "log", "clock", "timeline", "fold_at", NULL};
     PyObject *code, *target, *log, *clock, *timeline;
     Py_ssize_t fold_at;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OOn:Timer", names, &code, &target, &PyList_Type, &log, &clock,
-                                     &timeline, &fold_at)) {
+    long long code_ll;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!OOn:Timer", names, &PyLong_Type, &code, &target, &EventLogType,
+                                     &log, &clock, &timeline, &fold_at)) {
         return -1;
     }
     if (self->clock != NULL) { /* its fields are read across calls into Python: never swapped */
         PyErr_SetString(PyExc_TypeError, "Timer is already initialised");
         return -1;
     }
+    if (as_ll(code, &code_ll) < 0) {
+        return -1;
+    }
+    self->code_ll = code_ll;
     Py_XSETREF(self->code, Py_NewRef(code));
     Py_XSETREF(self->target, Py_NewRef(target));
     Py_XSETREF(self->log, Py_NewRef(log));
@@ -234,7 +444,7 @@ Timer_enter(Timer *self, PyObject *Py_UNUSED(ignored))
         return NULL;
     }
     PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
-    int rc = event(target, self->clock, self->code);
+    int rc = event(target, self->clock, self->code_ll, self->code);
     Py_DECREF(target);
     if (rc < 0 && contain(self->timeline) < 0) {
         return NULL;
@@ -250,7 +460,7 @@ Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n
         return NULL;
     }
     PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
-    int rc = event(target, self->clock, code_leave);
+    int rc = event(target, self->clock, LEAVE, code_leave);
     Py_DECREF(target);
     if (rc < 0) {
         if (contain(self->timeline) < 0) {
@@ -258,7 +468,7 @@ Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n
         }
         Py_RETURN_NONE;
     }
-    if (PyList_Check(self->log) && PyList_GET_SIZE(self->log) >= self->fold_at) {
+    if (EventLog_Check(self->log) && ((EventLog *)self->log)->len >= self->fold_at) {
         PyObject *folded = PyObject_CallMethodNoArgs(self->timeline, name_fold);
         if (folded == NULL) {
             if (contain(self->timeline) < 0) {
@@ -358,7 +568,7 @@ Stream_init(Stream *self, PyObject *args, PyObject *kwds)
     PyObject *it, *log, *clock, *cpu_clock, *timeline, *on_first, *result, *token;
     long long cpu_due, interval;
     Py_ssize_t fold_at;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOOO!O!LLn:Stream", names, &it, &PyList_Type, &log, &clock,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOOO!O!LLn:Stream", names, &it, &EventLogType, &log, &clock,
                                      &cpu_clock, &timeline, &on_first, &PyList_Type, &result, &PyList_Type, &token,
                                      &cpu_due, &interval, &fold_at)) {
         return -1;
@@ -421,7 +631,7 @@ Stream_next(Stream *self)
     }
     long long began, end, cpu0 = -1, cpu1;
     /* logged before next(): phases the loader itself times nest inside the wait */
-    if (read_clock(self->clock, &began) < 0 || push(self->log, code_step, began) < 0) {
+    if (read_clock(self->clock, &began) < 0 || log_event(self->log, STEP, began) < 0) {
         return Stream_pass(self);
     }
     if (began >= self->cpu_due) {
@@ -441,7 +651,7 @@ Stream_next(Stream *self)
             /* the loader's own error, or Ctrl-C: the wait ends, their exception propagates */
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);
-            if ((read_clock(self->clock, &end) < 0 || push(self->log, code_none, end) < 0) &&
+            if ((read_clock(self->clock, &end) < 0 || log_event(self->log, NONE, end) < 0) &&
                 contain(self->timeline) < 0) {
                 PyErr_Clear(); /* our own error while theirs is on its way: theirs wins */
             }
@@ -451,7 +661,7 @@ Stream_next(Stream *self)
         PyErr_Clear(); /* StopIteration: the pass is over */
         self->state = DONE;
         PyObject *wait = NULL;
-        if (read_clock(self->clock, &end) < 0 || push(self->log, code_none, end) < 0 ||
+        if (read_clock(self->clock, &end) < 0 || log_event(self->log, NONE, end) < 0 ||
             (wait = PyLong_FromLongLong(end - began)) == NULL || PyList_Append(self->result, wait) < 0) {
             contain(self->timeline); /* the pass ends all the same; a Ctrl-C stays set */
         }
@@ -460,7 +670,7 @@ Stream_next(Stream *self)
     }
     /* never lose the item: from here on an error of ours is contained and the item returned */
     PyObject *rc = NULL;
-    if (read_clock(self->clock, &end) < 0 || push(self->log, code_got, end) < 0) {
+    if (read_clock(self->clock, &end) < 0 || log_event(self->log, GOT, end) < 0) {
         goto failed;
     }
     if (cpu0 >= 0) {
@@ -481,7 +691,7 @@ Stream_next(Stream *self)
         }
         Py_CLEAR(rc);
     }
-    if (PyList_GET_SIZE(self->log) >= self->fold_at) {
+    if (((EventLog *)self->log)->len >= self->fold_at) {
         rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
         if (rc == NULL) {
             goto failed;
@@ -719,22 +929,17 @@ stack_push(Folding *f, long long value)
 /* the events' loop of Timeline._fold: stops at the first error, with the state as of the events
  * before the one that failed (a window's close that fails leaves its step counted) */
 static int
-fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_step, Py_buffer *ring_wait,
-            long long ring_size)
+fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *f, Py_buffer *ring_step,
+            Py_buffer *ring_wait, long long ring_size)
 {
     long long *st = f->state;
     long long *steps_ring = ring_step->buf, *waits_ring = ring_wait->buf;
-    /* ``events`` is a tuple: the window's close runs Python, which could change a list */
-    Py_ssize_t n = PyTuple_GET_SIZE(events);
     if (n % 2) {
         PyErr_SetString(PyExc_ValueError, "stallscope: the event log has an odd length");
         return -1;
     }
     for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
-        long long code, t;
-        if (as_ll(PyTuple_GET_ITEM(events, i), &code) < 0 || as_ll(PyTuple_GET_ITEM(events, i + 1), &t) < 0) {
-            return -1;
-        }
+        long long code = events[i], t = events[i + 1];
         if (code >= f->phases) {
             PyErr_Format(PyExc_IndexError, "stallscope: event code %lld names no phase", code);
             return -1;
@@ -807,13 +1012,27 @@ fold_events(PyObject *timeline, PyObject *events, Folding *f, Py_buffer *ring_st
 static PyObject *
 native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "fold(timeline, events): events is a list");
+    if (nargs != 2 || !(EventLog_Check(args[1]) || PyList_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "fold(timeline, events): events is an EventLog or a list");
         return NULL;
     }
     PyObject *timeline = args[0];
-    PyObject *events = PyList_AsTuple(args[1]);
-    if (events == NULL) {
+    /* the events as a C array of their own: the window's close runs Python, which could log more */
+    long long *events;
+    Py_ssize_t n;
+    if (EventLog_Check(args[1])) { /* taken out of the log first: none is ever folded twice */
+        EventLog *log = (EventLog *)args[1];
+        n = log->len;
+        events = PyMem_Malloc(n > 0 ? (size_t)n * sizeof(long long) : 1);
+        if (events == NULL) {
+            return PyErr_NoMemory();
+        }
+        if (n > 0) {
+            memcpy(events, log->items, (size_t)n * sizeof(long long));
+        }
+        log_clear(log);
+    }
+    else if ((events = read_ints(args[1], 0, &n)) == NULL) {
         return NULL;
     }
     Folding f = {0};
@@ -879,7 +1098,7 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     }
     have_wait = 1;
     /* from here the state is written back whatever happens, as the Python fold's ``finally`` */
-    rc = fold_events(timeline, events, &f, &ring_step, &ring_wait, ring_size);
+    rc = fold_events(timeline, events, n, &f, &ring_step, &ring_wait, ring_size);
     {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb); /* a write-back of its own does not lose the fold's error */
@@ -908,7 +1127,7 @@ done:
     Py_XDECREF(f.totals_list);
     Py_XDECREF(f.counts_list);
     Py_XDECREF(f.stack_list);
-    Py_DECREF(events);
+    PyMem_Free(events);
     if (rc == 0) {
         result = Py_NewRef(Py_None);
     }
@@ -917,7 +1136,8 @@ done:
 
 static PyMethodDef native_methods[] = {
     {"fold", (PyCFunction)(void (*)(void))native_fold, METH_FASTCALL,
-     "fold(timeline, events): apply the logged events to the timeline's folded state (Timeline._fold_events)."},
+     "fold(timeline, events): apply the logged events to the timeline's folded state (Timeline._fold_events); "
+     "an EventLog is emptied first."},
     {NULL},
 };
 
@@ -996,6 +1216,7 @@ typedef struct {
     PyObject *cpu_clock;
     PyObject *h2d;     /* the phase ids, as the run holds them */
     PyObject *compute;
+    long long h2d_id, compute_id; /* the same, as logged */
     Py_ssize_t fold_at;
     long long interval; /* between two waits whose CPU time is read */
     /* where the run's (K_CLOSED..K_COUNT_TENSORS) and the timeline's (K_DIRECT..K_DATA_CPU_WALL)
@@ -1143,25 +1364,22 @@ track(StepHook *self, int leave, PyObject *enter)
     return 0;
 }
 
-/* append (code, now) to the log, and (then, now) after it when ``then`` is not NULL; ``*when``
- * gets a new reference to now as an int */
+/* append (code, now) to the log, and (then, now) after it when ``then`` is not NO_PHASE */
+#define NO_PHASE (-1000)
+
 static int
-log_now(StepHook *self, PyObject *code, PyObject *then, long long *now, PyObject **when)
+log_now(StepHook *self, long long code, long long then, long long *now)
 {
-    if (read_clock(self->clock, now) < 0 || (*when = PyLong_FromLongLong(*now)) == NULL) {
+    if (read_clock(self->clock, now) < 0) {
         return -1;
     }
-    if (log_pairs(self->log, code, *when, then) < 0) {
-        Py_CLEAR(*when);
-        return -1;
-    }
-    return 0;
+    return then == NO_PHASE ? log_event(self->log, code, *now) : log_event_then(self->log, code, *now, then);
 }
 
 static int
 fold_if_full(StepHook *self)
 {
-    if (PyList_GET_SIZE(self->log) < self->fold_at) {
+    if (((EventLog *)self->log)->len < self->fold_at) {
         return 0;
     }
     PyObject *rc = PyObject_CallMethodNoArgs(self->timeline, name_fold);
@@ -1242,15 +1460,13 @@ usual(StepHook *self)
     int watched = mode == WATCHED;
 
     long long now;
-    PyObject *when = NULL;
     int rc = -1;
     switch (self->kind) {
     case FETCH_BEGIN: { /* Timeline.data_begin(new_step=True) */
         long long cpu_due, mark = -1;
-        if (log_now(self, code_step, NULL, &now, &when) < 0) {
+        if (log_now(self, STEP, NO_PHASE, &now) < 0 || set_timeline_ll(self, K_DATA_T0, now) < 0) {
             break;
         }
-        slot_set(self, self->timeline, K_DATA_T0, when);
         if ((watched && track(self, 0, data_id) < 0) || set_timeline_ll(self, K_DATA_CPU_MARK, -1) < 0 ||
             timeline_ll(self, K_CPU_DUE, &cpu_due) < 0) {
             break;
@@ -1266,7 +1482,7 @@ usual(StepHook *self)
     case FETCH_END: { /* Timeline.data_end(got_item=True, then=h2d) */
         long long mark, cpu1 = -1, t0;
         if (timeline_ll(self, K_DATA_CPU_MARK, &mark) < 0 || (mark >= 0 && read_clock(self->cpu_clock, &cpu1) < 0) ||
-            log_now(self, code_got, self->h2d, &now, &when) < 0 || timeline_ll(self, K_DATA_T0, &t0) < 0) {
+            log_now(self, GOT, self->h2d_id, &now) < 0 || timeline_ll(self, K_DATA_T0, &t0) < 0) {
             break;
         }
         long long cpu_total, cpu_wall;
@@ -1285,20 +1501,19 @@ usual(StepHook *self)
         break;
     }
     case COMPUTE_BEGIN: /* Timeline.switch(compute) */
-        if (run_set(self, K_FETCHED, Py_False) < 0 || log_now(self, code_leave, self->compute, &now, &when) < 0 ||
+        if (run_set(self, K_FETCHED, Py_False) < 0 || log_now(self, LEAVE, self->compute_id, &now) < 0 ||
             (watched && track(self, 1, self->compute) < 0) || run_set(self, K_TOP, self->compute) < 0) {
             break;
         }
         rc = 1;
         break;
     default: /* COMPUTE_END: Timeline.leave() */
-        if (log_now(self, code_leave, NULL, &now, &when) < 0 || (watched && track(self, 1, NULL) < 0) ||
+        if (log_now(self, LEAVE, NO_PHASE, &now) < 0 || (watched && track(self, 1, NULL) < 0) ||
             fold_if_full(self) < 0 || run_set(self, K_TOP, Py_None) < 0) {
             break;
         }
         rc = 1;
     }
-    Py_XDECREF(when);
     return rc;
 }
 
@@ -1455,7 +1670,15 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     PyObject *log = PyObject_GetAttr(timeline, keys[K_LOG]);
     PyObject *clock = log != NULL ? PyObject_GetAttr(timeline, keys[K_CLOCK]) : NULL;
     PyObject *cpu_clock = clock != NULL ? PyObject_GetAttr(timeline, keys[K_CPU_CLOCK]) : NULL;
-    if (cpu_clock == NULL || !PyDict_Check(scope_state) || !PyList_CheckExact(log)) {
+    long long h2d_id = 0, compute_id = 0;
+    if (cpu_clock != NULL && (as_ll(h2d, &h2d_id) < 0 || as_ll(compute, &compute_id) < 0)) {
+        Py_CLEAR(cpu_clock);
+    }
+    else if (cpu_clock != NULL && (h2d_id < 0 || compute_id < 0)) {
+        PyErr_SetString(PyExc_ValueError, "StepHook needs phase ids >= 0");
+        Py_CLEAR(cpu_clock);
+    }
+    if (cpu_clock == NULL || !PyDict_Check(scope_state) || !EventLog_Check(log)) {
         if (cpu_clock != NULL) {
             PyErr_SetString(PyExc_TypeError, "StepHook needs a scope with a __dict__ and a timeline's log");
         }
@@ -1478,6 +1701,8 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->cpu_clock, cpu_clock);
     Py_XSETREF(self->h2d, Py_NewRef(h2d));
     Py_XSETREF(self->compute, Py_NewRef(compute));
+    self->h2d_id = h2d_id;
+    self->compute_id = compute_id;
     self->fold_at = fold_at;
     self->interval = interval;
     return 0;
@@ -1572,9 +1797,6 @@ PyInit__native(void)
         Py_CLEAR(perf_counter_ns);
     }
     code_leave = PyLong_FromLong(LEAVE);
-    code_step = PyLong_FromLong(STEP);
-    code_got = PyLong_FromLong(GOT);
-    code_none = PyLong_FromLong(NONE);
     name_fold = PyUnicode_InternFromString("_fold");
     name_failed = PyUnicode_InternFromString("_failed");
     for (int i = 0; i < S_COUNT; i++) {
@@ -1602,7 +1824,7 @@ PyInit__native(void)
         !name_window_steps) {
         return NULL;
     }
-    if (!code_leave || !code_step || !code_got || !code_none || !name_fold || !name_failed || PyType_Ready(&TimerType) < 0 ||
+    if (!code_leave || !name_fold || !name_failed || PyType_Ready(&EventLogType) < 0 || PyType_Ready(&TimerType) < 0 ||
         PyType_Ready(&StreamType) < 0) {
         return NULL;
     }
@@ -1610,7 +1832,8 @@ PyInit__native(void)
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObject(module, "Timer", Py_NewRef((PyObject *)&TimerType)) < 0 ||
+    if (PyModule_AddObject(module, "EventLog", Py_NewRef((PyObject *)&EventLogType)) < 0 ||
+        PyModule_AddObject(module, "Timer", Py_NewRef((PyObject *)&TimerType)) < 0 ||
         PyModule_AddObject(module, "Stream", Py_NewRef((PyObject *)&StreamType)) < 0 ||
         PyModule_AddObject(module, "StepHook", Py_NewRef((PyObject *)&StepHookType)) < 0 ||
         PyModule_AddIntConstant(module, "FETCH_BEGIN", FETCH_BEGIN) < 0 ||

@@ -1,6 +1,6 @@
 """Types of the timeline's hot path in C (``_native.c``); ``recorder.py`` has its Python twin."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -19,21 +19,32 @@ FETCH_END: int
 COMPUTE_BEGIN: int
 COMPUTE_END: int
 
-def fold(timeline: object, events: list[int], /) -> None:
-    """``recorder.Timeline._fold_events`` in C: apply ``events`` to the timeline's folded state."""
+class EventLog:
+    """The timeline's event log: (code, timestamp) pairs as C ints; what recorder.py uses of a list."""
+
+    def __init__(self, values: Iterable[int] = ..., /) -> None: ...
+    def extend(self, values: Iterable[int], /) -> None: ...
+    def copy(self) -> list[int]: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> int: ...
+
+def fold(timeline: object, events: EventLog | list[int], /) -> None:
+    """``recorder.Timeline._fold_events`` in C: apply ``events`` to the timeline's folded state
+    (an ``EventLog`` is emptied first)."""
 
 class Timer:
     """``recorder.PhaseTimer`` in C."""
 
     #: where events go: the log itself, or a callable given each event as (code, now)
-    target: list[int] | Callable[[tuple[int, int]], object]
+    target: EventLog | Callable[[tuple[int, int]], object]
     #: the log whose length triggers ``timeline._fold()`` after a leave
-    log: list[int]
+    log: EventLog
     def __init__(
         self,
         code: int,
-        target: list[int] | Callable[[tuple[int, int]], object],
-        log: list[int],
+        target: EventLog | Callable[[tuple[int, int]], object],
+        log: EventLog,
         clock: Callable[[], int],
         timeline: object,
         fold_at: int,
@@ -47,7 +58,7 @@ class Stream(Iterator[T]):
     def __init__(
         self,
         it: Iterator[T],
-        log: list[int],
+        log: EventLog,
         clock: Callable[[], int],
         cpu_clock: Callable[[], int],
         timeline: object,

@@ -10,22 +10,23 @@ sum to the wall time, nested phases count exclusively, and no per-step structure
 * idle windows of ``window_steps`` steps, at most ``max_windows`` of them: when full, neighbours
   are merged and the window doubles, so a run of any length keeps a bounded, evenly spaced series.
 
-The training thread only *logs* each event, a (code, timestamp) pair appended to a short list
-(``_log``), and the log is folded into the totals every ``FOLD_AT`` entries and whenever
-statistics are read. Between two training steps the CPU caches hold the step's own work, not
-ours, so every Python call and every object touched there costs several times its tight-loop
-price: one append per event is what keeps the recording cheap enough to leave on. The fold runs
-the log through the same rules, in a tight loop, with the same result as applying each event at
-once. A *watched* phase (CUDA events around ``compute``) calls its listeners when it is entered
-and left, not when the log is folded: its ``PhaseTimer`` calls them itself, and the methods
-Lightning drives track their own phases while a watch is on (``_tracked``).
+The training thread only *logs* each event, a (code, timestamp) pair appended to a short log
+(``_log``: a C array of ints where ``_native`` is built, else a list), and the log is folded into
+the totals every ``FOLD_AT`` entries and whenever statistics are read. Between two training
+steps the CPU caches hold the step's own work, not ours, so every Python call and every object
+touched there costs several times its tight-loop price: one append per event is what keeps the
+recording cheap enough to leave on. The fold runs the log through the same rules, in a tight
+loop, with the same result as applying each event at once. A *watched* phase (CUDA events
+around ``compute``) calls its listeners when it is entered and left, not when the log is folded:
+its ``PhaseTimer`` calls them itself, and the methods Lightning drives track their own phases
+while a watch is on (``_tracked``).
 
 Epoch and run statistics are differences of snapshots of the totals, taken at epoch ends only.
 
-The two pieces a plain loop runs between steps, ``PhaseTimer`` and ``Timeline._stream``, and the
-fold (``_fold_events``) have twins in C (``_native.c``, built at install time where a C compiler
-is found): the same events into the same log, with no Python frame per step, folded into the
-same state. ``NATIVE`` tells which is in use; ``STALLSCOPE_NO_NATIVE=1`` selects the Python ones.
+The two pieces a plain loop runs between steps, ``PhaseTimer`` and ``Timeline._stream``, the
+log and the fold (``_fold_events``) have twins in C (``_native.c``, built at install time where a
+C compiler is found): the same events, with no Python frame and no object allocated per step,
+folded into the same state. ``NATIVE`` tells which is in use; ``STALLSCOPE_NO_NATIVE=1`` selects the Python ones.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ class Timeline:
         #: by default it is raised
         self.on_error: Callable[[Exception], None] = _raise
         # the event log and how events reach it
-        self._log: list[int] = []
+        self._log: list[int] | _native.EventLog = _native.EventLog() if _native is not None else []
         self._live = True
         self._push: Callable[[tuple[int, ...]], None] = self._push_first
         #: for a ``_native.StepHook``, which logs its usual case itself: 0 while events go through
@@ -370,7 +371,8 @@ class Timeline:
         timer = self._timers.get(pid)
         if timer is None:
             if _native is not None:
-                timer = _native.Timer(pid, self._log, self._log, self._clock, self, FOLD_AT)
+                log = self._c_log()
+                timer = _native.Timer(pid, log, log, self._clock, self, FOLD_AT)
             else:
                 timer = PhaseTimer(self, pid)
             self._timers[pid] = timer
@@ -443,7 +445,7 @@ class Timeline:
             return self._stream(it, on_first, result)
         stream: Iterator[T] = _native.Stream(
             it,
-            self._log,
+            self._c_log(),
             self._clock,
             self._cpu_clock,
             self,
@@ -581,8 +583,16 @@ class Timeline:
             timer._push = push
             timer._log = self._log
         else:
-            timer.target = self._log if push == self._log.extend else push
-            timer.log = self._log
+            log = self._c_log()
+            timer.target = log if push == log.extend else push
+            timer.log = log
+
+    def _c_log(self) -> _native.EventLog:
+        """The log, as the C objects take it (it is a C one wherever they are in use)."""
+        log = self._log
+        if isinstance(log, list):
+            raise TypeError("stallscope: the C hot path needs the C event log")
+        return log
 
     def _timer_push(self, pid: int) -> Callable[[tuple[int, ...]], None]:
         """Where the timer of phase ``pid`` sends its events."""
@@ -628,14 +638,14 @@ class Timeline:
         log = self._log
         if not log:
             return
-        pending = log.copy()
-        log.clear()
         self._folds += 1
         try:
-            if _native is not None:
-                _native.fold(self, pending)
-            else:
+            if isinstance(log, list):
+                pending = log.copy()
+                log.clear()
                 self._fold_events(pending)
+            else:  # the C log, which the C fold empties first
+                _native.fold(self, log)
         finally:
             self._folds += 1
 
@@ -855,7 +865,7 @@ class Timeline:
             mark = self._mark
             totals = list(self._totals)
             stack = list(self._stack)
-            events = list(self._log)
+            events = self._log.copy()
             now = self._clock()
             if self._folds != folds or len(self._log) != len(events):
                 continue  # folded, or an event was logged before ``now`` was read: read again
