@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import random
 from array import array
@@ -581,3 +582,56 @@ def test_a_failed_fetch_end_still_stops_the_profiler_and_chains_what_it_raised(t
     with pytest.raises(KeyboardInterrupt, match="clock"):  # alone, the interrupt propagates unchanged
         hook()
     assert stops == ["stop", "stop"]
+
+
+def test_a_copy_of_the_c_log_is_a_snapshot_even_when_making_it_runs_python() -> None:
+    """``probe`` copies the log from the sampler thread. Making the list may collect garbage, whose
+    finalizer (or another thread let in meanwhile) may fold the log and free a large buffer: the
+    copy is of the entries as they were when it began."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    log = native.EventLog(range(100_000))  # a buffer that clear() frees
+
+    class ClearsOnCollection:
+        def __init__(self) -> None:
+            self.cycle = self
+
+        def __del__(self) -> None:
+            log.clear()
+
+    threshold = gc.get_threshold()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        ClearsOnCollection()
+        free_lists_emptied = [[] for _ in range(500)]  # the next list is allocated, and may collect
+        gc.set_threshold(1)
+        gc.enable()
+        copied = log.copy()
+    finally:
+        gc.set_threshold(*threshold)
+        if not enabled:
+            gc.disable()
+    del free_lists_emptied
+    assert copied == list(range(100_000))
+    assert len(log) == 0  # the collection ran during the copy
+
+
+def test_a_c_timer_takes_a_log_or_a_callable_as_its_target() -> None:
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    log = native.EventLog()
+    with pytest.raises(TypeError, match="EventLog or a callable"):
+        native.Timer(3, [], log, lambda: 0, object(), 8)  # type: ignore[arg-type]
+    timer = native.Timer(3, log, log, lambda: 0, object(), 8)
+    with pytest.raises(TypeError, match="EventLog or a callable"):
+        timer.target = []  # type: ignore[assignment]
+    assert timer.target is log
+    sent: list[tuple[int, int]] = []
+    timer.target = sent.append
+    with timer:
+        pass
+    assert sent == [(3, 0), (recorder.LEAVE, 0)]
+    assert len(log) == 0

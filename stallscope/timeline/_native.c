@@ -207,23 +207,30 @@ EventLog_extend(EventLog *self, PyObject *values)
     Py_RETURN_NONE;
 }
 
-/* the entries as a list of ints */
+/* the entries as a list of ints (``Timeline.probe`` reads it from another thread) */
 static PyObject *
 EventLog_copy(EventLog *self, PyObject *Py_UNUSED(ignored))
 {
+    /* a snapshot first: making the list may collect garbage, whose finalizers may run Python
+     * (and let another thread run) that folds or clears this log meanwhile */
     Py_ssize_t n = self->len;
-    PyObject *out = PyList_New(n);
-    if (out == NULL) {
-        return NULL;
+    long long *snapshot = PyMem_Malloc(n > 0 ? (size_t)n * sizeof(long long) : 1);
+    if (snapshot == NULL) {
+        return PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *value = PyLong_FromLongLong(self->items[i]);
+    if (n > 0) {
+        memcpy(snapshot, self->items, (size_t)n * sizeof(long long));
+    }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *value = PyLong_FromLongLong(snapshot[i]);
         if (value == NULL) {
-            Py_DECREF(out);
-            return NULL;
+            Py_CLEAR(out);
+            break;
         }
         PyList_SET_ITEM(out, i, value);
     }
+    PyMem_Free(snapshot);
     return out;
 }
 
@@ -421,6 +428,10 @@ Timer_init(Timer *self, PyObject *args, PyObject *kwds)
     if (as_ll(code, &code_ll) < 0) {
         return -1;
     }
+    if (!EventLog_Check(target) && !PyCallable_Check(target)) {
+        PyErr_SetString(PyExc_TypeError, "Timer's target is an EventLog or a callable");
+        return -1;
+    }
     self->code_ll = code_ll;
     Py_XSETREF(self->code, Py_NewRef(code));
     Py_XSETREF(self->target, Py_NewRef(target));
@@ -519,8 +530,33 @@ static PyMethodDef Timer_methods[] = {
 };
 
 static PyMemberDef Timer_members[] = {
-    {"target", T_OBJECT_EX, offsetof(Timer, target), 0, "where events go: the log, or a callable"},
     {"log", T_OBJECT_EX, offsetof(Timer, log), 0, "the log whose length triggers a fold"},
+    {NULL},
+};
+
+static PyObject *
+Timer_get_target(Timer *self, void *Py_UNUSED(closure))
+{
+    if (self->target == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "target");
+        return NULL;
+    }
+    return Py_NewRef(self->target);
+}
+
+static int
+Timer_set_target(Timer *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value != NULL && !EventLog_Check(value) && !PyCallable_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "Timer's target is an EventLog or a callable");
+        return -1;
+    }
+    Py_XSETREF(self->target, Py_XNewRef(value)); /* the old one freed last: that may run Python */
+    return 0;
+}
+
+static PyGetSetDef Timer_getset[] = {
+    {"target", (getter)Timer_get_target, (setter)Timer_set_target, "where events go: the log, or a callable", NULL},
     {NULL},
 };
 
@@ -536,6 +572,7 @@ static PyTypeObject TimerType = {
     .tp_clear = (inquiry)Timer_clear,
     .tp_methods = Timer_methods,
     .tp_members = Timer_members,
+    .tp_getset = Timer_getset,
 };
 
 /* ---- Stream ---------------------------------------------------------------------------- */
