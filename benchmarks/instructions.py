@@ -6,6 +6,9 @@ under ``valgrind --tool=callgrind``, bare and watched, each in its own process (
 reads the instructions the training thread executed over a window of steps after a warm-up. The
 window is cut by a ``os.getppid()`` call at each end, where callgrind dumps its counters.
 ``--ablate`` adds loop (c) with StallScope's Lightning probes left out, to tell what costs.
+Loop ``n`` is no loop of ``overhead.py``: the recording alone, ``scope.iter`` and
+``scope.phase("compute")`` around ``pass``, against the same loop over the bare iterator. With no
+step of torch's around it, its count moves by a few instructions between runs, not thousands.
 
 The host sampler is set to sample nothing during these runs. Under valgrind the process runs some
 50 times slower while the sampler keeps its wall-clock period, so it would sample 50 times too
@@ -20,8 +23,9 @@ the code, if run more than once: between runs the bare counts moved by up to 0.5
 step on (c). Address-space randomisation is turned off (``setarch -R``, where it is installed),
 which takes away one source of that.
 
-    .venv/bin/python benchmarks/instructions.py [--loops a,c] [--warm 200] [--steps 400] [--ablate]
-    (about 9 minutes on 2 cores; --ablate adds a third process to loop (c); needs valgrind)
+    .venv/bin/python benchmarks/instructions.py [--loops a,c,n] [--warm 200] [--steps 400] [--ablate]
+    (about 9 minutes on 2 cores for a,c, 2 minutes for n; --ablate adds a third process to loop
+    (c); needs valgrind)
 """
 
 from __future__ import annotations
@@ -63,6 +67,21 @@ def child(loop: str, variant: str, warm: int, steps: int) -> None:
     def scope() -> StallScope:
         return StallScope(report_dir, console=null_console(), sample_interval_s=3600)
 
+    if loop == "n":
+        if variant == "bare":
+            for i, _ in enumerate(iter(range(total))):
+                if i in marks:
+                    os.getppid()
+                pass
+        else:
+            with scope() as watched:
+                compute = watched.phase("compute")
+                for i, _ in enumerate(watched.iter(range(total))):
+                    if i in marks:
+                        os.getppid()
+                    with compute:
+                        pass
+        return
     if loop == "a":
         plain = tiny_loop(steps=total)
         if variant == "bare":
@@ -109,7 +128,9 @@ def window_instructions(out_dir: Path, pid: int) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loops", default="a,c", help="which of overhead.py's loops: a, c or a,c")
+    parser.add_argument(
+        "--loops", default="a,c", help="comma-separated: a and c (overhead.py's loops), n (the recording alone)"
+    )
     parser.add_argument("--warm", type=int, default=200, help="steps before the window")
     parser.add_argument("--steps", type=int, default=400, help="steps in the window")
     parser.add_argument("--ablate", action="store_true", help="loop (c) also without StallScope's probes")
@@ -118,8 +139,8 @@ def main() -> int:
     if args.warm < 1 or args.steps < 1:
         parser.error("--warm and --steps must be >= 1")
     loops = [loop.strip() for loop in args.loops.split(",") if loop.strip()]
-    if not loops or any(loop not in ("a", "c") for loop in loops):
-        parser.error(f"--loops takes a, c or a,c, got {args.loops!r}")
+    if not loops or any(loop not in ("a", "c", "n") for loop in loops):
+        parser.error(f"--loops takes a comma-separated list of a, c and n, got {args.loops!r}")
     if args.child:
         child(args.child[0], args.child[1], args.warm, args.steps)
         return 0
@@ -173,7 +194,8 @@ def main() -> int:
     for loop in loops:
         bare = counts[loop, "bare"] / args.steps
         watched = counts[loop, "watched"] / args.steps
-        print(f"| ({loop}) | {bare:,.0f} | {watched:,.0f} | {watched - bare:,.0f} | {(watched - bare) / bare:.2%} |")
+        share = "-" if loop == "n" else f"{(watched - bare) / bare:.2%}"  # n's bare step does nothing
+        print(f"| ({loop}) | {bare:,.0f} | {watched:,.0f} | {watched - bare:,.0f} | {share} |")
     if args.ablate and "c" in loops:
         bare = counts["c", "bare"] / args.steps
         print("| loop (c), StallScope ... | instructions a step over bare |")
