@@ -16,6 +16,10 @@ often. Its cost is measured as CPU share in ``step_cost.py``, and its thread is 
 thread anyway. For the same reason the data wait's CPU clock, read once per 20 ms of wall time,
 is read on about every step here: the watched counts are a little high.
 
+``--cache-sim`` also counts the training thread's first-level cache misses (callgrind's simulated
+32 kB instruction and data caches, 8-way, 64-byte lines): each is a trip to the second level or
+further, a few to a few tens of nanoseconds that the instruction count does not show.
+
 Instructions are not time: cache misses between two steps make StallScope's few instructions
 dearer than the step's own. They are a floor that repeats, good for comparing two versions of
 the code, if run more than once: between runs the bare counts moved by up to 0.5% of a step
@@ -24,6 +28,7 @@ step on (c). Address-space randomisation is turned off (``setarch -R``, where it
 which takes away one source of that.
 
     .venv/bin/python benchmarks/instructions.py [--loops a,c,n] [--warm 200] [--steps 400] [--ablate]
+                                                [--cache-sim]
     (about 9 minutes on 2 cores for a,c, 2 minutes for n; --ablate adds a third process to loop
     (c); needs valgrind)
 """
@@ -117,12 +122,19 @@ def _no_probe(*args: object, **kwargs: object) -> Callable[[], None]:
     return lambda: None
 
 
-def window_instructions(out_dir: Path, pid: int) -> int:
-    """The training thread's instructions between the two marks: callgrind's second dump."""
+def window_counts(out_dir: Path, pid: int) -> dict[str, int]:
+    """The training thread's counts between the two marks, by callgrind event name (``Ir``: the
+    instructions; with ``--cache-sim``, ``I1mr``, ``D1mr``, ``D1mw``: first-level cache misses):
+    callgrind's second dump."""
     dump = out_dir / f"out.{pid}.2-01"  # dump 2 (at the second mark) of thread 1 (the main one)
+    events: list[str] = []
     for line in dump.read_text().splitlines():
-        if line.startswith("summary:"):
-            return int(line.split()[1])
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith("summary:"):
+            values = [int(value) for value in line.split()[1:]]
+            values += [0] * (len(events) - len(values))  # callgrind leaves out trailing zeros
+            return dict(zip(events, values, strict=True))
     raise RuntimeError(f"no summary line in {dump}")
 
 
@@ -134,6 +146,11 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=200, help="steps before the window")
     parser.add_argument("--steps", type=int, default=400, help="steps in the window")
     parser.add_argument("--ablate", action="store_true", help="loop (c) also without StallScope's probes")
+    parser.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="also count first-level cache misses (callgrind's simulated 32 kB caches; twice as slow)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("LOOP", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warm < 1 or args.steps < 1:
@@ -154,7 +171,7 @@ def main() -> int:
     prefix = [setarch, platform.machine(), "-R"] if setarch else []
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    counts: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str], dict[str, int]] = {}
     for loop in loops:
         variants = VARIANTS + (ABLATIONS if args.ablate and loop == "c" else ())
         print(f"loop ({loop}): {len(variants)} processes under callgrind ...", file=sys.stderr, flush=True)
@@ -166,6 +183,7 @@ def main() -> int:
                 "--tool=callgrind",
                 "--separate-threads=yes",
                 "--dump-before=getppid",
+                *(["--cache-sim=yes"] if args.cache_sim else []),
                 f"--callgrind-out-file={out_dir}/out.%p",
                 sys.executable,
                 __file__,
@@ -184,7 +202,7 @@ def main() -> int:
             if rc != 0:
                 failed.append(f"loop ({loop}) {variant}: exit {rc}; see {out_dir}/{loop}-{variant}.log")
             else:
-                counts[loop, variant] = window_instructions(out_dir, proc.pid)
+                counts[loop, variant] = window_counts(out_dir, proc.pid)
         if failed:
             print("\n".join(failed), file=sys.stderr)
             return 1
@@ -192,16 +210,29 @@ def main() -> int:
     print("| loop | bare | watched | StallScope adds | share |")
     print("|---|---|---|---|---|")
     for loop in loops:
-        bare = counts[loop, "bare"] / args.steps
-        watched = counts[loop, "watched"] / args.steps
+        bare = counts[loop, "bare"]["Ir"] / args.steps
+        watched = counts[loop, "watched"]["Ir"] / args.steps
         share = "-" if loop == "n" else f"{(watched - bare) / bare:.2%}"  # n's bare step does nothing
         print(f"| ({loop}) | {bare:,.0f} | {watched:,.0f} | {watched - bare:,.0f} | {share} |")
     if args.ablate and "c" in loops:
-        bare = counts["c", "bare"] / args.steps
+        bare = counts["c", "bare"]["Ir"] / args.steps
         print("| loop (c), StallScope ... | instructions a step over bare |")
         print("|---|---|")
-        print(f"| without its probes | {counts['c', 'noprobes'] / args.steps - bare:,.0f} |")
-        print(f"| with its probes (watched) | {counts['c', 'watched'] / args.steps - bare:,.0f} |")
+        print(f"| without its probes | {counts['c', 'noprobes']['Ir'] / args.steps - bare:,.0f} |")
+        print(f"| with its probes (watched) | {counts['c', 'watched']['Ir'] / args.steps - bare:,.0f} |")
+    if args.cache_sim:
+        print("first-level cache misses of the training thread per step (instruction; data read + written)")
+        print("| loop | L1i bare | L1i watched | StallScope adds | L1d bare | L1d watched | StallScope adds |")
+        print("|---|---|---|---|---|---|---|")
+        for loop in loops:
+            bare_c, watched_c = counts[loop, "bare"], counts[loop, "watched"]
+            i_bare, i_watched = bare_c["I1mr"] / args.steps, watched_c["I1mr"] / args.steps
+            d_bare = (bare_c["D1mr"] + bare_c["D1mw"]) / args.steps
+            d_watched = (watched_c["D1mr"] + watched_c["D1mw"]) / args.steps
+            print(
+                f"| ({loop}) | {i_bare:,.0f} | {i_watched:,.0f} | {i_watched - i_bare:,.0f} "
+                f"| {d_bare:,.0f} | {d_watched:,.0f} | {d_watched - d_bare:,.0f} |"
+            )
     return 0
 
 
