@@ -26,7 +26,8 @@ Epoch and run statistics are differences of snapshots of the totals, taken at ep
 The two pieces a plain loop runs between steps, ``PhaseTimer`` and ``Timeline._stream``, the
 log and the fold (``_fold_events``) have twins in C (``_native.c``, built at install time where a
 C compiler is found): the same events, with no Python frame and no object allocated per step,
-folded into the same state. ``NATIVE`` tells which is in use; ``STALLSCOPE_NO_NATIVE=1`` selects the Python ones.
+folded into the same state. ``NATIVE`` tells which is in use; ``STALLSCOPE_NO_NATIVE=1``
+selects the Python ones.
 """
 
 from __future__ import annotations
