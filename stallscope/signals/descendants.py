@@ -34,6 +34,10 @@ from pathlib import Path
 INCREMENTAL_SPAN = 256
 #: every this many listings, a full one
 FULL_EVERY = 64
+#: what a read of /proc/<pid>/... raises when there is no such process, or it is not ours (another
+#: user's, under ``hidepid``), or its file is not what was expected; any other ``OSError`` is not
+#: a sign of anything and propagates
+_NOT_OURS = (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError)
 
 
 class ProcDescendants:
@@ -150,7 +154,7 @@ class ProcDescendants:
             # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so cut at the last ")"
             fields = data[data.rindex(b")") + 2 :].split()
             return int(fields[1]), int(fields[19])
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
+        except _NOT_OURS:
             return None
 
     def _tgid(self, pid: int) -> int | None:
@@ -159,7 +163,7 @@ class ProcDescendants:
             for line in self._read(pid, "status").splitlines():
                 if line.startswith(b"Tgid:"):
                     return int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
+        except _NOT_OURS:
             return None
         return None
 
