@@ -292,9 +292,41 @@ def test_callback_interface_matches_installed_callback(pl: ModuleType) -> None:
 
     assert MyScope(None, console=False).state_key.endswith("<locals>.MyScope")
     assert scope.state_dict() == {}
-    assert scope.on_some_future_hook is None  # skipped by Lightning, not an AttributeError
     with pytest.raises(AttributeError, match="no_such_attribute"):
         _ = scope.no_such_attribute
+    # every attribute read (Lightning's dispatcher reads six hooks a step) stays the plain one
+    for cls in type(scope).__mro__[:-1]:
+        assert "__getattr__" not in vars(cls), cls
+        assert "__getattribute__" not in vars(cls), cls
+
+
+def test_a_hook_a_later_lightning_adds_reads_as_none(pl: ModuleType, tmp_path: Path, monkeypatch: Any) -> None:
+    """A hook a later release adds to ``Callback`` must not break a fit: Lightning's dispatcher
+    reads every callback's hook with a plain ``getattr``. A scope made after the release is
+    imported has it as None; one made before gets it at ``setup``, the first hook of a fit."""
+    early = StallScope(tmp_path / "early", console=False)
+    calls: list[str] = []
+
+    def on_some_future_hook(self: Any, trainer: Any, pl_module: Any) -> None:
+        calls.append(type(self).__name__)
+
+    monkeypatch.setattr(pl.Callback, "on_some_future_hook", on_some_future_hook, raising=False)
+    assert StallScope(None, console=False).on_some_future_hook is None
+    with pytest.raises(AttributeError):
+        _ = early.on_some_future_hook
+    tr = trainer(pl, tmp_path, [early, pl.Callback()], max_epochs=1)
+    original = tr.fit_loop.on_run_start
+
+    def on_run_start(*args: Any, **kwargs: Any) -> Any:  # where a release would call it
+        pl.trainer.call._call_callback_hooks(tr, "on_some_future_hook")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(tr.fit_loop, "on_run_start", on_run_start)
+    costs = Costs()
+    tr.fit(tiny_class(pl)(costs), train_dataloaders=loader(32, costs))
+    assert calls == ["Callback"]  # the other callback's hook ran; StallScope's was skipped
+    assert early.on_some_future_hook is None
+    assert early.report.summary.steps == 8
 
 
 def test_fetch_probe_touch_point(pl: ModuleType, tmp_path: Path) -> None:

@@ -70,6 +70,9 @@ LOGGER_METHODS = ("log_metrics", "log_hyperparams", "log_graph", "save")
 #: Headline numbers logged to the Trainer's loggers at each train epoch end, under ``stallscope/``.
 HEADLINE_PHASES = ("data", "h2d", "compute", "logging", "checkpoint", "validation", "other")
 
+#: the modules whose ``Callback`` lists the hooks Lightning's dispatcher reads (both installs)
+LIGHTNING_NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
+
 #: Lightning's sanity check (a few validation batches before the first epoch): a one-off that
 #: ``val_check_interval`` does not change, so it is kept apart from ``validation``
 SANITY_CHECK = "sanity_check"
@@ -858,7 +861,10 @@ class LightningCallbacks:
             run.guard(getattr(run, name), *args)
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        return None
+        try:
+            self._skip_unknown_hooks()
+        except Exception as exc:
+            self._fail(exc)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         previous = self._fit_run
@@ -942,7 +948,10 @@ class LightningCallbacks:
         return cast("StallScope", self)
 
     # -- hooks not needed: None, so Lightning's dispatcher (which calls only callable hooks)
-    # skips them without opening a profiler context; the per-step ones matter most -----------
+    # skips them without opening a profiler context; the per-step ones matter most. They are
+    # class attributes, not a ``__getattr__``: a class with a ``__getattr__`` has every attribute
+    # read go through it (two more type lookups each), and the dispatcher reads six hooks a step.
+    # A hook a later Lightning adds is set to None on the instance (``_skip_unknown_hooks``) ----
 
     on_before_backward = None
     on_after_backward = None
@@ -952,6 +961,33 @@ class LightningCallbacks:
     on_validation_batch_end = None
     on_validation_epoch_start = None
     on_validation_epoch_end = None
+    on_test_start = None
+    on_test_end = None
+    on_test_epoch_start = None
+    on_test_epoch_end = None
+    on_test_batch_start = None
+    on_test_batch_end = None
+    on_predict_start = None
+    on_predict_end = None
+    on_predict_epoch_start = None
+    on_predict_epoch_end = None
+    on_predict_batch_start = None
+    on_predict_batch_end = None
+
+    def _skip_unknown_hooks(self) -> None:
+        """Set every ``on_*`` hook of the imported Lightning's ``Callback`` that this class does
+        not define to None on this instance: Lightning's dispatcher reads a callback's hooks
+        with a plain ``getattr``, so a hook added by a later release would otherwise raise
+        ``AttributeError`` in the user's fit. Called at ``__init__`` and again at ``setup``
+        (the first hook of every ``fit``, ``validate``, ``test`` and ``predict``), by when a
+        Trainer's namespace is imported."""
+        for namespace in LIGHTNING_NAMESPACES:
+            base = getattr(sys.modules.get(namespace), "Callback", None)
+            if not isinstance(base, type):
+                continue
+            for name in dir(base):
+                if name.startswith("on_") and not hasattr(type(self), name) and name not in vars(self):
+                    setattr(self, name, None)
 
     # -- hooks Lightning calls directly (not through its callable() check) ---------------------
 
@@ -960,14 +996,3 @@ class LightningCallbacks:
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         return None
-
-    if not TYPE_CHECKING:
-
-        def __getattr__(self, name: str) -> Any:
-            # Every other ``on_*`` hook (backward, optimizer, test, predict, per validation batch,
-            # and any hook a later release adds) reads as None: Lightning's dispatcher calls a
-            # callback's hook only when it is callable, so these cost nothing per step, not even
-            # the profiler context Lightning opens around each call.
-            if name.startswith("on_"):
-                return None
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
