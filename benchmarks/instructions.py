@@ -20,6 +20,12 @@ is read on about every step here: the watched counts are a little high.
 32 kB instruction and data caches, 8-way, 64-byte lines): each is a trip to the second level or
 further, a few to a few tens of nanoseconds that the instruction count does not show.
 
+Each process first runs a short watched loop (or fit), so that the bare one too has met
+StallScope's classes before the window: CPython numbers classes for its cache of type lookups
+in the order they are first looked up, and the numbering decides which lookups of the loop's own
+collide in that cache. Without it the bare and watched processes drew different collisions, a
+difference of thousands of instructions a step on (c) that had nothing to do with StallScope.
+
 Instructions are not time: cache misses between two steps make StallScope's few instructions
 dearer than the step's own. They are a floor that repeats, good for comparing two versions of
 the code, if run more than once: between runs the bare counts moved by up to 0.5% of a step
@@ -72,6 +78,19 @@ def child(loop: str, variant: str, warm: int, steps: int) -> None:
     def scope() -> StallScope:
         return StallScope(report_dir, console=null_console(), sample_interval_s=3600)
 
+    # every variant first runs one short watched fit (loop (c)) or loop (so the bare process too
+    # has met StallScope's classes): CPython numbers a class for its cache of type lookups when
+    # it is first looked up, so classes met for the first time later would be numbered
+    # differently in the two processes, and which of the loop's own lookups collide in that
+    # cache would differ between them (a lottery worth thousands of instructions a step on (c))
+    if loop == "c":
+        trainer, model, data = lightning_parts(20, [scope()])
+        trainer.fit(model, data)
+    else:
+        with scope() as watched:
+            for x, _y in watched.iter(tiny_loop(steps=20).batches):
+                with watched.phase("compute"):
+                    x.sum()
     if loop == "n":
         if variant == "bare":
             for i, _ in enumerate(iter(range(total))):

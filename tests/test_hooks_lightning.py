@@ -294,8 +294,11 @@ def test_callback_interface_matches_installed_callback(pl: ModuleType) -> None:
     assert scope.state_dict() == {}
     with pytest.raises(AttributeError, match="no_such_attribute"):
         _ = scope.no_such_attribute
-    # every attribute read (Lightning's dispatcher reads six hooks a step) stays the plain one
-    for cls in type(scope).__mro__[:-1]:
+    # no Python class in the MRO turns every attribute read (Lightning's dispatcher reads six
+    # hooks a step) into a call: the C base's reads are tested in test_native.py
+    for cls in type(scope).__mro__:
+        if cls is object or cls.__module__.endswith("._native"):
+            continue
         assert "__getattr__" not in vars(cls), cls
         assert "__getattribute__" not in vars(cls), cls
 

@@ -635,3 +635,95 @@ def test_a_c_timer_takes_a_log_or_a_callable_as_its_target() -> None:
         pass
     assert sent == [(3, 0), (recorder.LEAVE, 0)]
     assert len(log) == 0
+
+
+# -- HookBase: the Lightning callback's attribute reads -------------------------------------------
+
+
+def _hook_classes() -> list[type[Any]]:
+    """The same class on the C base and on ``object`` (what the twin uses)."""
+    if recorder._native is None:
+        pytest.skip("the C hot path is not built")
+    made = []
+    for base in (recorder._native.HookBase, object):
+
+        class Hooks(base):  # type: ignore[valid-type,misc]
+            on_class_none = None
+
+            def on_method(self) -> str:
+                return "method"
+
+            @property
+            def on_prop(self) -> Any:
+                return ("prop", self.__dict__.get("_prop"))
+
+            @on_prop.setter
+            def on_prop(self, value: Any) -> None:
+                self.__dict__["_prop"] = value
+
+        made.append(Hooks)
+    return made
+
+
+def _read(obj: object, name: str) -> Any:
+    try:
+        value = getattr(obj, name)
+    except AttributeError as exc:
+        return ("AttributeError", str(exc))
+    if callable(value):
+        return ("callable", value())
+    return value
+
+
+class _Name(str):
+    pass
+
+
+def test_a_hook_base_reads_every_attribute_as_a_plain_class_does() -> None:
+    """Set, replace, delete and read ``on_*`` and other attributes in the same random order on
+    an instance of each class: every read must give the same answer (or the same error)."""
+    names = ["on_a", "on_b", "on_class_none", "on_method", "on_prop", "on_", "on", "other", "on_é", "on_\u4e00"]
+    values: list[Any] = [None, None, 0, "", False, 3, lambda: "set"]
+    for seed in range(40):
+        rng = random.Random(seed)
+        objs = [cls() for cls in _hook_classes()]
+        for _ in range(60):
+            name = rng.choice(names)
+            if rng.random() < 0.2:
+                name = _Name(name)  # a str subclass takes the generic path
+            action = rng.random()
+            if action < 0.4:
+                value = rng.choice(values)
+                for obj in objs:
+                    setattr(obj, name, value)
+            elif action < 0.5:
+                outcomes = []
+                for obj in objs:
+                    try:
+                        delattr(obj, name)
+                        outcomes.append(None)
+                    except AttributeError as exc:
+                        outcomes.append(str(exc))
+                assert outcomes[0] == outcomes[1], (seed, name)
+            reads = [_read(obj, name) for obj in objs]
+            assert reads[0] == reads[1], (seed, name, reads)
+        assert vars(objs[0]).keys() == vars(objs[1]).keys()
+
+
+def test_a_hook_set_to_none_is_read_from_the_instance_alone() -> None:
+    """What the C base skips is the type lookup: a None it finds in the instance's dict is the
+    answer even where the class later gained a data descriptor of that name (the plain class
+    then reads the descriptor). A value set through ``setattr`` is in the dict only when the class
+    has no such descriptor, so nothing StallScope sets can tell the difference."""
+    fast, plain = (cls() for cls in _hook_classes())
+    for obj in (fast, plain):
+        obj.on_late = None
+        type(obj).on_late = property(lambda self: "descriptor")
+    assert fast.on_late is None
+    assert plain.on_late == "descriptor"
+    assert fast.on_method() == "method"  # not None in the dict: the generic read
+    with pytest.raises(AttributeError, match="no __dict__|has no attribute 'on_x'"):
+        _ = recorder._native.HookBase().on_x  # type: ignore[union-attr]
+    scope = StallScope(None, console=False)
+    assert isinstance(scope, recorder._native.HookBase)  # type: ignore[union-attr]
+    assert copy.deepcopy(scope).on_before_backward is None

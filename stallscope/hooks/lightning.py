@@ -814,7 +814,13 @@ def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO 
     return session, buffer
 
 
-class LightningCallbacks:
+if TYPE_CHECKING:
+    _HookBase = object
+else:  # a C base that reads the hooks set to None without a type lookup, where it is built
+    _HookBase = recorder.NATIVE_MODULE.HookBase if recorder.NATIVE_MODULE is not None else object
+
+
+class LightningCallbacks(_HookBase):
     """Lightning's ``Callback`` interface, by duck typing; ``StallScope`` inherits it.
 
     Each hook forwards to the ``_FitRun`` of the ``fit`` in progress (there is none outside
@@ -862,7 +868,7 @@ class LightningCallbacks:
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         try:
-            self._skip_unknown_hooks()
+            self._quiet_hooks()
         except Exception as exc:
             self._fail(exc)
 
@@ -951,7 +957,7 @@ class LightningCallbacks:
     # skips them without opening a profiler context; the per-step ones matter most. They are
     # class attributes, not a ``__getattr__``: a class with a ``__getattr__`` has every attribute
     # read go through it (two more type lookups each), and the dispatcher reads six hooks a step.
-    # A hook a later Lightning adds is set to None on the instance (``_skip_unknown_hooks``) ----
+    # All of them, and any hook a later Lightning adds, are set on the instance (``_quiet_hooks``) ---
 
     on_before_backward = None
     on_after_backward = None
@@ -974,19 +980,20 @@ class LightningCallbacks:
     on_predict_batch_start = None
     on_predict_batch_end = None
 
-    def _skip_unknown_hooks(self) -> None:
-        """Set every ``on_*`` hook of the imported Lightning's ``Callback`` that this class does
-        not define to None on this instance: Lightning's dispatcher reads a callback's hooks
-        with a plain ``getattr``, so a hook added by a later release would otherwise raise
-        ``AttributeError`` in the user's fit. Called at ``__init__`` and again at ``setup``
-        (the first hook of every ``fit``, ``validate``, ``test`` and ``predict``), by when a
-        Trainer's namespace is imported."""
+    def _quiet_hooks(self) -> None:
+        """Set to None on this instance every ``on_*`` hook of the imported Lightning's
+        ``Callback`` that reads as None here: those above, and any this class lacks (a hook a
+        later release adds: Lightning's dispatcher reads hooks with a plain ``getattr``, which
+        would raise ``AttributeError`` in the user's fit). From the instance's dict the C base
+        answers them without a type lookup (``_native.HookBase``). Called at ``__init__`` and
+        again at ``setup`` (the first hook of every ``fit``, ``validate``, ``test`` and
+        ``predict``), by when a Trainer's namespace is imported."""
         for namespace in LIGHTNING_NAMESPACES:
             base = getattr(sys.modules.get(namespace), "Callback", None)
             if not isinstance(base, type):
                 continue
             for name in dir(base):
-                if name.startswith("on_") and not hasattr(type(self), name) and name not in vars(self):
+                if name.startswith("on_") and name not in vars(self) and getattr(type(self), name, None) is None:
                     setattr(self, name, None)
 
     # -- hooks Lightning calls directly (not through its callable() check) ---------------------

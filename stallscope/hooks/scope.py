@@ -87,7 +87,7 @@ class StallScope(LightningCallbacks):
             recent_steps=recent_steps,
         )
         self._reset()
-        self._skip_unknown_hooks()
+        self._quiet_hooks()
 
     def _reset(self, session: Session | None = None) -> None:
         """Fresh, unstarted recording state: ``session``, or a new one for ``self._config``."""

@@ -1808,6 +1808,52 @@ static PyTypeObject StepHookType = {
     .tp_members = StepHook_members,
 };
 
+/* ---- HookBase -------------------------------------------------------------------------- */
+
+/* The base of StallScope's Lightning callback (``hooks/lightning.py``). Lightning's dispatcher
+ * reads six hooks of every callback a step (``getattr(callback, name)``, then ``callable``), and
+ * StallScope answers None to the ones it does not need. A plain attribute read first looks the
+ * name up on the type, in CPython's cache of type lookups, a table shared by the whole process,
+ * where those few entries a step evict Lightning's own and are evicted by them: each miss is a
+ * walk through the class dicts (under callgrind, loop (c) took some 30 more misses a step than
+ * bare). Here an ``on_*`` name whose value in the instance's ``__dict__`` is None is answered
+ * from that dict alone; every other read is the generic one. The answer is the same: a value set
+ * by ``setattr`` lands in the instance's dict only when the type has no data descriptor of that
+ * name. */
+
+static PyObject *
+HookBase_getattro(PyObject *self, PyObject *name)
+{
+    if (PyUnicode_CheckExact(name) && PyUnicode_KIND(name) == PyUnicode_1BYTE_KIND && PyUnicode_GET_LENGTH(name) > 3) {
+        const Py_UCS1 *chars = PyUnicode_1BYTE_DATA(name);
+        if (chars[0] == 'o' && chars[1] == 'n' && chars[2] == '_') {
+            PyObject *dict = PyObject_GenericGetDict(self, NULL);
+            if (dict == NULL) {
+                PyErr_Clear(); /* the generic read below reports what is wrong */
+            }
+            else {
+                PyObject *value = PyDict_GetItemWithError(dict, name); /* borrowed */
+                Py_DECREF(dict); /* the object still holds it */
+                if (value == Py_None) {
+                    Py_RETURN_NONE;
+                }
+                PyErr_Clear();
+            }
+        }
+    }
+    return PyObject_GenericGetAttr(self, name);
+}
+
+static PyTypeObject HookBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.HookBase",
+    .tp_doc = PyDoc_STR("A base class whose on_* attributes set to None on the instance read without a type "
+                        "lookup (StallScope's Lightning callback)."),
+    .tp_basicsize = sizeof(PyObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_getattro = HookBase_getattro,
+};
+
 /* ---- module ---------------------------------------------------------------------------- */
 
 static struct PyModuleDef native_module = {
@@ -1854,7 +1900,7 @@ PyInit__native(void)
         }
     }
     data_id = PyLong_FromLong(DATA_ID);
-    if (data_id == NULL || PyType_Ready(&StepHookType) < 0) {
+    if (data_id == NULL || PyType_Ready(&StepHookType) < 0 || PyType_Ready(&HookBaseType) < 0) {
         return NULL;
     }
     if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_size ||
@@ -1873,6 +1919,7 @@ PyInit__native(void)
         PyModule_AddObject(module, "Timer", Py_NewRef((PyObject *)&TimerType)) < 0 ||
         PyModule_AddObject(module, "Stream", Py_NewRef((PyObject *)&StreamType)) < 0 ||
         PyModule_AddObject(module, "StepHook", Py_NewRef((PyObject *)&StepHookType)) < 0 ||
+        PyModule_AddObject(module, "HookBase", Py_NewRef((PyObject *)&HookBaseType)) < 0 ||
         PyModule_AddIntConstant(module, "FETCH_BEGIN", FETCH_BEGIN) < 0 ||
         PyModule_AddIntConstant(module, "FETCH_END", FETCH_END) < 0 ||
         PyModule_AddIntConstant(module, "COMPUTE_BEGIN", COMPUTE_BEGIN) < 0 ||

@@ -90,3 +90,7 @@ class StepHook:
         interval: int,
     ) -> None: ...
     def __call__(self, *args: object, **kwargs: object) -> object: ...
+
+class HookBase:
+    """A base class whose ``on_*`` attributes set to None on the instance read without a type
+    lookup (StallScope's Lightning callback, ``hooks/lightning.py``)."""

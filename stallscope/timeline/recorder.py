@@ -96,7 +96,7 @@ _NATIVE_CONSTANTS = {
 if _native is not None and (
     os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
     or any(getattr(_native, name, None) != value for name, value in _NATIVE_CONSTANTS.items())
-    or not all(hasattr(_native, name) for name in ("fold", "StepHook"))
+    or not all(hasattr(_native, name) for name in ("fold", "StepHook", "HookBase"))
 ):
     _native = None  # type: ignore[assignment]
 #: whether the C hot path is in use
