@@ -332,6 +332,25 @@ def test_a_hook_a_later_lightning_adds_reads_as_none(pl: ModuleType, tmp_path: P
     assert early.report.summary.steps == 8
 
 
+def test_a_mixed_in_callbacks_hooks_are_kept(pl: ModuleType) -> None:
+    """Hooks StallScope does not need read as None only where no class of the object defines
+    them: a callback mixed in after StallScope keeps its own (a prediction writer's, here)."""
+
+    class Writer(pl.callbacks.BasePredictionWriter):  # type: ignore[misc,name-defined]
+        def write_on_batch_end(self, *args: Any) -> None:
+            return None
+
+    class WritingScope(StallScope, Writer):
+        def __init__(self) -> None:
+            StallScope.__init__(self, None, console=False)
+            Writer.__init__(self, write_interval="batch")
+
+    scope = WritingScope()
+    assert scope.on_predict_batch_end.__func__ is pl.callbacks.BasePredictionWriter.on_predict_batch_end
+    assert "on_predict_batch_end" not in vars(scope)
+    assert scope.on_before_backward is None  # StallScope's own, ahead of the mixin in the MRO
+
+
 def test_fetch_probe_touch_point(pl: ModuleType, tmp_path: Path) -> None:
     """The one private touch point: ``attach_fetch_probe`` must see every train ``next()`` exactly
     once, inside the profiler's own interval, and leave nothing behind. If a Lightning release

@@ -954,10 +954,11 @@ class LightningCallbacks(_HookBase):
         return cast("StallScope", self)
 
     # -- hooks not needed: None, so Lightning's dispatcher (which calls only callable hooks)
-    # skips them without opening a profiler context; the per-step ones matter most. They are
-    # class attributes, not a ``__getattr__``: a class with a ``__getattr__`` has every attribute
-    # read go through it (two more type lookups each), and the dispatcher reads six hooks a step.
-    # All of them, and any hook a later Lightning adds, are set on the instance (``_quiet_hooks``) ---
+    # skips them without opening a profiler context; the per-step ones matter most. Not a
+    # ``__getattr__``: a class with one has every attribute read go through it (two more type
+    # lookups each), and the dispatcher reads six hooks a step. These, and every other hook of
+    # Lightning's that no class of this object's defines (test, predict, any a later release
+    # adds), are set on the instance (``_quiet_hooks``); a mixin's own hooks are left alone -----
 
     on_before_backward = None
     on_after_backward = None
@@ -967,27 +968,17 @@ class LightningCallbacks(_HookBase):
     on_validation_batch_end = None
     on_validation_epoch_start = None
     on_validation_epoch_end = None
-    on_test_start = None
-    on_test_end = None
-    on_test_epoch_start = None
-    on_test_epoch_end = None
-    on_test_batch_start = None
-    on_test_batch_end = None
-    on_predict_start = None
-    on_predict_end = None
-    on_predict_epoch_start = None
-    on_predict_epoch_end = None
-    on_predict_batch_start = None
-    on_predict_batch_end = None
 
     def _quiet_hooks(self) -> None:
         """Set to None on this instance every ``on_*`` hook of the imported Lightning's
-        ``Callback`` that reads as None here: those above, and any this class lacks (a hook a
-        later release adds: Lightning's dispatcher reads hooks with a plain ``getattr``, which
-        would raise ``AttributeError`` in the user's fit). From the instance's dict the C base
-        answers them without a type lookup (``_native.HookBase``). Called at ``__init__`` and
-        again at ``setup`` (the first hook of every ``fit``, ``validate``, ``test`` and
-        ``predict``), by when a Trainer's namespace is imported."""
+        ``Callback`` that reads as None on its class: those above, and any no class of this
+        object's defines (test and predict hooks, and any a later release adds: Lightning's
+        dispatcher reads hooks with a plain ``getattr``, which would raise ``AttributeError`` in
+        the user's fit). From the instance's dict the C base answers them without a type lookup
+        (``_native.HookBase``). Called at ``__init__``, on unpickling, and again at ``setup``
+        (the first hook of every ``fit``, ``validate``, ``test`` and ``predict``), by when a
+        Trainer's namespace is imported. A hook patched onto the class later is not seen by an
+        instance that already holds its None."""
         for namespace in LIGHTNING_NAMESPACES:
             base = getattr(sys.modules.get(namespace), "Callback", None)
             if not isinstance(base, type):

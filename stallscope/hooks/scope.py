@@ -333,3 +333,4 @@ class StallScope(LightningCallbacks):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._config = state["config"]
         self._reset()
+        self._quiet_hooks()

@@ -1814,12 +1814,12 @@ static PyTypeObject StepHookType = {
  * reads six hooks of every callback a step (``getattr(callback, name)``, then ``callable``), and
  * StallScope answers None to the ones it does not need. A plain attribute read first looks the
  * name up on the type, in CPython's cache of type lookups, a table shared by the whole process,
- * where those few entries a step evict Lightning's own and are evicted by them: each miss is a
- * walk through the class dicts (under callgrind, loop (c) took some 30 more misses a step than
- * bare). Here an ``on_*`` name whose value in the instance's ``__dict__`` is None is answered
- * from that dict alone; every other read is the generic one. The answer is the same: a value set
- * by ``setattr`` lands in the instance's dict only when the type has no data descriptor of that
- * name. */
+ * where those few entries a step can evict Lightning's own and be evicted by them: each miss is a
+ * walk through the class dicts. Here an ``on_*`` name whose value in the instance's ``__dict__``
+ * is None is answered from that dict alone; every other read is the generic one (though, as with
+ * any C getattro, the interpreter no longer specialises reads on these objects: none is per
+ * step). The answer is the same: a value set by ``setattr`` lands in the instance's dict only
+ * when the type has no data descriptor of that name. */
 
 static PyObject *
 HookBase_getattro(PyObject *self, PyObject *name)
@@ -1832,9 +1832,9 @@ HookBase_getattro(PyObject *self, PyObject *name)
                 PyErr_Clear(); /* the generic read below reports what is wrong */
             }
             else {
-                PyObject *value = PyDict_GetItemWithError(dict, name); /* borrowed */
-                Py_DECREF(dict); /* the object still holds it */
-                if (value == Py_None) {
+                int none = PyDict_GetItemWithError(dict, name) == Py_None; /* compared, not used */
+                Py_DECREF(dict);
+                if (none) {
                     Py_RETURN_NONE;
                 }
                 PyErr_Clear();
@@ -1850,7 +1850,6 @@ static PyTypeObject HookBaseType = {
                         "lookup (StallScope's Lightning callback)."),
     .tp_basicsize = sizeof(PyObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_new = PyType_GenericNew,
     .tp_getattro = HookBase_getattro,
 };
 
@@ -1900,6 +1899,7 @@ PyInit__native(void)
         }
     }
     data_id = PyLong_FromLong(DATA_ID);
+    HookBaseType.tp_new = PyBaseObject_Type.tp_new; /* object's: checks its arguments as object() does */
     if (data_id == NULL || PyType_Ready(&StepHookType) < 0 || PyType_Ready(&HookBaseType) < 0) {
         return NULL;
     }
