@@ -22,9 +22,11 @@ further, a few to a few tens of nanoseconds that the instruction count does not 
 
 Each process first runs a short watched loop (or fit), so that the bare one too has met
 StallScope's classes before the window: CPython numbers classes for its cache of type lookups
-in the order they are first looked up, and the numbering decides which lookups of the loop's own
-collide in that cache. Without it the bare and watched processes drew different collisions, a
-difference of thousands of instructions a step on (c) that had nothing to do with StallScope.
+in the order they are first looked up, and the numbers help decide which of the loop's own
+lookups collide in that cache. Without it the bare and watched processes drew different
+collisions, thousands of instructions a step on (c) that had nothing to do with StallScope. It
+does not make them repeat: the names' addresses take part too, and two runs of (c) on the same
+code still gave 4,225 and 16,069 added instructions a step.
 
 Instructions are not time: cache misses between two steps make StallScope's few instructions
 dearer than the step's own. They are a floor that repeats, good for comparing two versions of
@@ -78,11 +80,8 @@ def child(loop: str, variant: str, warm: int, steps: int) -> None:
     def scope() -> StallScope:
         return StallScope(report_dir, console=null_console(), sample_interval_s=3600)
 
-    # every variant first runs one short watched fit (loop (c)) or loop (so the bare process too
-    # has met StallScope's classes): CPython numbers a class for its cache of type lookups when
-    # it is first looked up, so classes met for the first time later would be numbered
-    # differently in the two processes, and which of the loop's own lookups collide in that
-    # cache would differ between them (a lottery worth thousands of instructions a step on (c))
+    # every variant first runs one short watched fit (loop (c)) or loop, so the bare process too
+    # has met StallScope's classes (the module docstring says why)
     if loop == "c":
         trainer, model, data = lightning_parts(20, [scope()])
         trainer.fit(model, data)
