@@ -17,7 +17,7 @@ its fetch and compute probes not installed: it records no steps) and ``nosampler
 whose host sampler never samples during the fit). An ablation that runs faster than ``bare``
 measures the host's noise, not StallScope.
 
-    .venv/bin/python benchmarks/lightning_segments.py [--rounds 8] [--ablate]
+    .venv/bin/python benchmarks/profiling/lightning_segments.py [--rounds 8] [--ablate]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

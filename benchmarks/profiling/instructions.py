@@ -35,7 +35,7 @@ the code, if run more than once: between runs the bare counts moved by up to 0.5
 step on (c). Address-space randomisation is turned off (``setarch -R``, where it is installed),
 which takes away one source of that.
 
-    .venv/bin/python benchmarks/instructions.py [--loops a,c,n] [--warm 200] [--steps 400] [--ablate]
+    .venv/bin/python benchmarks/profiling/instructions.py [--loops a,c,n] [--warm 200] [--steps 400] [--ablate]
                                                 [--cache-sim]
     (about 9 minutes on 2 cores for a,c, 2 minutes for n; --ablate adds a third process to loop
     (c); needs valgrind)
@@ -53,7 +53,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("bare", "watched")
 #: with ``--ablate``, for loop (c): StallScope with neither of its Lightning probes installed (it
 #: records no steps: what being a callback costs). (One probe without the other is no measure of

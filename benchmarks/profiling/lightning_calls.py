@@ -8,7 +8,7 @@ a C function a fraction of that). Lightning's own calls made on StallScope's beh
 dispatch of a callback hook, with its profiler context) count too. cProfile sees Python functions
 and built-in functions only: the C ``StepHook``s Lightning calls at each step are not counted.
 
-    .venv/bin/python benchmarks/lightning_calls.py [--steps 1000]
+    .venv/bin/python benchmarks/profiling/lightning_calls.py [--steps 1000]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -1,6 +1,6 @@
 """What the background samplers cost: CPU of their threads at the default interval, memory, hot path.
 
-    python benchmarks/sampler_cost.py [--seconds 10] [--interval 0.2]
+    python benchmarks/profiling/sampler_cost.py [--seconds 10] [--interval 0.2]
 
 1. CPU: each sampler runs on its own thread for ``--seconds`` while the main thread sleeps; the
    thread's CPU time comes from ``/proc/self/task/<tid>/schedstat`` (nanoseconds; falls back to
@@ -28,7 +28,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 

@@ -24,7 +24,7 @@ loop (median of ``--runs``), and the CPU time the host sampler's thread takes pe
 watched run. ``--steps`` sets the run length used to turn those into a share; the estimate
 printed for loop (a) is 1 + (per-step cost + fixed cost / steps) / bare step + sampler share.
 
-    .venv/bin/python benchmarks/step_cost.py [--rounds 80] [--chunk 1000] [--runs 15] [--steps 20000]
+    .venv/bin/python benchmarks/profiling/step_cost.py [--rounds 80] [--chunk 1000] [--runs 15] [--steps 20000]
         [--warm-steps 200000] [--sampler-seconds 10]
 """
 
@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
