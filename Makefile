@@ -7,9 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.stallscope-installed
-PYTHON_TWIN_TESTS := tests/test_timeline_recorder.py tests/test_scope.py tests/test_bounded_memory.py tests/test_native.py tests/test_hooks_lightning.py
 
-.PHONY: demo test lint typecheck unit benchmarks clean
+.PHONY: demo test lint typecheck unit sanitize benchmarks clean
 
 $(STAMP): pyproject.toml setup.py stallscope/timeline/_native.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,13 +26,40 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# the whole suite on the C hot path, then the tests of the timeline, the scope and the Lightning
-# hooks again on its Python twin (what an install without a C compiler runs)
+# the whole suite on the C hot path, then the whole suite again on its Python twin (what an
+# install without a C compiler runs)
 unit: $(STAMP)
 	$(PY) -m pytest -q
-	STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q $(PYTHON_TWIN_TESTS)
+	STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q
 
-test: lint typecheck unit
+# The C hot path built with AddressSanitizer and UndefinedBehaviorSanitizer, and the tests that
+# drive it run against that build:
+# - the build goes to build/sanitize/lib, beside a copy of the package, and that folder is put
+#   first on the path (-P keeps the checkout itself off it), so the checkout's own _native stays
+#   as it is; test_native.py checks that the module imported is this build and is instrumented
+#   (STALLSCOPE_SANITIZED names the folder);
+# - python itself is not built with ASan, so the runtime is preloaded; libstdc++ is preloaded too,
+#   or ASan's __cxa_throw interceptor finds no real one when torch throws a C++ exception;
+# - PYTHONMALLOC=malloc: Python's small-object allocator would hide overflows of the objects the
+#   module allocates; detect_leaks=0: CPython keeps its interned objects and caches to the end;
+# - -fno-sanitize-recover=undefined: undefined behaviour aborts the run instead of printing;
+# - --capture=sys: pytest captures Python's output only, so a sanitizer's report, written to file
+#   descriptor 2 just before it ends the process, reaches the terminal instead of a lost capture.
+SAN_DIR := build/sanitize
+SAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_TESTS := tests/test_native.py tests/test_native_twins.py tests/test_timeline_recorder.py \
+	tests/test_timeline_stats.py tests/test_scope.py tests/test_bounded_memory.py tests/test_hooks_lightning.py
+sanitize: $(STAMP)
+	rm -rf $(SAN_DIR)
+	mkdir -p $(SAN_DIR)/lib
+	cp -r stallscope $(SAN_DIR)/lib/
+	CFLAGS="$(SAN_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" $(PY) -W ignore setup.py -q build_ext --force \
+		--build-lib $(SAN_DIR)/lib --build-temp $(SAN_DIR)/tmp
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+		ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_DIR)/lib) \
+		STALLSCOPE_SANITIZED=$(abspath $(SAN_DIR)/lib) $(PY) -P -m pytest -q -p no:cacheprovider --capture=sys $(SAN_TESTS)
+
+test: lint typecheck unit sanitize
 
 benchmarks: $(STAMP)
 	$(PY) benchmarks/whatif.py

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from gate_reports import data_workers, make_report, regressed_pair, windows, write
+from gate_reports import data_workers, logging_frequency, make_report, regressed_pair, windows, write
 from rich.console import Console
 
 from stallscope.analysis.regression import compare
 from stallscope.cli import main
-from stallscope.cli.verdict import format_verdict, points, render_verdict
+from stallscope.cli.verdict import format_verdict, points, render_verdict, verdict_to_dict
 
 
 def test_regression_exits_1_with_numbers_phases_and_findings(
@@ -128,6 +128,7 @@ def test_github_summary_and_annotation(
     md = summary.read_text(encoding="utf-8")
     assert md.startswith("earlier step\n### StallScope check: ❌ regression")
     assert "| **accelerator idle** | 20.0% | 55.0% | +35.0 pp |" in md
+    assert "**Findings in the current run** (about a phase that grew first, then best first)" in md
     assert "1. `data.workers`: x1.54 faster (new since the baseline)." in md
 
     assert main(["check", cur, "--baseline", cur, "--github"]) == 0
@@ -174,6 +175,39 @@ def test_render_verdict_into_a_console(tmp_path: Path) -> None:
     assert format_verdict(verdict).splitlines()[0] == text.splitlines()[0]
 
 
-@pytest.mark.parametrize(("delta", "text"), [(0.35, "+35.0 pp"), (-0.0001, "+0.0 pp"), (-0.021, "-2.1 pp")])
+@pytest.mark.parametrize(
+    ("delta", "text"),
+    [(0.35, "+35.0 pp"), (0.0, "+0.0 pp"), (0.0001, "+0.0 pp"), (-0.0001, "-0.0 pp"), (-0.021, "-2.1 pp")],
+)
 def test_points(delta: float, text: str) -> None:
     assert points(delta) == text
+
+
+def test_the_findings_are_listed_in_the_order_the_heading_names() -> None:
+    """A finding about a phase that grew comes before a larger one about a phase that did not;
+    the heading says so, instead of "best first"."""
+    phases = {"data": 0.2, "compute": 0.7, "logging": 0.1}
+    base = make_report(0.2, window_idle=windows(0.2, 12), phases=phases)
+    grown = {"data": 0.55, "compute": 0.35, "logging": 0.1}
+    cur = make_report(
+        0.55, window_idle=windows(0.55, 12), phases=grown, findings=[logging_frequency(0.6), data_workers(0.3)]
+    )
+    lines = format_verdict(compare(cur, base)).splitlines()
+    heading = lines.index("  findings that explain it, those about a phase that grew first, then best first:")
+    assert lines[heading + 1].startswith(
+        "    1. data.workers  x1.43 faster (saves 30% of wall time)  [about the data phase"
+    )
+    assert lines[heading + 3].startswith("    2. logging.frequency  x2.50 faster (saves 60% of wall time)")
+
+
+def test_json_deltas_carry_no_float_noise() -> None:
+    base = make_report(0.2, window_idle=windows(0.2, 12), phases={"data": 0.2, "compute": 0.8})
+    cur = make_report(0.200372, window_idle=windows(0.200372, 12), phases={"data": 0.200372, "compute": 0.799628})
+    assert 0.200372 - 0.2 != 0.000372  # the noise this test is about
+    out = verdict_to_dict(compare(cur, base))
+    assert out["increase"] == 0.000372
+    deltas = {d["phase"]: d["delta"] for d in out["phase_deltas"]}
+    assert deltas == {"data": 0.000372, "compute": -0.000372}
+    assert out["interval"] is not None
+    assert out["interval"]["low"] == round(out["interval"]["low"], 6)
+    assert out["interval"]["high"] == round(out["interval"]["high"], 6)

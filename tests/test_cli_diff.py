@@ -71,3 +71,21 @@ def test_diff_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert data["findings"][0]["id"] == "data.workers"
     assert data["findings"][0]["a"] is None
     assert data["notes"] == []
+
+
+def test_diff_json_changes_carry_no_float_noise(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write(tmp_path, "a", make_report(0.2, phases={"data": 0.2, "compute": 0.8}))
+    b = write(tmp_path, "b", make_report(0.200372, phases={"data": 0.200372, "compute": 0.799628}))
+    assert 0.200372 - 0.2 != 0.000372  # the noise this test is about
+    assert main(["diff", a, b, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["idle_change"] == 0.000372
+    assert {p["phase"]: p["change"] for p in data["phases"]} == {"data": 0.000372, "compute": -0.000372}
+
+
+def test_a_fall_too_small_to_show_keeps_its_sign() -> None:
+    a = make_report(0.2004, phases={"data": 0.2004, "compute": 0.7996})
+    b = make_report(0.2, phases={"data": 0.2, "compute": 0.8})
+    rows = {r.label: r for r in diff_rows(a, b) if not r.section}
+    assert rows["accelerator idle"].change == "-0.0 pp"
+    assert rows["compute"].change == "+0.0 pp"

@@ -1,5 +1,7 @@
 """The C hot path (``stallscope/timeline/_native.c``) is built and in use, unless
-``STALLSCOPE_NO_NATIVE`` turns it off; ``make unit`` runs the timeline and scope tests both ways."""
+``STALLSCOPE_NO_NATIVE`` turns it off; ``make unit`` runs the whole suite both ways, and
+``make sanitize`` runs the tests of the hot path against a build with AddressSanitizer and
+UndefinedBehaviorSanitizer."""
 
 from __future__ import annotations
 
@@ -26,6 +28,22 @@ def test_the_c_hot_path_is_in_use_unless_turned_off() -> None:
         assert recorder._native is None
     else:
         assert recorder._native is not None
+
+
+def test_a_sanitized_run_imports_the_sanitized_build() -> None:
+    """``make sanitize`` names the folder of its build in ``STALLSCOPE_SANITIZED``: the module in
+    use must be that file, compiled with AddressSanitizer and UndefinedBehaviorSanitizer (their
+    runtime hooks are in it), not the checkout's own build found first on the path."""
+    where = os.environ.get("STALLSCOPE_SANITIZED")
+    if not where:
+        pytest.skip("not a `make sanitize` run")
+    assert recorder._native is not None
+    built = Path(recorder._native.__file__).resolve()
+    assert built.is_relative_to(Path(where).resolve())
+    assert Path(recorder.__file__).resolve().is_relative_to(Path(where).resolve())
+    code = built.read_bytes()
+    assert b"__asan_report_store8" in code
+    assert b"__ubsan_handle_" in code
 
 
 def test_a_scope_uses_the_c_hot_path_when_it_is_built(tmp_path: object) -> None:

@@ -136,3 +136,13 @@ def test_print_uses_the_panel_on_a_terminal(make_summary: MakeSummary, findings:
     assert "█" in out
     assert "data.workers" in out
     assert "Where the time went" in out
+
+
+def test_a_cpu_only_run_names_the_cpu_not_an_accelerator(make_summary: MakeSummary) -> None:
+    """On a CPU-only run the CPU does the training: its idle time is not an idle accelerator's."""
+    cpu = "CPU (no GPU): training idle 60% (host_phases)  ·  100 steps in 2.00 s (50.0 steps/s)"
+    assert format_text("run", make_summary(), (), device="cpu").startswith(f"StallScope · run: {cpu}")
+    assert cpu in _render(render_panel("run", make_summary(), (), device="cpu"))
+    for device in ("cuda", None):
+        assert format_text("run", make_summary(), (), device=device).startswith(f"StallScope · run: {HEADLINE}")
+        assert HEADLINE in _render(render_panel("run", make_summary(), (), device=device))

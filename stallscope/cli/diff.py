@@ -14,7 +14,7 @@ from rich.text import Text
 
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.regression import comparison_problem
-from stallscope.cli.verdict import pct, points
+from stallscope.cli.verdict import pct, points, rounded
 from stallscope.report.io import load_report
 from stallscope.report.schema import Report
 
@@ -131,13 +131,13 @@ def diff_to_dict(a: Report, b: Report, a_path: str, b_path: str) -> dict[str, An
     return {
         "a": {"path": a_path, "gpu_idle_fraction": sa.gpu_idle_fraction, "steps": sa.steps},
         "b": {"path": b_path, "gpu_idle_fraction": sb.gpu_idle_fraction, "steps": sb.steps},
-        "idle_change": sb.gpu_idle_fraction - sa.gpu_idle_fraction,
+        "idle_change": rounded(sb.gpu_idle_fraction - sa.gpu_idle_fraction),
         "phases": [
             {
                 "phase": n,
                 "a": sa.phase_fractions.get(n, 0.0),
                 "b": sb.phase_fractions.get(n, 0.0),
-                "change": sb.phase_fractions.get(n, 0.0) - sa.phase_fractions.get(n, 0.0),
+                "change": rounded(sb.phase_fractions.get(n, 0.0) - sa.phase_fractions.get(n, 0.0)),
             }
             for n in names
         ],

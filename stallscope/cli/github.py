@@ -68,7 +68,7 @@ def format_step_summary(verdict: Verdict, *, current_path: str | None = None, ba
     if (noise := noise_line(verdict)) is not None:
         lines += [f"Noise check: {_cell(noise)}.", ""]
     if verdict.explanations and verdict.regressed:
-        lines += ["**Findings in the current run, best first**", ""]
+        lines += ["**Findings in the current run** (about a phase that grew first, then best first)", ""]
         for rank, e in enumerate(verdict.explanations, start=1):
             f = e.finding
             new = " (new since the baseline)" if e.new else ""

@@ -23,8 +23,14 @@ def pct(fraction: float) -> str:
 
 def points(delta: float) -> str:
     """A difference of fractions in percentage points: ``+4.4 pp``."""
-    value = round(delta * 100, 1)
-    return f"{value + 0.0:+.1f} pp"  # + 0.0 turns -0.0 into 0.0
+    # the sign is the change's own: a fall too small to show is "-0.0 pp", not "+0.0 pp"
+    return f"{'-' if delta < 0 else '+'}{abs(round(delta * 100, 1)):.1f} pp"
+
+
+def rounded(delta: float) -> float:
+    """A difference of two report fractions (6 decimals each) for JSON, without float noise:
+    ``0.000372``, not ``0.00037199999999999993``."""
+    return round(delta, 6) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
 def headline(verdict: Verdict) -> str:
@@ -99,7 +105,7 @@ def verdict_lines(verdict: Verdict, *, current_path: str | None = None, baseline
                 f"    {d.phase:<12} {pct(d.baseline):>6} -> {pct(d.current):>6}  {points(d.delta)}" for d in grown
             )
         if verdict.explanations:
-            lines.append("  findings in the current run that explain it, best first:")
+            lines.append("  findings that explain it, those about a phase that grew first, then best first:")
             for rank, e in enumerate(verdict.explanations, start=1):
                 lines.append(f"    {_finding_line(rank, e)}")
                 if e.finding.fix:
@@ -166,7 +172,7 @@ def verdict_to_dict(
         "method": verdict.method,
         "current": facts("current", current_path),
         "baseline": facts("baseline", baseline_path),
-        "increase": verdict.increase,
+        "increase": None if verdict.increase is None else rounded(verdict.increase),
         "max_increase": s.max_increase,
         "over_threshold": verdict.over_threshold,
         "max_idle": s.max_idle,
@@ -174,15 +180,15 @@ def verdict_to_dict(
         "interval": None
         if iv is None
         else {
-            "low": iv.low,
-            "high": iv.high,
+            "low": rounded(iv.low),
+            "high": rounded(iv.high),
             "confidence": iv.confidence,
             "resamples": iv.resamples,
             "seed": iv.seed,
             "above_zero": iv.above_zero,
         },
         "phase_deltas": [
-            {"phase": d.phase, "baseline": d.baseline, "current": d.current, "delta": d.delta}
+            {"phase": d.phase, "baseline": d.baseline, "current": d.current, "delta": rounded(d.delta)}
             for d in verdict.phase_deltas
         ],
         "findings": [

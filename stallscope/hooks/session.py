@@ -208,7 +208,8 @@ class Session:
         notes: tuple[str, ...] = (),
     ) -> None:
         if self._console is not None:
-            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
+            device = self.report.run.device.kind if self.report is not None else None
+            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving, device=device)
 
     def write(self, *, durable: bool = True) -> None:
         """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""

@@ -26,9 +26,11 @@ def _phases_by_share(summary: Summary) -> list[tuple[str, float]]:
     return sorted(items, key=lambda kv: -kv[1])
 
 
-def _headline(summary: Summary) -> str:
+def _headline(summary: Summary, device: str | None) -> str:
+    # on a CPU-only run the CPU computes: its idle time is the training's, not an accelerator's
+    what = "CPU (no GPU): training idle" if device == "cpu" else "accelerator idle"
     return (
-        f"accelerator idle {summary.gpu_idle_fraction:.0%} ({summary.idle_source})  ·  "
+        f"{what} {summary.gpu_idle_fraction:.0%} ({summary.idle_source})  ·  "
         f"{summary.steps} steps in {summary.wall_s:.2f} s ({summary.steps_per_s:.1f} steps/s)"
     )
 
@@ -38,9 +40,16 @@ def _gain(f: Finding) -> str:
 
 
 def render_panel(
-    title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = (), min_saving: float = 0.02
+    title: str,
+    summary: Summary,
+    findings: Sequence[Finding],
+    notes: Sequence[str] = (),
+    min_saving: float = 0.02,
+    *,
+    device: str | None = None,
 ) -> RenderableType:
-    """A rich panel: headline, where the time went (bars), ranked fixes with snippets."""
+    """A rich panel: headline, where the time went (bars), ranked fixes with snippets. ``device``:
+    the run's device kind (``RunInfo.device.kind``), which names what was idle."""
     bars = Table.grid(padding=(0, 1))
     bars.add_column(no_wrap=True)
     bars.add_column(no_wrap=True)
@@ -54,7 +63,7 @@ def render_panel(
             f"{share:6.1%}",
         )
     parts: list[RenderableType] = [
-        Text(_headline(summary), style="bold"),
+        Text(_headline(summary, device), style="bold"),
         Text(""),
         Text("Where the time went"),
         bars,
@@ -85,10 +94,16 @@ def render_panel(
 
 
 def format_text(
-    title: str, summary: Summary, findings: Sequence[Finding], notes: Sequence[str] = (), min_saving: float = 0.02
+    title: str,
+    summary: Summary,
+    findings: Sequence[Finding],
+    notes: Sequence[str] = (),
+    min_saving: float = 0.02,
+    *,
+    device: str | None = None,
 ) -> str:
     """The same diagnosis as plain lines, for logs and non-terminals."""
-    lines = [f"StallScope · {title}: {_headline(summary)}", "  where the time went:"]
+    lines = [f"StallScope · {title}: {_headline(summary, device)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
         lines.append(f"    {name:<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
@@ -112,13 +127,15 @@ def print_diagnosis(
     findings: Sequence[Finding],
     notes: Sequence[str] = (),
     min_saving: float = 0.02,
+    *,
+    device: str | None = None,
 ) -> None:
     """Print a panel on a terminal, plain text anywhere else."""
     if console.is_terminal:
-        console.print(render_panel(title, summary, findings, notes, min_saving))
+        console.print(render_panel(title, summary, findings, notes, min_saving, device=device))
     else:
         console.print(
-            format_text(title, summary, findings, notes, min_saving),
+            format_text(title, summary, findings, notes, min_saving, device=device),
             markup=False,
             highlight=False,
             soft_wrap=True,

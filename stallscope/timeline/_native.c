@@ -2,9 +2,10 @@
  *
  * recorder.py has the same pieces in Python, used when this module is not built (no C
  * compiler at install time) or STALLSCOPE_NO_NATIVE is set; the two log the same events (into
- * an EventLog here, a list there) and fold them into the same state, and the test suite runs the
- * timeline and scope tests against both (tests/test_native.py compares the two folds on random
- * logs).
+ * an EventLog here, a list there) and fold them into the same state. The whole test suite runs
+ * against both (make unit); tests/test_native_twins.py drives the two side by side with random
+ * sequences of operations, tests/test_native.py compares the two folds on random logs, and make
+ * sanitize runs the tests of this module against a build with ASan and UBSan (docs/development.md).
  *
  *   EventLog the log: (code, timestamp) pairs as C long longs, nothing allocated per event.
  *   Timer   the context manager ``scope.phase(name)`` hands out (recorder.PhaseTimer): logs

@@ -443,7 +443,7 @@ class Timeline:
         generator ``_stream``; both log the same events.
         """
         if _native is None or not self._started or not self._live:
-            return self._stream(it, on_first, result)
+            return self._stream(it, on_first, result, self._stream_token[0], self._cpu_due)
         stream: Iterator[T] = _native.Stream(
             it,
             self._c_log(),
@@ -459,14 +459,16 @@ class Timeline:
         )
         return stream
 
-    def _stream(self, it: Iterator[T], on_first: Callable[[T, int], None], result: list[int]) -> Iterator[T]:
-        """``stream`` in Python."""
+    def _stream(
+        self, it: Iterator[T], on_first: Callable[[T, int], None], result: list[int], mine: object, cpu_due: int
+    ) -> Iterator[T]:
+        """``stream`` in Python. ``mine`` (the stream token) and ``cpu_due`` are read by the caller,
+        when the stream is made, as the C stream reads them: a generator's body runs only at the
+        first ``next()``, and an ``end_streams`` or ``begin_epoch`` in between must not count."""
         token = self._stream_token
-        mine = token[0]
         clock = self._clock
         cpu_clock = self._cpu_clock
         log = self._log
-        cpu_due = self._cpu_due
         first = True
         while True:  # the hot loop: two log entries per item
             if token[0] is not mine:
