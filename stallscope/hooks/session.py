@@ -13,7 +13,7 @@ from collections.abc import Callable
 from rich.console import Console
 
 from stallscope._version import __version__
-from stallscope.analysis.context import AnalysisConfig, Context, Framework
+from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
 from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
@@ -62,6 +62,10 @@ class Session:
         self.batches_per_epoch: int | None = None
         #: tensors per batch, counted in the first batch of each pass
         self.batch_tensors: int | None = None
+        #: the run's length and validation schedule, where the framework says (Lightning)
+        self.shape: RunShape | None = None
+        #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
+        self.epoch_steps: int | None = None
         self.epochs: list[EpochReport] = []
         self.notes: list[str] = []
         self.report: Report | None = None
@@ -120,10 +124,20 @@ class Session:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
+        if stats.steps > 0:
+            self.epoch_steps = max(self.epoch_steps or 0, stats.steps)
+        # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
+        context = self.context(
+            stats,
+            signals,
+            steps_before=self.timeline.steps - stats.steps,
+            first_epoch=index,
+            run_span=self.timeline.run_stats(),
+        )
         epoch = EpochReport(
             index=index,
             summary=self.summarize(stats, signals),
-            findings=tuple(self.diagnose(stats, signals)),
+            findings=tuple(diagnose(context)),
         )
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
@@ -147,7 +161,16 @@ class Session:
 
     # -- pieces --------------------------------------------------------------------------
 
-    def context(self, span: SpanStats, signals: Signals | None = None) -> Context:
+    def context(
+        self,
+        span: SpanStats,
+        signals: Signals | None = None,
+        *,
+        steps_before: int = 0,
+        first_epoch: int = 0,
+        run_span: SpanStats | None = None,
+    ) -> Context:
+        """What the rules see of ``span``: the run (the defaults) or one of its epochs."""
         signals = signals if signals is not None else Signals()
         return Context(
             span=span,
@@ -162,6 +185,11 @@ class Session:
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
             precision=self.precision,
+            shape=self.shape,
+            epoch_steps=self.epoch_steps,
+            steps_before=steps_before,
+            first_epoch=first_epoch,
+            run_span=run_span,
         )
 
     def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:

@@ -138,6 +138,7 @@ def finding_to_dict(f: Finding) -> dict[str, Any]:
             "title": f.title,
             "est_saving_fraction": f.est_saving_fraction,
             "est_speedup": f.est_speedup,
+            "est_speedup_bound": f.est_speedup_bound,
             "confidence": f.confidence,
             "evidence": dict(f.evidence),
             "fix": f.fix,
@@ -243,6 +244,7 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
     confidence = d.get("confidence", "medium")
+    bound = d.get("est_speedup_bound", "estimate")  # reports written before it existed: estimates
     try:
         return Finding(
             id=_req(d, "id", str, where),
@@ -254,6 +256,7 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
             fix=str(d.get("fix", "")),
             suggestion=_opt_map(d, "suggestion", where) or {},
             snippet=str(d.get("snippet", "")),
+            est_speedup_bound=bound,
         )
     except ValueError as exc:
         raise ReportError(f"{where}: {exc}") from None
