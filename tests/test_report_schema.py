@@ -56,6 +56,7 @@ def test_round_trip_gives_back_an_equal_report(
             step_time_s={"mean": 0.02, "p10": 0.01, "p50": 0.02, "p90": 0.03, "max": 0.04},
             data_wait_s={"mean": 0.012},
         ),
+        tail=make_summary(wall_s=0.25, steps=0),
         findings=(
             make_finding(),
             make_finding(

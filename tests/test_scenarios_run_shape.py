@@ -28,6 +28,9 @@ def _before_and_after(name: str, tmp_path: Path) -> tuple[Any, Any, dict[str, An
     top = before.findings[0]
     assert top.id == module.EXPECTED, f"{name}: ranking {[f.id for f in before.findings]}"
     suggestion = dict(top.suggestion)
+    # the epochs and what came after the last one (a save, the wrap-up) add up to the run
+    tail = before.tail.wall_s if before.tail is not None else 0.0
+    assert sum(e.summary.wall_s for e in before.epochs) + tail == pytest.approx(before.summary.wall_s, abs=1e-5)
     after = module.run(report_dir=str(tmp_path / "after"), console=False, **{**module.SMALL, **suggestion})
     return before, after, suggestion
 

@@ -29,6 +29,9 @@ from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanStats
 
+#: a tail at least this long (and 1% of the run) gets a note
+TAIL_NOTE_NS = 100_000_000
+
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
 
@@ -67,6 +70,8 @@ class Session:
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
         self.epoch_steps: int | None = None
         self.epochs: list[EpochReport] = []
+        #: the time after the last epoch's end, set when the run finishes
+        self.tail: Summary | None = None
         self.notes: list[str] = []
         self.report: Report | None = None
         self._started_at = ""
@@ -126,19 +131,7 @@ class Session:
         signals = self.signals.close_window()
         if stats.steps > 0:
             self.epoch_steps = max(self.epoch_steps or 0, stats.steps)
-        # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
-        context = self.context(
-            stats,
-            signals,
-            steps_before=self.timeline.steps - stats.steps,
-            first_epoch=index,
-            run_span=self.timeline.run_stats(),
-        )
-        epoch = EpochReport(
-            index=index,
-            summary=self.summarize(stats, signals),
-            findings=tuple(diagnose(context)),
-        )
+        epoch = self._epoch_report(stats, signals, self.timeline.steps - stats.steps, index)
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
@@ -149,9 +142,36 @@ class Session:
         self.write(durable=False)
         return epoch
 
+    def _epoch_report(self, stats: SpanStats, signals: Signals, steps_before: int, index: int) -> EpochReport:
+        # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
+        context = self.context(
+            stats, signals, steps_before=steps_before, first_epoch=index, run_span=self.timeline.run_stats()
+        )
+        return EpochReport(index=index, summary=self.summarize(stats, signals), findings=tuple(diagnose(context)))
+
+    def _close_tail(self) -> None:
+        """The time after the last epoch's end (a validation or a save after the last pass, the
+        framework's wrap-up) is the report's ``tail``: the epochs and the tail add up to the run.
+        The clock stops here, so the run ends where the tail does."""
+        if not self.epochs or not self.timeline.started:
+            return
+        self.timeline.pause()  # first: the tail and the run end at the same instant
+        tail = self.timeline.end_epoch()
+        if tail.wall_ns <= 0:
+            return
+        self.tail = self.summarize(tail)
+        run_ns = self.timeline.run_stats().wall_ns
+        if run_ns > 0 and tail.wall_ns >= max(0.01 * run_ns, TAIL_NOTE_NS):
+            top = max(tail.phase_ns, key=lambda name: tail.phase_ns[name])
+            self.note(
+                f"{tail.wall_s:.2f} s ({tail.wall_ns / run_ns:.0%} of the run, mostly {top}) came after the last"
+                " epoch's end: it is in the run's time and in the report's tail, not in an epoch"
+            )
+
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self.signals.stop()
+        self._close_tail()
         report = self.build_report(complete=True)
         self.report = report
         if print_run:
@@ -226,6 +246,7 @@ class Session:
             findings=tuple(self.diagnose(run_stats, signals)),
             notes=tuple(self.notes),
             complete=complete,
+            tail=self.tail,
         )
 
     def print(

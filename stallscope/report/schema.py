@@ -108,6 +108,8 @@ class Report:
     #: True once the scope has exited; False in reports written at epoch ends
     complete: bool = False
     schema_version: int = SCHEMA_VERSION
+    #: the time after the last epoch's end (final reports): the epochs and the tail add up to the run
+    tail: Summary | None = None
 
     def finding(self, finding_id: str) -> Finding | None:
         """The run-level finding with ``finding_id``, if any."""
@@ -195,6 +197,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             ],
             "findings": [finding_to_dict(f) for f in r.findings],
             "notes": list(r.notes),
+            **({"tail": summary_to_dict(r.tail)} if r.tail is not None else {}),
         }
     )
 
@@ -370,4 +373,5 @@ def report_from_dict(d: Any) -> Report:
         ),
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
         notes=tuple(str(n) for n in _opt_list(d, "notes", "report")),
+        tail=summary_from_dict(d["tail"], "report.tail") if d.get("tail") is not None else None,
     )
