@@ -35,6 +35,9 @@ def rule(ctx: Context) -> Finding | None:
         snippet = f"Trainer(log_every_n_steps={k})"
     else:
         fix = f"Log {every} instead of every {est.interval_now:.0f}."
+        observed = (ctx.run_span or ctx.span).steps
+        if k > observed:
+            fix += f" The {observed} steps seen so far are fewer than {k}: a run this long would log no step."
         snippet = f"if step % {k} == 0:\n    log(loss.item())"
     return Finding(
         id=ID,
