@@ -228,3 +228,23 @@ def test_lightning_logging_is_at_most_the_fits_length_and_keeps_the_epoch_end_ca
     assert finding.suggestion == {"log_every_n_steps": 40}
     assert finding.evidence["calls_after"] == 2  # step 40 and the epoch's end
     assert finding.est_speedup_bound == "lower"
+
+
+def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_one() -> None:
+    """A loop validating (100 ms) once per 80-step epoch of 2 ms, four epochs: 13 epochs needed.
+    An epoch cannot know it is the last, so its finding counts its own run away; the run's
+    finding keeps the run after the last epoch."""
+    run = _span(steps=320, epochs=4, phase="validation", count=4, each_ms=100)
+    epoch = _span(steps=80, epochs=1, phase="validation", count=1, each_ms=100)
+    at_epoch = validation_frequency.rule(
+        _ctx(epoch, batches=80, epoch_steps=80, steps_before=160, first_epoch=2, run_span=run)
+    )
+    at_end = validation_frequency.rule(_ctx(run, batches=80, epoch_steps=80))
+    assert at_epoch is not None
+    assert at_end is not None
+    assert at_epoch.suggestion == at_end.suggestion
+    assert at_epoch.evidence["runs_after"] == 0
+    assert at_end.evidence["runs_after"] == 1
+    # one run is still 13.5% of the run: a quarter of the batches brings it near 5% (33.7 ms allowed)
+    assert at_end.suggestion["limit_val_batches"] == 0.25
+    assert at_end.est_saving_fraction == pytest.approx((400 - 25) / 1040, abs=1e-4)

@@ -43,7 +43,8 @@ def rule(ctx: Context) -> Finding | None:
         k = total  # once per fit, at its last step
     at_end = not lightning
     before, steps = ctx.steps_before, ctx.span.steps
-    runs_after = _runs(before, steps, k, at_end=at_end)
+    # the save at the end is in the run's prediction; an epoch's counts its own saves
+    runs_after = _runs(before, steps, k, at_end=at_end and ctx.run_span is None)
     # the fit the decision is about: the known one, else the run as observed so far
     fit_steps = total if total is not None else (ctx.run_span or ctx.span).steps
     fit_runs = _runs(0, fit_steps, k, at_end=at_end)

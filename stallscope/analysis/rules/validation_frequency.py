@@ -53,17 +53,19 @@ def lightning_runs(
     )
 
 
-def plain_runs(before: int, steps: int, *, per_epoch: int, batches: int | None, every_n_epochs: int) -> int:
+def plain_runs(
+    before: int, steps: int, *, per_epoch: int, batches: int | None, every_n_epochs: int, at_end: bool = True
+) -> int:
     """Validation runs of a plain loop among steps ``before + 1`` .. ``before + steps``: every
     ``batches`` steps of an epoch, or after the last batch of every ``every_n_epochs``-th epoch
-    and after the last epoch (counted for the span's last epoch when it does not validate
-    already: a floor's caution)."""
+    and, ``at_end`` (the span ends the run), after the last epoch when it does not validate
+    already."""
     pieces = epoch_pieces(before, steps, per_epoch)
     if batches is not None:
         return sum(runs_every(into, n, batches) for _, into, n in pieces)
     runs = sum(1 for epoch, into, n in pieces if (epoch + 1) % every_n_epochs == 0 and into + n == per_epoch)
     last_epoch = pieces[-1][0] if pieces else 0
-    if (last_epoch + 1) % every_n_epochs:
+    if at_end and (last_epoch + 1) % every_n_epochs:
         runs += 1  # the run after the last epoch
     return runs
 
@@ -180,12 +182,13 @@ def _plain_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
             " and the prediction counts that run."
         )
 
-    def runs(before: int, steps: int) -> int:
-        return plain_runs(before, steps, per_epoch=per_epoch, batches=batches, every_n_epochs=epochs)
+    def runs(before: int, steps: int, at_end: bool) -> int:
+        return plain_runs(before, steps, per_epoch=per_epoch, batches=batches, every_n_epochs=epochs, at_end=at_end)
 
-    plan.runs = runs(ctx.steps_before, span.steps)
+    # the run after the last epoch is in the run's prediction; an epoch's counts its own runs
+    plan.runs = runs(ctx.steps_before, span.steps, ctx.run_span is None)
     plan.fit_steps = run.steps
-    plan.fit_runs = runs(0, run.steps)
+    plan.fit_runs = runs(0, run.steps, True)
     plan.fraction = _limit(est, plan, ctx.config.validation_target_share, None) if plan.capped else 1.0
     if plan.fraction < 1.0:
         plan.suggestion["limit_val_batches"] = plan.fraction
