@@ -15,6 +15,7 @@ from rich.console import Console
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
 from stallscope.analysis.diagnose import diagnose
+from stallscope.analysis.disturbance import disturbance_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
@@ -230,6 +231,9 @@ class Session:
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)
+        busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
+        if busy is not None:
+            self.note(busy)
         return Report(
             run=RunInfo(
                 started_at=self._started_at,
