@@ -66,6 +66,11 @@ def judge(predicted: float, realized: float, bound: str) -> tuple[bool, str]:
     return error <= TARGET, f"{error:.0%}"
 
 
+def _disturbed(report: Any) -> bool:
+    """The report says other processes kept most of the machine's cores busy."""
+    return any("timings are disturbed" in note for note in report.notes)
+
+
 def turned_off(before: Any, after: Any) -> list[str]:
     """The phases that ran before the suggestion and not at all after it."""
     return [
@@ -86,10 +91,12 @@ def measure(name: str, repeats: int, tmp: str) -> dict[str, Any]:
     after: list[float] = []
     off: set[str] = set()
     steps_differ = False
+    disturbed = False
     settings: dict[str, Any] | None = None
     for i in range(repeats):
         seconds, report = wall(module, f"{tmp}/{name}-before-{i}", {})
         before.append(seconds)
+        disturbed = disturbed or _disturbed(report)
         if report.findings:
             top = top or report.findings[0]
             if report.findings[0].id == top.id:
@@ -101,6 +108,7 @@ def measure(name: str, repeats: int, tmp: str) -> dict[str, Any]:
             break
         seconds, applied = wall(module, f"{tmp}/{name}-after-{i}", settings)
         after.append(seconds)
+        disturbed = disturbed or _disturbed(applied)
         off.update(turned_off(report, applied))
         steps_differ = steps_differ or applied.summary.steps != report.summary.steps
     row: dict[str, Any] = {"scenario": name, "expected": module.EXPECTED, "top": top.id if top else None}
@@ -109,6 +117,7 @@ def measure(name: str, repeats: int, tmp: str) -> dict[str, Any]:
     row["before_s"] = statistics.median(before)
     row["turned_off"] = sorted(off)
     row["steps_differ"] = steps_differ
+    row["disturbed"] = disturbed
     if top is not None and after and predicted:
         row["predicted"] = statistics.median(predicted)
         row["realized"] = row["before_s"] / statistics.median(after)
@@ -142,6 +151,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         if "realized" in r:
             floor = "at least " if r["bound"] == "lower" else ""
             verdict = "yes" if not problems(r) else "no: " + "; ".join(problems(r))
+            if r["disturbed"]:
+                verdict += " (measured while other processes kept most cores busy)"
             cells = [f"{floor}x{r['predicted']:.2f}", f"x{r['realized']:.2f}", r["error"], verdict]
         else:
             cells = ["-", "-", "no finding" if r["top"] is None else "not applied", "-"]
