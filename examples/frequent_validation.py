@@ -32,26 +32,31 @@ def run(
     batches: int = 80,
     val_check_interval: int | float = 5,
     check_val_every_n_epoch: int = 1,
+    at_end: bool = False,
+    limit_val_batches: int | float = 1.0,
     val_batches: int = 20,
     batch_size: int = 16,
 ) -> Report | None:
+    """The suggestion's keys: ``at_end`` also validates after the last epoch; ``limit_val_batches``
+    validates on the first part of the validation set (a fraction, or a number of batches)."""
     emulate_accelerator()
     train = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size)
     val = loader(SyntheticDataset(val_batches * 64, seed=1), batch_size=64)
     # Lightning's meaning: a float is a fraction of the epoch, an int a number of batches
     every = max(1, round(val_check_interval * batches)) if isinstance(val_check_interval, float) else val_check_interval
     if check_val_every_n_epoch > 1:
-        every = batches  # once, at the end of every n-th epoch
+        every = batches  # once, at the end of every n-th epoch (and of the last, ``at_end``)
+    limit = limit_val_batches if isinstance(limit_val_batches, int) else max(1, int(val_batches * limit_val_batches))
     trainer = Trainer()
     with StallScope(report_dir, console=console) as scope:
         for epoch in range(epochs):
-            validate_this_epoch = (epoch + 1) % check_val_every_n_epoch == 0
+            validate_this_epoch = (epoch + 1) % check_val_every_n_epoch == 0 or (at_end and epoch + 1 == epochs)
             for i, batch in enumerate(scope.iter(train), start=1):
                 with scope.phase("compute"):
                     trainer.step(batch, repeat=4)
                 if validate_this_epoch and i % every == 0:
                     with scope.phase("validation"), torch.no_grad():
-                        for x, y in val:
+                        for _, (x, y) in zip(range(limit), val, strict=False):
                             trainer.loss_fn(trainer.model(x), y)
     return scope.report
 

@@ -49,16 +49,22 @@ def run(
     batches: int = 60,
     every_n_train_steps: int = 5,
     every_n_steps: int | None = None,
+    async_save: bool = False,
+    max_steps: int = -1,
     state_mb: float = 8.0,
     batch_size: int = 16,
 ) -> Report | None:
-    """``every_n_steps`` (the name in StallScope's suggestion) overrides ``every_n_train_steps``."""
+    """``every_n_steps`` (the name in StallScope's suggestion) overrides ``every_n_train_steps``;
+    ``async_save`` wraps the checkpoint IO in Lightning's ``AsyncCheckpointIO``."""
     emulate_accelerator()
     every = every_n_steps if every_n_steps is not None else every_n_train_steps
     train = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size)
     model = module_class(namespace)(repeat=8, state_mb=state_mb)
     pl = import_lightning(namespace)
     checkpoint = pl.callbacks.ModelCheckpoint(every_n_train_steps=every, save_top_k=1)
+    checkpoint_io = durable_checkpoint_io(namespace)
+    if async_save:
+        checkpoint_io = pl.plugins.io.AsyncCheckpointIO(checkpoint_io)
     return fit(
         namespace,
         report_dir=report_dir,
@@ -67,7 +73,8 @@ def run(
         train=train,
         epochs=epochs,
         callbacks=[checkpoint],
-        plugins=[durable_checkpoint_io(namespace)],
+        plugins=[checkpoint_io],
+        max_steps=max_steps,
     )
 
 

@@ -34,6 +34,8 @@ def run(
     batches: int = 80,
     val_check_interval: int | float = 5,
     check_val_every_n_epoch: int = 1,
+    limit_val_batches: int | float = 1.0,
+    max_steps: int = -1,
     val_batches: int = 20,
     batch_size: int = 16,
 ) -> Report | None:
@@ -51,6 +53,8 @@ def run(
         epochs=epochs,
         val_check_interval=val_check_interval,
         check_val_every_n_epoch=check_val_every_n_epoch,
+        limit_val_batches=limit_val_batches,
+        max_steps=max_steps,
     )
 
 

@@ -16,6 +16,7 @@ PLAIN = [
     "respawned_workers",
     "frequent_validation",
     "healthy",
+    "short_blocking_checkpoint",
 ]
 
 LIGHTNING: list[str] = [
@@ -23,6 +24,8 @@ LIGHTNING: list[str] = [
     "lightning_slow_logger",
     "lightning_frequent_validation",
     "lightning_frequent_checkpoint",
+    "lightning_one_epoch_validation",
+    "lightning_max_steps_checkpoint",
 ]
 
 ALL = PLAIN + LIGHTNING

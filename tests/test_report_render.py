@@ -65,6 +65,15 @@ def test_text_has_headline_bars_and_ranked_fixes(make_summary: MakeSummary, find
     assert "             torch.save(state, path)" in lines
 
 
+def test_a_floor_reads_at_least(make_summary: MakeSummary, make_finding: MakeFinding) -> None:
+    floor = make_finding(est_speedup=5.2, est_saving_fraction=0.81, est_speedup_bound="lower")
+    text = format_text("epoch 0", make_summary(), [floor])
+    assert "    1. data.workers  at least x5.20 faster (saves 81% of wall time)  confidence high" in text.splitlines()
+    assert "at least x5.20 faster" in _render(render_panel("epoch 0", make_summary(), [floor]))
+    estimate = format_text("epoch 0", make_summary(), [make_finding(est_speedup=5.2, est_saving_fraction=0.81)])
+    assert "at least" not in estimate
+
+
 def test_text_without_findings_says_no_fix(make_summary: MakeSummary) -> None:
     text = format_text("run (3 epochs)", make_summary(), (), notes=("NVML is not available",))
     assert "no fix predicted to save 2% or more of wall time" in text

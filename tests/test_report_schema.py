@@ -16,6 +16,8 @@ from stallscope.report.schema import (
     Report,
     RunInfo,
     Summary,
+    finding_from_dict,
+    finding_to_dict,
     report_from_dict,
     report_to_dict,
 )
@@ -54,9 +56,15 @@ def test_round_trip_gives_back_an_equal_report(
             step_time_s={"mean": 0.02, "p10": 0.01, "p50": 0.02, "p90": 0.03, "max": 0.04},
             data_wait_s={"mean": 0.012},
         ),
+        tail=make_summary(wall_s=0.25, steps=0),
         findings=(
             make_finding(),
-            make_finding(id="checkpoint.frequency", est_saving_fraction=0.1, suggestion={"every_n_steps": 500}),
+            make_finding(
+                id="checkpoint.frequency",
+                est_saving_fraction=0.1,
+                suggestion={"every_n_steps": 500},
+                est_speedup_bound="lower",
+            ),
         ),
     )
     assert report_from_dict(report_to_dict(report)) == report
@@ -93,7 +101,18 @@ def test_layout_follows_the_spec(make_report: MakeReport) -> None:
         finding.keys()
     )
     assert finding["suggestion"] == {"num_workers": 4}
+    assert finding["est_speedup_bound"] == "estimate"
     assert data["notes"] == ["a note"]
+
+
+def test_a_floor_round_trips_and_an_older_finding_reads_as_an_estimate(make_finding: Callable[..., Finding]) -> None:
+    floor = finding_to_dict(make_finding(est_speedup_bound="lower"))
+    assert floor["est_speedup_bound"] == "lower"
+    assert finding_from_dict(floor, "f").est_speedup_bound == "lower"
+    del floor["est_speedup_bound"]
+    assert finding_from_dict(floor, "f").est_speedup_bound == "estimate"
+    with pytest.raises(ReportError, match="est_speedup_bound"):
+        finding_from_dict({**floor, "est_speedup_bound": "upper"}, "f")
 
 
 def test_no_dataloader_key_for_a_plain_iterable(make_report: MakeReport) -> None:

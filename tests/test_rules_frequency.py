@@ -1,64 +1,250 @@
-"""The three frequency rules as users read them: SPEC suggestion keys, wording per framework."""
+"""The three frequency rules as users read them: SPEC suggestion keys, wording per framework,
+settings that fit the run (never off for a whole fit), whole runs counted, floors."""
 
 from __future__ import annotations
 
-from stallscope.analysis.context import AnalysisConfig, Context
-from stallscope.analysis.rules import checkpoint_frequency, validation_frequency
+from typing import Any
+
+import pytest
+
+from stallscope.analysis.context import AnalysisConfig, Context, RunShape
+from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
+from stallscope.analysis.rules._frequency import epoch_pieces, runs_every
+from stallscope.analysis.rules.validation_frequency import lightning_runs, plain_runs
 from stallscope.timeline.stats import Distribution, SpanStats
 
 MS = 1_000_000
 
 
-def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: int, step_ms: int = 2) -> SpanStats:
-    total = count * each_ms * MS
-    wall = steps * step_ms * MS + total
+def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: float, step_ms: float = 2) -> SpanStats:
+    total = int(count * each_ms * MS)
+    train = int(steps * step_ms * MS)
     return SpanStats(
-        wall_ns=wall,
+        wall_ns=train + total,
         steps=steps,
         epochs=epochs,
-        step_total_ns=steps * step_ms * MS,
-        phase_ns={"data": 0, "compute": steps * step_ms * MS, phase: total, "other": 0},
+        step_total_ns=train,
+        phase_ns={"data": 0, "compute": train, phase: total, "other": 0},
         phase_counts={"data": steps, "compute": steps, phase: count},
-        step=Distribution.of([step_ms * MS] * steps),
+        step=Distribution.of([int(step_ms * MS)] * steps),
         data_wait=Distribution.of([0] * steps),
         data_cpu_ns=0,
-        process_cpu_ns=wall,
+        process_cpu_ns=train + total,
     )
 
 
-def _ctx(span: SpanStats, framework: str = "plain", batches: int | None = None) -> Context:
+def _ctx(span: SpanStats, framework: str = "plain", batches: int | None = None, **extra: Any) -> Context:
     return Context(
-        span=span, loader=None, cores=2, config=AnalysisConfig(framework=framework), batches_per_epoch=batches
+        span=span,
+        loader=None,
+        cores=2,
+        config=AnalysisConfig(framework=framework),  # type: ignore[arg-type]
+        batches_per_epoch=batches,
+        **extra,
     )
 
 
-def test_validation_once_per_epoch_too_often_keeps_the_spec_key() -> None:
-    """Validating once per epoch (80 batches x 2 ms) for 100 ms: target 5% -> every 2+ epochs."""
+# -- counting whole runs ---------------------------------------------------------------------
+
+
+def test_runs_every_counts_the_multiples_in_a_stretch_of_steps() -> None:
+    assert runs_every(0, 400, 2000) == 0
+    assert runs_every(0, 400, 400) == 1
+    assert runs_every(95, 10, 50) == 1  # step 100
+    assert runs_every(101, 48, 50) == 0  # steps 102..149
+
+
+def test_epoch_pieces_cut_a_span_at_epoch_ends() -> None:
+    assert epoch_pieces(70, 100, 80) == [(0, 70, 10), (1, 0, 80), (2, 0, 10)]
+
+
+def test_lightning_validates_at_multiples_of_an_int_interval_and_not_again_at_the_epochs_end() -> None:
+    # val_check_interval=30 in 80-batch epochs: batches 30 and 60 of each epoch, not 80
+    assert lightning_runs(0, 160, per_epoch=80, interval=30, every_n_epochs=1) == 4
+    # 1.0: after each epoch's last batch; on every 2nd epoch only
+    assert lightning_runs(0, 240, per_epoch=80, interval=1.0, every_n_epochs=2) == 1
+    # check_val_every_n_epoch=None: an int interval counts batches across epochs
+    assert lightning_runs(0, 160, per_epoch=80, interval=50, every_n_epochs=None) == 3
+
+
+def test_plain_every_n_epochs_counts_the_run_after_the_last_epoch() -> None:
+    # 2 epochs of 80, every 13 epochs and after the last: only the run after epoch 1
+    assert plain_runs(0, 160, per_epoch=80, batches=None, every_n_epochs=13) == 1
+    # every 2 epochs over 4 epochs: after epochs 1 and 3, the last already validates
+    assert plain_runs(0, 320, per_epoch=80, batches=None, every_n_epochs=2) == 2
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def test_a_one_epoch_lightning_fit_keeps_its_validation_and_limits_its_batches() -> None:
+    """80 batches of 2 ms, validating every 5 (16 runs of 100 ms), max_epochs=1. The target needs
+    1000 batches between runs, more than the fit: once per fit (val_check_interval=1.0), and
+    even that one run is 38% of the fit, so also a part of the validation set."""
+    span = _span(steps=80, epochs=1, phase="validation", count=16, each_ms=100)
+    shape = RunShape(max_epochs=1, batches_per_epoch=80, val_check_interval=5)
+    finding = validation_frequency.rule(_ctx(span, "lightning", batches=80, shape=shape))
+    assert finding is not None
+    # 5% of 160 ms of training / 0.95 = 8.4 ms of validation allowed: 8.4% of a run -> 5%
+    assert finding.suggestion == {"val_check_interval": 1.0, "limit_val_batches": 0.05}
+    assert "check_val_every_n_epoch" not in finding.suggestion  # 25 epochs would never validate
+    assert finding.evidence["runs_in_fit_after"] == 1
+    # one run of 5 ms instead of 16 of 100 ms, out of 1760 ms
+    assert finding.est_saving_fraction == pytest.approx((1600 - 5) / 1760, abs=1e-4)
+    assert finding.est_speedup_bound == "estimate"  # a run's fixed costs do not shrink with its batches
+    assert "limit_val_batches" in finding.fix
+
+
+def test_a_two_epoch_fit_is_told_every_two_epochs_at_most() -> None:
+    """Once per epoch for 100 ms in 2 epochs of 80 x 2 ms: the target needs 13 epochs; the fit has 2."""
     span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
-    finding = validation_frequency.rule(_ctx(span, batches=80))
+    shape = RunShape(max_epochs=2, batches_per_epoch=80)
+    finding = validation_frequency.rule(_ctx(span, "lightning", batches=80, shape=shape))
     assert finding is not None
     assert finding.suggestion["val_check_interval"] == 1.0
-    # 100 ms each must be <= 5% of the time between runs: >= 2000 ms / 2 ms = 1000 batches -> 13 epochs
-    assert finding.suggestion["check_val_every_n_epoch"] == 13
-    assert "validate()" in finding.snippet
-    assert "Trainer(" not in finding.snippet  # a plain loop has no Trainer
-    lightning = validation_frequency.rule(_ctx(span, "lightning", batches=80))
-    assert lightning is not None
-    assert lightning.snippet == "Trainer(val_check_interval=1.0, check_val_every_n_epoch=13)"
+    assert finding.suggestion["check_val_every_n_epoch"] == 2
+    assert finding.evidence["runs_after"] == 1
+    assert "Trainer(val_check_interval=1.0, check_val_every_n_epoch=2" in finding.snippet
+
+
+def test_a_fit_shorter_than_an_epoch_validates_at_its_last_batch() -> None:
+    """max_steps=30 of an 80-batch epoch: val_check_interval=1.0 would never come; 30 does."""
+    span = _span(steps=30, epochs=1, phase="validation", count=6, each_ms=100)
+    shape = RunShape(max_steps=30, batches_per_epoch=80, val_check_interval=5)
+    finding = validation_frequency.rule(_ctx(span, "lightning", batches=80, shape=shape))
+    assert finding is not None
+    assert finding.suggestion["val_check_interval"] == 30
+    assert finding.evidence["runs_in_fit_after"] == 1
 
 
 def test_validation_every_few_batches_suggests_a_batch_interval() -> None:
     """Every 5 of 400 batches, 20 ms each, 2 ms steps: >= 20 / (0.05 x 2) = 200 batches."""
     span = _span(steps=400, epochs=1, phase="validation", count=80, each_ms=20)
-    finding = validation_frequency.rule(_ctx(span, batches=400))
+    finding = validation_frequency.rule(_ctx(span, batches=400, epoch_steps=400))
     assert finding is not None
     assert finding.suggestion == {"val_check_interval": 200}
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["runs_after"] == 2
+
+
+def test_plain_loops_get_plain_words_and_a_run_after_the_last_epoch() -> None:
+    """Once per epoch (80 batches x 2 ms) for 100 ms, 2 epochs: 13 epochs needed, 2 seen."""
+    span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
+    finding = validation_frequency.rule(_ctx(span, batches=80, epoch_steps=80))
+    assert finding is not None
+    assert finding.suggestion["check_val_every_n_epoch"] == 13
+    assert finding.suggestion["at_end"] is True
+    assert "or epoch + 1 == epochs" in finding.snippet
+    for lightning_word in ("Trainer", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches"):
+        assert lightning_word not in finding.fix
+        assert lightning_word not in finding.snippet
+    assert "every 13 epochs" in finding.fix
+    assert "validate once, after its last epoch" in finding.fix
+    assert finding.evidence["runs_in_fit_after"] == 1
+
+
+def test_a_plain_epoch_is_the_steps_that_ran_not_the_loaders_length() -> None:
+    """A loop that breaks after 51 of 311 batches: 51 x 2 ms epochs, 30 ms validations. The
+    target needs 300 steps: 6 epochs of 51 (311-batch epochs would have made it 1)."""
+    span = _span(steps=51, epochs=1, phase="validation", count=1, each_ms=30)
+    finding = validation_frequency.rule(_ctx(span, batches=311, epoch_steps=51))
+    assert finding is not None
+    assert finding.suggestion["check_val_every_n_epoch"] == 6
+    assert finding.evidence["batches_per_epoch"] == 51
+
+
+def test_epochs_and_the_run_agree_when_the_cost_wobbles_across_a_round_value() -> None:
+    """311-step epochs of 100 ms, validation 9.995 s then 10.005 s: the target (5%) needs 1999
+    then 2001 steps, which used to round to 2000 and 5000 steps, 7 and 17 epochs."""
+    epochs = [
+        _span(steps=311, epochs=1, phase="validation", count=1, each_ms=each, step_ms=100) for each in (9995, 10005)
+    ]
+    run = _span(steps=622, epochs=2, phase="validation", count=2, each_ms=10000, step_ms=100)
+    shape = RunShape(max_epochs=40, batches_per_epoch=311)
+    found = [
+        validation_frequency.rule(
+            _ctx(e, "lightning", batches=311, shape=shape, steps_before=311 * i, first_epoch=i, run_span=run)
+        )
+        for i, e in enumerate(epochs)
+    ]
+    found.append(validation_frequency.rule(_ctx(run, "lightning", batches=311, shape=shape)))
+    settings = [f.suggestion if f is not None else None for f in found]
+    assert settings == [{"val_check_interval": 1.0, "check_val_every_n_epoch": 7}] * 3
+    # even without the run to pool from, the epochs' own numbers give neighbours, not 7 and 17
+    alone = [validation_frequency.rule(_ctx(e, "lightning", batches=311, shape=shape)) for e in epochs]
+    assert [f.suggestion["check_val_every_n_epoch"] for f in alone if f is not None] == [7, 7]
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+
+def test_a_max_steps_fit_saves_once_and_asynchronously() -> None:
+    """max_steps=300, a 40 ms save every 5 steps of 2 ms: the target needs 1000 steps, more than
+    the fit: every 300 (once), and that one save is still 6% of the fit: save asynchronously."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.evidence["saves_in_fit_after"] == 1
+    assert "AsyncCheckpointIO" in finding.snippet
+    assert finding.est_speedup_bound == "lower"
+    assert finding.est_saving_fraction == pytest.approx((2400 - 40) / 3000, abs=1e-4)
+
+
+def test_a_plain_loop_saves_at_the_end_when_the_interval_is_longer_than_the_run() -> None:
+    """400 steps of 2 ms, a 150 ms save every 10: 3750 needed -> every 5000 steps and at the end."""
+    span = _span(steps=400, epochs=1, phase="checkpoint", count=40, each_ms=150)
+    finding = checkpoint_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 5000, "at_end": True, "async_save": True}
+    assert finding.evidence["saves_after"] == 1  # the save at the end
+    assert "The 400 steps seen so far are fewer than 5000" in finding.fix
+    assert "about every 10 s of training" in finding.fix
+    assert "step == last_step" in finding.snippet
+    assert "ModelCheckpoint" not in finding.fix + finding.snippet
+    assert finding.est_saving_fraction == pytest.approx((6000 - 150) / 6800, abs=1e-4)
 
 
 def test_checkpoint_wording_gives_training_time_in_readable_units() -> None:
     """Every 5 steps, 40 ms each, 2 ms steps: 2% target -> >= 1000 steps = 2 s of training."""
-    span = _span(steps=100, epochs=1, phase="checkpoint", count=20, each_ms=40)
+    span = _span(steps=2000, epochs=1, phase="checkpoint", count=400, each_ms=40)
     finding = checkpoint_frequency.rule(_ctx(span))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 1000}
-    assert "about 2 s of training" in finding.fix
+    assert finding.suggestion == {"every_n_steps": 1000, "at_end": True}
+    assert "about every 2 s of training" in finding.fix
+    assert finding.evidence["saves_after"] == 2
+
+
+# -- logging ---------------------------------------------------------------------------------
+
+
+def test_lightning_logging_is_at_most_the_fits_length_and_keeps_the_epoch_end_call() -> None:
+    """20 ms per call on each of 40 steps of 2 ms: 2000 needed, fit of 40 -> every 40."""
+    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=20)
+    shape = RunShape(max_epochs=1, batches_per_epoch=40)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert finding.suggestion == {"log_every_n_steps": 40}
+    assert finding.evidence["calls_after"] == 2  # step 40 and the epoch's end
+    assert finding.est_speedup_bound == "lower"
+
+
+def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_one() -> None:
+    """A loop validating (100 ms) once per 80-step epoch of 2 ms, four epochs: 13 epochs needed.
+    An epoch cannot know it is the last, so its finding counts its own run away; the run's
+    finding keeps the run after the last epoch."""
+    run = _span(steps=320, epochs=4, phase="validation", count=4, each_ms=100)
+    epoch = _span(steps=80, epochs=1, phase="validation", count=1, each_ms=100)
+    at_epoch = validation_frequency.rule(
+        _ctx(epoch, batches=80, epoch_steps=80, steps_before=160, first_epoch=2, run_span=run)
+    )
+    at_end = validation_frequency.rule(_ctx(run, batches=80, epoch_steps=80))
+    assert at_epoch is not None
+    assert at_end is not None
+    assert at_epoch.suggestion == at_end.suggestion
+    assert at_epoch.evidence["runs_after"] == 0
+    assert at_end.evidence["runs_after"] == 1
+    # one run is still 13.5% of the run: a quarter of the batches brings it near 5% (33.7 ms allowed)
+    assert at_end.suggestion["limit_val_batches"] == 0.25
+    assert at_end.est_saving_fraction == pytest.approx((400 - 25) / 1040, abs=1e-4)

@@ -47,6 +47,8 @@ def test_registry_lists_the_lightning_scenarios() -> None:
         "lightning_slow_logger",
         "lightning_frequent_validation",
         "lightning_frequent_checkpoint",
+        "lightning_one_epoch_validation",
+        "lightning_max_steps_checkpoint",
     ]
     assert set(scenarios.LIGHTNING) <= set(scenarios.ALL)
 

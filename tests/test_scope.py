@@ -172,6 +172,26 @@ def test_phases_between_epochs_count_for_the_run(tmp_path: Path, clocked: FakeCl
     assert fractions["validation"] == pytest.approx(0.5)
 
 
+def test_the_epochs_and_the_tail_after_the_last_one_add_up_to_the_run(tmp_path: Path, clocked: FakeClock) -> None:
+    """Two passes of 10 ms steps, each followed by a validation; the last one after the last pass."""
+    with StallScope(tmp_path, console=False) as scope:
+        for epoch in range(2):
+            for _ in scope.iter(TimedLoader(range(2), clocked)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(10)
+            with scope.phase("validation"):
+                clocked.advance_ms(30 if epoch == 0 else 200)
+    data = _read(tmp_path)
+    walls = [e["summary"]["wall_s"] for e in data["epochs"]]
+    assert data["summary"]["wall_s"] == pytest.approx(0.27)
+    # epoch 0's validation ran after its pass, so it counts in epoch 1; the last one is the tail
+    assert walls == pytest.approx([0.02, 0.05])
+    assert data["tail"]["wall_s"] == pytest.approx(0.2)
+    assert data["tail"]["phase_seconds"]["validation"] == pytest.approx(0.2)
+    assert sum(walls) + data["tail"]["wall_s"] == pytest.approx(data["summary"]["wall_s"])
+    assert any("0.20 s (74% of the run, mostly validation) came after the last epoch" in n for n in data["notes"])
+
+
 @pytest.mark.parametrize("name", ["", "   ", 42, None])
 def test_invalid_phase_names_raise(tmp_path: Path, name: Any) -> None:
     with StallScope(tmp_path, console=False) as scope, pytest.raises(ValueError, match="phase name"):

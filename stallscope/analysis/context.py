@@ -15,6 +15,40 @@ Framework = Literal["plain", "lightning"]
 
 
 @dataclass(frozen=True)
+class RunShape:
+    """How long the run will be and when it validates, where the framework says (Lightning's
+    Trainer, read at fit start and at each epoch start). None: not known."""
+
+    #: ``Trainer(max_epochs)``; None when unbounded
+    max_epochs: int | None = None
+    #: ``Trainer(max_steps)``; None when unbounded (Lightning's -1)
+    max_steps: int | None = None
+    #: ``Trainer(limit_train_batches)``: an int is batches, a float a fraction of the loader
+    limit_train_batches: int | float | None = None
+    #: training batches in one epoch (Lightning's ``num_training_batches``, after the limit)
+    batches_per_epoch: int | None = None
+    #: ``Trainer(check_val_every_n_epoch)``; None is Lightning's None (count batches across epochs)
+    check_val_every_n_epoch: int | None = 1
+    #: ``Trainer(val_check_interval)``: an int is batches, a float a fraction of the epoch
+    val_check_interval: int | float = 1.0
+    #: ``Trainer(limit_val_batches)``: an int is batches, a float a fraction of the loader
+    limit_val_batches: int | float = 1.0
+    #: batches in one validation run (all validation loaders), when known
+    val_batches: int | None = None
+
+    @property
+    def total_steps(self) -> int | None:
+        """Training steps the fit will run: ``max_steps`` or ``max_epochs`` whole epochs, the fewer."""
+        by_epochs = (
+            self.max_epochs * self.batches_per_epoch
+            if self.max_epochs is not None and self.batches_per_epoch is not None
+            else None
+        )
+        known = [n for n in (self.max_steps, by_epochs) if n is not None]
+        return min(known) if known else None
+
+
+@dataclass(frozen=True)
 class AnalysisConfig:
     """Thresholds of the diagnosis. All fractions are of wall time."""
 
@@ -72,3 +106,14 @@ class Context:
     cuda_device: CudaDevice | None = None
     #: the training precision when the framework says (Lightning's ``"32-true"``, ``"bf16-mixed"``…)
     precision: str | None = None
+    #: the run's length and validation schedule where the framework says; None in plain loops
+    shape: RunShape | None = None
+    #: steps in one whole epoch as they really ran (a loop that ``break``s runs fewer than
+    #: ``len(loader)``); None before an epoch has ended
+    epoch_steps: int | None = None
+    #: steps of the run before ``span`` (0 for the run; an epoch's offset), and its first epoch
+    steps_before: int = 0
+    first_epoch: int = 0
+    #: the run so far, when ``span`` is one of its epochs: the frequency rules take each phase's
+    #: cost from it, so that an epoch's finding and the run's agree on the setting
+    run_span: SpanStats | None = None

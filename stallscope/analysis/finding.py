@@ -8,6 +8,10 @@ from typing import Any, Literal
 
 Confidence = Literal["high", "medium", "low"]
 
+#: what ``est_speedup`` is (SPEC §3): the model's best guess, or a floor the fix should reach
+SpeedupBound = Literal["estimate", "lower"]
+SPEEDUP_BOUNDS: tuple[str, ...] = ("estimate", "lower")
+
 #: Every finding id of SPEC §4. Rules may only emit these.
 FINDING_IDS: frozenset[str] = frozenset(
     {
@@ -54,12 +58,17 @@ class Finding:
     suggestion: Mapping[str, Any] = field(default_factory=dict)
     #: a code snippet that applies the fix
     snippet: str = ""
+    #: ``"lower"`` when the fix only removes work, so ``est_speedup`` is a floor (removing it may
+    #: also speed up the steps around it, which the model does not count); else ``"estimate"``
+    est_speedup_bound: SpeedupBound = "estimate"
 
     def __post_init__(self) -> None:
         if self.id not in FINDING_IDS:
             raise ValueError(f"unknown finding id {self.id!r}")
         if not 0.0 <= self.est_saving_fraction <= 1.0:
             raise ValueError(f"est_saving_fraction must be in [0, 1], got {self.est_saving_fraction!r}")
+        if self.est_speedup_bound not in SPEEDUP_BOUNDS:
+            raise ValueError(f"est_speedup_bound must be one of {SPEEDUP_BOUNDS}, got {self.est_speedup_bound!r}")
 
 
 def speedup_for(saving_fraction: float) -> float:

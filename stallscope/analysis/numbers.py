@@ -25,3 +25,18 @@ def ms(seconds: float) -> float:
 def frac(value: float) -> float:
     """A fraction clamped to [0, 1] and rounded for the report."""
     return round(min(1.0, max(0.0, value)), 4)
+
+
+def nice_floor_fraction(value: float) -> float:
+    """The largest of 1, 0.5, 0.25, 0.2, 0.1, 0.05, 0.025, 0.02, 0.01, ... that is <= ``value``
+    (fractions people pick); 1.0 for anything from 1 up, at least 1e-6."""
+    if value >= 1:
+        return 1.0
+    scale = 1.0
+    while scale > 1e-6:
+        for mantissa in (0.5, 0.25, 0.2, 0.1):
+            candidate = round(mantissa * scale, 10)
+            if candidate <= value + 1e-12:
+                return candidate
+        scale /= 10
+    return 1e-6

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 
+from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.session import Session
 from stallscope.report.schema import EpochReport
@@ -247,6 +248,41 @@ def _first_loader(loaders: object) -> object | None:
         if found is not None:
             return found
     return None
+
+
+def _count(value: object) -> int | None:
+    """A non-negative whole number of Lightning's (an int, or a float like ``inf`` when it is not
+    known), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if value >= 0 else None
+
+
+def _limit(value: object, default: int | float) -> int | float:
+    """``limit_*_batches`` or ``val_check_interval``: an int or a float as Lightning keeps it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return value
+
+
+def run_shape(trainer: Any, batches: int | None = None) -> RunShape:
+    """The fit's length and validation schedule from the Trainer's settings (read once per fit
+    and once per epoch, never per step). ``batches``: training batches in an epoch, when known."""
+    every = getattr(trainer, "check_val_every_n_epoch", 1)
+    val_batches = getattr(trainer, "num_val_batches", None)
+    counted = [_count(v) for v in val_batches] if isinstance(val_batches, (list, tuple)) else []
+    return RunShape(
+        max_epochs=_count(getattr(trainer, "max_epochs", None)) or None,
+        max_steps=_count(getattr(trainer, "max_steps", None)),
+        limit_train_batches=_limit(getattr(trainer, "limit_train_batches", None), 1.0),
+        batches_per_epoch=batches,
+        check_val_every_n_epoch=every if isinstance(every, int) and not isinstance(every, bool) else None,
+        val_check_interval=_limit(getattr(trainer, "val_check_interval", None), 1.0),
+        limit_val_batches=_limit(getattr(trainer, "limit_val_batches", None), 1.0),
+        val_batches=sum(n for n in counted if n is not None) or None if counted else None,
+    )
 
 
 def _loader_count(loaders: object) -> int:
@@ -620,6 +656,7 @@ class _FitRun:
 
     def fit_start(self) -> None:
         self.attach()
+        self.session.shape = run_shape(self.trainer)
         if getattr(self.trainer, "fast_dev_run", False):
             self.session.note("fast_dev_run: a smoke test of a few batches; the numbers are not representative")
         self._set_top(_SETUP)  # train_dataloader() and the first iter() happen before on_train_start
@@ -686,7 +723,9 @@ class _FitRun:
         loader = inspect_loader(_first_loader(loaders))
         batches = getattr(self.trainer, "num_training_batches", None)
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
-        self.session.note_loader(loader, int(batches) if finite and batches is not None else None)
+        per_epoch = int(batches) if finite and batches is not None else None
+        self.session.note_loader(loader, per_epoch)
+        self.session.shape = run_shape(self.trainer, per_epoch)
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from rich.console import Console
 
 from stallscope._version import __version__
-from stallscope.analysis.context import AnalysisConfig, Context, Framework
+from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
 from stallscope.analysis.diagnose import diagnose
+from stallscope.analysis.disturbance import disturbance_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
@@ -28,6 +29,9 @@ from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanStats
+
+#: a tail at least this long (and 1% of the run) gets a note
+TAIL_NOTE_NS = 100_000_000
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
@@ -62,7 +66,13 @@ class Session:
         self.batches_per_epoch: int | None = None
         #: tensors per batch, counted in the first batch of each pass
         self.batch_tensors: int | None = None
+        #: the run's length and validation schedule, where the framework says (Lightning)
+        self.shape: RunShape | None = None
+        #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
+        self.epoch_steps: int | None = None
         self.epochs: list[EpochReport] = []
+        #: the time after the last epoch's end, set when the run finishes
+        self.tail: Summary | None = None
         self.notes: list[str] = []
         self.report: Report | None = None
         self._started_at = ""
@@ -120,11 +130,9 @@ class Session:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
-        epoch = EpochReport(
-            index=index,
-            summary=self.summarize(stats, signals),
-            findings=tuple(self.diagnose(stats, signals)),
-        )
+        if stats.steps > 0:
+            self.epoch_steps = max(self.epoch_steps or 0, stats.steps)
+        epoch = self._epoch_report(stats, signals, self.timeline.steps - stats.steps, index)
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
@@ -135,9 +143,36 @@ class Session:
         self.write(durable=False)
         return epoch
 
+    def _epoch_report(self, stats: SpanStats, signals: Signals, steps_before: int, index: int) -> EpochReport:
+        # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
+        context = self.context(
+            stats, signals, steps_before=steps_before, first_epoch=index, run_span=self.timeline.run_stats()
+        )
+        return EpochReport(index=index, summary=self.summarize(stats, signals), findings=tuple(diagnose(context)))
+
+    def _close_tail(self) -> None:
+        """The time after the last epoch's end (a validation or a save after the last pass, the
+        framework's wrap-up) is the report's ``tail``: the epochs and the tail add up to the run.
+        The clock stops here, so the run ends where the tail does."""
+        if not self.epochs or not self.timeline.started:
+            return
+        self.timeline.pause()  # first: the tail and the run end at the same instant
+        tail = self.timeline.end_epoch()
+        if tail.wall_ns <= 0:
+            return
+        self.tail = self.summarize(tail)
+        run_ns = self.timeline.run_stats().wall_ns
+        if run_ns > 0 and tail.wall_ns >= max(0.01 * run_ns, TAIL_NOTE_NS):
+            top = max(tail.phase_ns, key=lambda name: tail.phase_ns[name])
+            self.note(
+                f"{tail.wall_s:.2f} s ({tail.wall_ns / run_ns:.0%} of the run, mostly {top}) came after the last"
+                " epoch's end: it is in the run's time and in the report's tail, not in an epoch"
+            )
+
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self.signals.stop()
+        self._close_tail()
         report = self.build_report(complete=True)
         self.report = report
         if print_run:
@@ -147,7 +182,16 @@ class Session:
 
     # -- pieces --------------------------------------------------------------------------
 
-    def context(self, span: SpanStats, signals: Signals | None = None) -> Context:
+    def context(
+        self,
+        span: SpanStats,
+        signals: Signals | None = None,
+        *,
+        steps_before: int = 0,
+        first_epoch: int = 0,
+        run_span: SpanStats | None = None,
+    ) -> Context:
+        """What the rules see of ``span``: the run (the defaults) or one of its epochs."""
         signals = signals if signals is not None else Signals()
         return Context(
             span=span,
@@ -162,6 +206,11 @@ class Session:
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
             precision=self.precision,
+            shape=self.shape,
+            epoch_steps=self.epoch_steps,
+            steps_before=steps_before,
+            first_epoch=first_epoch,
+            run_span=run_span,
         )
 
     def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
@@ -182,6 +231,9 @@ class Session:
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)
+        busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
+        if busy is not None:
+            self.note(busy)
         return Report(
             run=RunInfo(
                 started_at=self._started_at,
@@ -198,6 +250,7 @@ class Session:
             findings=tuple(self.diagnose(run_stats, signals)),
             notes=tuple(self.notes),
             complete=complete,
+            tail=self.tail,
         )
 
     def print(

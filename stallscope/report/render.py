@@ -36,7 +36,8 @@ def _headline(summary: Summary, device: str | None) -> str:
 
 
 def _gain(f: Finding) -> str:
-    return f"x{f.est_speedup:.2f} faster (saves {f.est_saving_fraction:.0%} of wall time)"
+    floor = "at least " if f.est_speedup_bound == "lower" else ""  # SPEC §3: a floor reads "at least x5.2"
+    return f"{floor}x{f.est_speedup:.2f} faster (saves {f.est_saving_fraction:.0%} of wall time)"
 
 
 def render_panel(

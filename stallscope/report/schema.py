@@ -108,6 +108,8 @@ class Report:
     #: True once the scope has exited; False in reports written at epoch ends
     complete: bool = False
     schema_version: int = SCHEMA_VERSION
+    #: the time after the last epoch's end (final reports): the epochs and the tail add up to the run
+    tail: Summary | None = None
 
     def finding(self, finding_id: str) -> Finding | None:
         """The run-level finding with ``finding_id``, if any."""
@@ -138,6 +140,7 @@ def finding_to_dict(f: Finding) -> dict[str, Any]:
             "title": f.title,
             "est_saving_fraction": f.est_saving_fraction,
             "est_speedup": f.est_speedup,
+            "est_speedup_bound": f.est_speedup_bound,
             "confidence": f.confidence,
             "evidence": dict(f.evidence),
             "fix": f.fix,
@@ -194,6 +197,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             ],
             "findings": [finding_to_dict(f) for f in r.findings],
             "notes": list(r.notes),
+            **({"tail": summary_to_dict(r.tail)} if r.tail is not None else {}),
         }
     )
 
@@ -243,6 +247,7 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
     confidence = d.get("confidence", "medium")
+    bound = d.get("est_speedup_bound", "estimate")  # reports written before it existed: estimates
     try:
         return Finding(
             id=_req(d, "id", str, where),
@@ -254,6 +259,7 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
             fix=str(d.get("fix", "")),
             suggestion=_opt_map(d, "suggestion", where) or {},
             snippet=str(d.get("snippet", "")),
+            est_speedup_bound=bound,
         )
     except ValueError as exc:
         raise ReportError(f"{where}: {exc}") from None
@@ -367,4 +373,5 @@ def report_from_dict(d: Any) -> Report:
         ),
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
         notes=tuple(str(n) for n in _opt_list(d, "notes", "report")),
+        tail=summary_from_dict(d["tail"], "report.tail") if d.get("tail") is not None else None,
     )

@@ -22,13 +22,14 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from stallscope.signals.descendants import ProcDescendants
 from stallscope.signals.host import usable_cores
-from stallscope.signals.procfs import DiskReads, meminfo
+from stallscope.signals.procfs import DiskReads, machine_cpu, meminfo
 from stallscope.signals.sampler import Clock, PeriodicSampler
 
 #: the list of descendants is refreshed at most every ``SCAN_BUDGET_FACTOR`` times what a
@@ -106,6 +107,10 @@ class HostSummary:
     mem_stall_full_s: float | None
     #: machine-wide disk read rate, bytes per second
     disk_read_bytes_per_s: float | None
+    #: cores busy with processes outside this process tree, on average (the machine's busy cores
+    #: less this tree's), and the machine's cores; None when the machine's CPU was not read
+    others_cores: float | None = None
+    machine_cores: int | None = None
 
     @property
     def main_cores(self) -> float:
@@ -144,6 +149,8 @@ class _Tally:
         self.stall_full: float | None = None
         self.disk_bytes = 0
         self.disk_ns = 0
+        self.others_cpu = 0.0
+        self.others_ns = 0
 
 
 class HostSampler(PeriodicSampler[HostSummary, HostSample]):
@@ -159,8 +166,17 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         cores: int | None = None,
         clock: Clock = time.perf_counter_ns,
         slow_interval_s: float = 1.0,
+        machine: Callable[[], tuple[float, int] | None] | None = None,
     ) -> None:
+        """``machine``: (busy CPU seconds of the whole machine, its cores), read on the slow ticks;
+        by default ``/proc/stat`` when the probe is the real one, nothing with a scripted probe."""
         super().__init__(interval_s=interval_s, clock=clock)
+        self._machine = machine if machine is not None or probe is not None else machine_cpu
+        self._last_machine: float | None = None
+        self._last_machine_ns = 0
+        self._machine_cores: int | None = None
+        #: this process tree's CPU seconds since the last reading of the machine's
+        self._own_since_machine = 0.0
         self._probe = probe
         self._cores = cores
         self._slow_ns = int(slow_interval_s * 1e9)
@@ -198,9 +214,25 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
                     self._tracked[pid] = (cpu, direct)  # existed before: only later CPU counts
             self._last_disk = probe.disk_read_bytes()
             self._last_disk_ns = now
+            self._read_machine(now)
             self._last_ns = now
             self._win = _Tally(now)
             self._all = _Tally(now)
+
+    def _read_machine(self, now_ns: int) -> tuple[float, int] | None:
+        """(busy CPU seconds of the machine, ns) since the last reading (None the first time, or
+        when it cannot be read); this process tree's CPU since then starts again from 0."""
+        reading = self._machine() if self._machine is not None else None
+        self._own_since_machine = 0.0
+        last, last_ns = self._last_machine, self._last_machine_ns
+        if reading is None:
+            self._last_machine = None
+            return None
+        busy, self._machine_cores = reading
+        self._last_machine, self._last_machine_ns = busy, now_ns
+        if last is None or now_ns <= last_ns:
+            return None
+        return max(0.0, busy - last), now_ns - last_ns
 
     def _require_probe(self) -> HostProbe:
         if self._probe is None:
@@ -247,7 +279,12 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         main = max(0.0, own - last_own)
         disk_delta: int | None = None
         disk_dt = 0
+        self._own_since_machine += main + workers
+        others: tuple[float, int] | None = None
         if slow:
+            own = self._own_since_machine
+            machine = self._read_machine(now_ns)
+            others = None if machine is None else (max(0.0, machine[0] - own), machine[1])
             disk = probe.disk_read_bytes()
             if disk is not None and self._last_disk is not None and self._last_disk_ns is not None:
                 disk_delta, disk_dt = disk - self._last_disk, now_ns - self._last_disk_ns
@@ -270,6 +307,9 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             if disk_delta is not None and disk_delta >= 0:
                 t.disk_bytes += disk_delta
                 t.disk_ns += disk_dt
+            if others is not None:
+                t.others_cpu += others[0]
+                t.others_ns += others[1]
             if memory is not None:
                 t.rss_max = max(t.rss_max or 0, memory.rss)
                 t.avail_min = memory.available if t.avail_min is None else min(t.avail_min, memory.available)
@@ -323,6 +363,8 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             mem_stall_some_s=t.stall_some,
             mem_stall_full_s=t.stall_full,
             disk_read_bytes_per_s=t.disk_bytes / (t.disk_ns / 1e9) if t.disk_ns > 0 else None,
+            others_cores=t.others_cpu / (t.others_ns / 1e9) if t.others_ns > 0 else None,
+            machine_cores=self._machine_cores if t.others_ns > 0 else None,
         )
 
 

@@ -72,3 +72,23 @@ def meminfo(path: Path = Path("/proc/meminfo")) -> tuple[int, int] | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def machine_cpu(path: Path = Path("/proc/stat")) -> tuple[float, int] | None:
+    """(CPU seconds the whole machine spent busy since boot, its online cores) from
+    ``/proc/stat``: user, nice, system, irq, softirq and steal time of all cores (idle and
+    iowait are not busy). None where the file is missing or unexpected."""
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().splitlines()
+        fields = lines[0].split()
+        if fields[0] != b"cpu":
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+        cores = sum(1 for line in lines if line.startswith(b"cpu") and line[3:4].isdigit())
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    if ticks <= 0 or cores <= 0:
+        return None
+    return (user + nice + system + irq + softirq + steal) / ticks, cores

@@ -1,9 +1,13 @@
 """Shared model of the three "do it less often" rules (checkpoint, logging, validation).
 
-A phase that happens ``n`` times in ``S`` steps and takes ``d`` seconds each costs ``n * d`` of
-the wall time. Done every ``K`` steps instead, it costs ``S / K * d``. ``K`` is the smallest
-round interval (1, 2, 5, 10, 20, 50, ...) at which the phase takes at most ``target_share`` of a
-step's time; the prediction is the difference.
+A phase that runs ``n`` times in a span and takes ``d`` seconds each costs ``n * d`` of its wall
+time. ``needed`` is the interval, in steps, at which the phase would take ``target_share`` of a
+step's time (``d / (target_share * step)``); each rule turns it into a setting the run can take
+(a round number of steps, whole epochs, never longer than the run where its length is known),
+counts the whole runs of the phase the span would really have with that setting, and predicts the
+difference. ``d`` and the step time come from the run so far when the span is one of its epochs,
+so an epoch's finding and the run's give the same setting unless the data differ. See
+docs/predictions.md.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from dataclasses import dataclass
 from stallscope.analysis.context import Context
 from stallscope.analysis.numbers import frac, ms, nice_ceil
 
+#: a setting is good enough when the phase's share after it is within this factor of the target
+#: (intervals are rounded; a lever beyond the interval is offered only when it is clearly needed)
+TARGET_SLACK = 1.5
+
 
 @dataclass(frozen=True)
 class FrequencyEstimate:
@@ -21,18 +29,23 @@ class FrequencyEstimate:
     phase: str
     #: times the phase ran in the span
     count: int
-    #: mean duration of one run of the phase, seconds
+    #: mean duration of one run of the phase, seconds (over the run so far)
     each_s: float
     #: steps between runs now
     interval_now: float
-    #: suggested steps between runs
+    #: suggested steps between runs: ``needed`` rounded up to 1, 2, 5, 10, 20, 50, ...
     interval: int
-    #: fraction of wall time recovered
+    #: fraction of the span's wall time recovered at ``interval`` (whole runs, span's position)
     saving: float
     #: share of wall time the phase takes now
     share_now: float
-    #: mean step time without the phase, seconds
+    #: mean step time without the phase, seconds (over the run so far)
     step_without_s: float
+    #: steps between runs at which the phase would take the target share
+    needed: float = 0.0
+    #: wall time of the span and the phase's time in it, seconds
+    wall_s: float = 0.0
+    phase_s: float = 0.0
 
     def evidence(self) -> dict[str, float | int | str]:
         return {
@@ -44,6 +57,49 @@ class FrequencyEstimate:
             "step_without_ms": ms(self.step_without_s),
         }
 
+    def saving_for(self, runs_after: int, each_after_s: float | None = None) -> float:
+        """Fraction of the span's wall time recovered when the phase runs ``runs_after`` times,
+        ``each_after_s`` seconds each (default: as long as now)."""
+        each = self.each_s if each_after_s is None else each_after_s
+        if self.wall_s <= 0:
+            return 0.0
+        return frac((self.phase_s - runs_after * each) / self.wall_s)
+
+    def share_for(self, steps: int, runs: int, each_after_s: float | None = None) -> float:
+        """Share of the time the phase would take over ``steps`` training steps with ``runs`` runs."""
+        each = self.each_s if each_after_s is None else each_after_s
+        phase = runs * each
+        total = steps * self.step_without_s + phase
+        return phase / total if total > 0 else 0.0
+
+
+def runs_every(steps_before: int, steps: int, k: int) -> int:
+    """Runs of ``if step % k == 0`` (steps counted from 1) among steps ``steps_before + 1`` ..
+    ``steps_before + steps``."""
+    if k <= 0 or steps <= 0:
+        return 0
+    return (steps_before + steps) // k - steps_before // k
+
+
+def epoch_pieces(steps_before: int, steps: int, per_epoch: int) -> list[tuple[int, int, int]]:
+    """The span's steps cut at epoch ends, all epochs ``per_epoch`` steps long:
+    ``(epoch index, steps of the epoch before the piece, steps in the piece)``."""
+    pieces: list[tuple[int, int, int]] = []
+    if per_epoch <= 0 or steps <= 0:
+        return pieces
+    at, end = steps_before, steps_before + steps
+    while at < end:
+        epoch, into = divmod(at, per_epoch)
+        n = min(per_epoch - into, end - at)
+        pieces.append((epoch, into, n))
+        at += n
+    return pieces
+
+
+def span_steps(ctx: Context) -> tuple[int, int]:
+    """(steps before the span, steps in it)."""
+    return ctx.steps_before, ctx.span.steps
+
 
 def estimate(ctx: Context, phase: str, target_share: float) -> FrequencyEstimate | None:
     """How much running ``phase`` less often would save, or None when it would not."""
@@ -52,21 +108,42 @@ def estimate(ctx: Context, phase: str, target_share: float) -> FrequencyEstimate
     total_ns = span.phase_ns.get(phase, 0)
     if count == 0 or span.steps == 0 or total_ns <= 0 or span.wall_ns <= 0 or target_share <= 0:
         return None
-    each_s = total_ns / count / 1e9
-    step_without_s = max(1e-9, (span.wall_ns - total_ns) / span.steps / 1e9)
+    # the cost of one run and of a step: from the run so far when it has more of them
+    pool = span
+    run = ctx.run_span
+    if run is not None and run.phase_counts.get(phase, 0) >= count and run.steps >= span.steps:
+        pool = run
+    pool_ns = pool.phase_ns.get(phase, 0)
+    each_s = pool_ns / pool.phase_counts[phase] / 1e9
+    step_without_s = max(1e-9, (pool.wall_ns - pool_ns) / pool.steps / 1e9)
     interval_now = span.steps / count
-    interval = nice_ceil(each_s / (target_share * step_without_s))
+    needed = each_s / (target_share * step_without_s)
+    interval = nice_ceil(needed)
     if interval <= interval_now:
         return None
-    after_s = span.steps / interval * each_s
-    saving = frac((total_ns / 1e9 - after_s) / span.wall_s)
-    return FrequencyEstimate(
+    est = FrequencyEstimate(
         phase=phase,
         count=count,
         each_s=each_s,
         interval_now=interval_now,
         interval=interval,
-        saving=saving,
+        saving=0.0,
         share_now=total_ns / span.wall_ns,
         step_without_s=step_without_s,
+        needed=needed,
+        wall_s=span.wall_s,
+        phase_s=total_ns / 1e9,
     )
+    before, steps = span_steps(ctx)
+    return FrequencyEstimate(
+        **{**vars(est), "saving": est.saving_for(runs_every(before, steps, interval))},
+    )
+
+
+def training_time(seconds: float) -> str:
+    """A stretch of training time in readable units: "6 s", "4 min", "250 ms"."""
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    if seconds >= 1:
+        return f"{seconds:.0f} s"
+    return f"{seconds * 1e3:.0f} ms"

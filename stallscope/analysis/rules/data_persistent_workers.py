@@ -51,4 +51,5 @@ def rule(ctx: Context) -> Finding | None:
         fix=f"Set persistent_workers=True on {where} so its {loader.num_workers} workers outlive the epoch.",
         suggestion={"persistent_workers": True},
         snippet=f"DataLoader(dataset, num_workers={loader.num_workers}, persistent_workers=True)",
+        est_speedup_bound="lower",  # the fix only removes the re-spawns
     )

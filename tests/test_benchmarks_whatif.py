@@ -1,0 +1,74 @@
+"""The mechanics of ``benchmarks/whatif.py``: suggestions applied whole, phases kept, limits."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "whatif.py"
+
+
+@pytest.fixture(scope="module")
+def whatif() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("whatif", PATH)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["whatif"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _scenario(**_: Any) -> ModuleType:
+    module = ModuleType("fake_scenario")
+
+    def run(*, report_dir: str, console: bool, every_n_steps: int = 5, at_end: bool = False) -> None:
+        return None
+
+    module.run = run  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_suggestion_is_applied_whole_or_not_at_all(whatif: ModuleType) -> None:
+    scenario = _scenario()
+    assert whatif.settings_for(scenario, {"every_n_steps": 100, "at_end": True}) == {
+        "every_n_steps": 100,
+        "at_end": True,
+    }
+    # one key the scenario cannot take: nothing is applied, not the rest of it
+    assert whatif.settings_for(scenario, {"every_n_steps": 100, "async_save": True}) is None
+
+
+@pytest.mark.parametrize(
+    ("predicted", "realized", "bound", "holds"),
+    [
+        (1.29, 1.0, "estimate", True),
+        (1.31, 1.0, "estimate", False),
+        (0.71, 1.0, "estimate", True),
+        (0.69, 1.0, "estimate", False),
+        (5.0, 9.8, "lower", True),  # a floor may be well under what happened
+        (4.8, 9.8, "lower", False),  # ... but not under half of it
+        (11.2, 9.8, "lower", True),  # nor much over it
+        (11.3, 9.8, "lower", False),
+    ],
+)
+def test_estimates_within_30_percent_floors_between_half_and_115_percent(
+    whatif: ModuleType, predicted: float, realized: float, bound: str, holds: bool
+) -> None:
+    assert whatif.judge(predicted, realized, bound)[0] is holds
+
+
+def _report(**phase_seconds: float) -> Any:
+    return SimpleNamespace(summary=SimpleNamespace(phase_seconds=phase_seconds))
+
+
+def test_a_phase_that_ran_before_must_still_run_after(whatif: ModuleType) -> None:
+    before = _report(validation=2.0, checkpoint=1.0)
+    assert whatif.turned_off(before, _report(validation=0.1, checkpoint=0.2)) == []
+    assert whatif.turned_off(before, _report(validation=0.0, checkpoint=0.2)) == ["validation"]
+    assert whatif.turned_off(_report(validation=0.0), _report()) == []  # nothing to keep

@@ -1,0 +1,67 @@
+"""Advice that fits the run: the planted cause ranks first, and its suggestion, applied whole
+to the same run, still validates or saves at least once in it (SPEC §3)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+pytestmark = [
+    pytest.mark.scenario,
+    # Lightning 2.6 builds torch's ``LeafSpec``, which torch 2.13 deprecates; harmless here
+    pytest.mark.filterwarnings(r"ignore:.isinstance.treespec, LeafSpec.. is deprecated:FutureWarning"),
+]
+
+
+def _before_and_after(name: str, tmp_path: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """The scenario at its small size, then again with its top finding's suggestion (all keys)."""
+    module = importlib.import_module(name)
+    before = module.run(report_dir=str(tmp_path / "before"), console=False, **module.SMALL)
+    assert before.findings, f"{name}: no finding; phases {before.summary.phase_fractions}"
+    top = before.findings[0]
+    assert top.id == module.EXPECTED, f"{name}: ranking {[f.id for f in before.findings]}"
+    suggestion = dict(top.suggestion)
+    # the epochs and what came after the last one (a save, the wrap-up) add up to the run
+    tail = before.tail.wall_s if before.tail is not None else 0.0
+    assert sum(e.summary.wall_s for e in before.epochs) + tail == pytest.approx(before.summary.wall_s, abs=1e-5)
+    after = module.run(report_dir=str(tmp_path / "after"), console=False, **{**module.SMALL, **suggestion})
+    return before, after, suggestion
+
+
+def test_a_one_epoch_fit_with_heavy_validation_keeps_one_validation(tmp_path: Path) -> None:
+    before, after, suggestion = _before_and_after("lightning_one_epoch_validation", tmp_path)
+    # any interval in epochs would never validate in a one-epoch fit
+    assert suggestion.get("check_val_every_n_epoch", 1) == 1
+    assert suggestion["val_check_interval"] == 1.0
+    assert before.findings[0].evidence["runs_in_fit_after"] == 1
+    assert after.summary.phase_seconds["validation"] > 0, "the applied suggestion validated nothing"
+    assert after.summary.phase_seconds["validation"] < before.summary.phase_seconds["validation"]
+
+
+def test_a_max_steps_fit_that_checkpoints_often_keeps_one_save(tmp_path: Path) -> None:
+    before, after, suggestion = _before_and_after("lightning_max_steps_checkpoint", tmp_path)
+    max_steps = 50  # SMALL's
+    assert before.summary.steps == max_steps
+    assert 5 < suggestion["every_n_steps"] <= max_steps
+    assert before.findings[0].evidence["saves_in_fit_after"] >= 1
+    assert after.summary.phase_seconds["checkpoint"] > 0, "the applied suggestion saved nothing"
+    assert after.summary.phase_seconds["checkpoint"] < before.summary.phase_seconds["checkpoint"]
+
+
+def test_a_plain_loop_whose_interval_exceeds_the_run_still_saves_at_the_end(tmp_path: Path) -> None:
+    before, after, suggestion = _before_and_after("short_blocking_checkpoint", tmp_path)
+    top = before.findings[0]
+    assert suggestion["every_n_steps"] > before.summary.steps  # longer than what was seen
+    assert suggestion["at_end"] is True
+    assert top.evidence["saves_after"] == 1
+    assert f"The {before.summary.steps} steps seen so far are fewer than" in top.fix
+    assert top.est_speedup_bound == "lower"
+    assert after.summary.phase_seconds["checkpoint"] > 0, "the applied suggestion saved nothing"
+    assert after.summary.phase_seconds["checkpoint"] < before.summary.phase_seconds["checkpoint"]
