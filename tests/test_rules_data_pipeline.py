@@ -125,3 +125,27 @@ def test_diagnose_ranks_and_filters_by_min_saving() -> None:
     assert savings == sorted(savings, reverse=True)
     strict = Context(span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(min_saving=0.99))
     assert diagnose(strict) == []
+
+
+def test_data_workers_lowers_workers_whose_hand_over_costs_more_than_the_batch() -> None:
+    from test_analysis_loop_model import handed_over
+
+    context = handed_over(probe_s=0.3e-3)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 0}
+    model = build_loop_model(context)
+    assert model is not None
+    assert finding.est_saving_fraction == pytest.approx(model.predict_saving_s(0) / context.span.wall_s, abs=1e-4)
+    # 200 steps of 2.5 ms become 1.3 ms: nearly x1.9
+    assert 1.7 < finding.est_speedup < 2.0
+    assert "from 2 to 0" in finding.fix
+    assert "0.30 ms" in finding.fix  # the in-process batch, printed with its digits
+    assert finding.evidence["load_source"] == "probe"
+
+
+def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -> None:
+    """Two workers on two cores, the wait is the hand-over itself: more workers cannot help."""
+    from test_analysis_loop_model import handed_over
+
+    assert data_workers.rule(handed_over(probe_s=None)) is None

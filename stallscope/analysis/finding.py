@@ -12,6 +12,7 @@ Confidence = Literal["high", "medium", "low"]
 FINDING_IDS: frozenset[str] = frozenset(
     {
         "data.workers",
+        "data.batch_indexing",
         "data.pin_memory",
         "data.prefetch",
         "data.persistent_workers",

@@ -1,9 +1,12 @@
-"""``data.workers``: the loader cannot keep up and more worker processes would.
+"""``data.workers``: the wrong number of loader workers, too few or too many.
 
-Uses the loop model (``analysis/loop_model.py``): finds the fewest workers that reach the best
-step time the cores allow, and predicts the saving from the step time at that count. Never
-suggests more workers than the usable cores when loading is CPU work; when batches wait on I/O
-latency (little CPU per batch), up to ``io_workers_per_core`` per core.
+Uses the loop model (``analysis/loop_model.py``): finds the fewest workers, from none up, that
+reach the best step time the cores allow, and predicts the saving from the step time at that
+count. Too few: the loader cannot keep up and more processes would. Too many: handing each batch
+over from a worker (pickling, shared memory, unpickling) costs the training process more than
+making the batch itself, as with an in-memory dataset; fewer workers, often none, are faster.
+Never suggests more workers than the usable cores when loading is CPU work; when batches wait on
+I/O latency (little CPU per batch), up to ``io_workers_per_core`` per core.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import build_loop_model
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
 ID = "data.workers"
@@ -30,14 +33,18 @@ def rule(ctx: Context) -> Finding | None:
         return None
     io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
-    suggested = model.best_workers(min(cap, 64))
-    if suggested <= model.workers:
+    # with workers, fewer (down to none) may win: the hand-over then costs more than it hides.
+    # Without a probe, a batch's in-process cost is the workers' rate less the hand-over, an upper
+    # bound, so a suggestion to lower stays on the safe side.
+    suggested = model.best_workers(min(cap, 64), lowest=0 if model.workers > 0 else 1)
+    if suggested == model.workers or (model.workers == 0 and suggested < 1):
         return None
+    fewer = suggested < model.workers
     # Training on the CPU itself: its intra-op threads and the workers share the cores. The
     # suggestion then also lowers torch's threads so both fit, and the prediction assumes that
     # the compute runs on those fewer threads (its CPU time per step spread over them).
     threads: int | None = None
-    if ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores:
+    if not fewer and ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores:
         threads = max(1, ctx.cores - suggested)
         model = replace(model, consumer_s=max(model.consumer_s, model.main_cpu_s / threads))
         if model.predict_step_s(suggested) >= model.step_s:
@@ -59,6 +66,13 @@ def rule(ctx: Context) -> Finding | None:
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
             "prepared in parallel with training."
         )
+    elif fewer:
+        fix = (
+            f"Lower num_workers of {where} from {model.workers} to {suggested}: receiving a batch from a "
+            f"worker costs the training process {fmt_ms(model.transfer_main_s)} (unpickling, shared memory) "
+            f"and the worker {fmt_ms(model.transfer_worker_s)} more, while making it in-process takes "
+            f"{'at most ' if model.load_source == 'production' else ''}{fmt_ms(model.load_s)}."
+        )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
     if threads is not None:
@@ -70,7 +84,12 @@ def rule(ctx: Context) -> Finding | None:
         suggestion["torch_num_threads"] = threads
     return Finding(
         id=ID,
-        title=f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})",
+        title=(
+            f"Handing batches over from {model.workers} workers costs more than making them: training waits "
+            f"{fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
+            if fewer
+            else f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})"
+        ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="low" if threads is not None else "high" if model.load_cpu_measured else "medium",
@@ -85,7 +104,12 @@ def rule(ctx: Context) -> Finding | None:
             "main_cpu_per_step_ms": ms(model.main_cpu_s),
             "usable_cores": ctx.cores,
             "compute_threads": ctx.compute_threads,
+            "load_source": model.load_source,
             "transfer_per_batch_ms": ms(model.transfer_s),
+            "transfer_main_per_batch_ms": ms(model.transfer_main_s),
+            "transfer_worker_per_batch_ms": ms(model.transfer_worker_s),
+            "batch_tensors": ctx.batch_tensors,
+            "batch_bytes": ctx.batch_bytes,
             "step_ms": ms(model.step_s),
             "predicted_step_ms": ms(predicted),
             # the saving also pays for each pass's worker start-up (spawn, first batch, shutdown)
