@@ -16,6 +16,9 @@ PLAIN = [
     "respawned_workers",
     "frequent_validation",
     "healthy",
+    "in_memory_inline",
+    "in_memory_one_worker",
+    "in_memory_two_workers",
 ]
 
 LIGHTNING: list[str] = [
