@@ -131,12 +131,19 @@ def test_the_hand_over_grows_with_tensors_and_bytes() -> None:
     )
 
 
-def handed_over(*, probe_s: float | None, wait_ms: float = 1.5) -> Context:
+def handed_over(*, probe_s: float | None, wait_ms: float = 1.5, compute_cpu_ms: float = 1.0) -> Context:
     """Two workers on 2 cores, 200 steps: 1 ms of compute, then ``wait_ms`` in ``next()`` every step
-    (batches already queued: the wait is the training process's side of the hand-over)."""
+    (batches already queued: the wait is the training process's side of the hand-over, CPU work)."""
     from signal_fakes import record_span
 
-    span = record_span(steps=200, data_ms=wait_ms, compute_ms=1.0, in_process=False)
+    span = record_span(
+        steps=200,
+        data_ms=wait_ms,
+        data_cpu_ms=wait_ms,
+        compute_ms=1.0,
+        compute_cpu_ms=compute_cpu_ms,
+        in_process=False,
+    )
     return Context(
         span=span,
         loader=loader(2),
@@ -171,3 +178,11 @@ def test_without_a_probe_the_production_rate_bounds_the_batch_from_above() -> No
     assert model.load_source == "production"
     assert model.load_s == pytest.approx(2 * 2.5e-3 - XW)
     assert model.best_workers(2, lowest=0) > 0  # the bound is too high to say fewer
+
+
+def test_a_loaded_host_scales_the_probe_by_the_training_process_share_of_a_core() -> None:
+    """Compute took 1 ms of wall time for 0.5 ms of CPU: the busy wall time per step (1 ms + the
+    1.3 ms hand-over) over the process's CPU per step (1.5 + 0.5 ms) scales the probe."""
+    model = build_loop_model(handed_over(probe_s=0.3e-3, compute_cpu_ms=0.5))
+    assert model is not None
+    assert model.load_s == pytest.approx(0.3e-3 * (1.0 + 1.3) / (1.5 + 0.5))

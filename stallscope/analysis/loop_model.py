@@ -53,6 +53,8 @@ MAIN_TRANSFER_PER_BYTE_S = 0.15e-9
 WORKER_TRANSFER_BASE_S = 0.55e-3
 WORKER_TRANSFER_PER_TENSOR_S = 0.17e-3
 WORKER_TRANSFER_PER_BYTE_S = 0.8e-9
+#: most the probe's in-process batch time is scaled up for a loaded host (wall over CPU time)
+MAX_CONTENTION = 4.0
 #: tensors assumed per batch when they were not counted
 DEFAULT_BATCH_TENSORS = 2
 #: start-up plus shutdown of a pass with workers, besides its first batch: base + per worker
@@ -211,7 +213,12 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         # each costing a worker P + x_w; a loop bound by x_m does not, so this is an upper bound
         production_s = max(0.0, workers * (consumer_s + wait_s) - x_worker)
         if ctx.in_process_batch_s is not None:
-            load_s, source = min(ctx.in_process_batch_s, production_s), "probe"
+            # the probe ran for a few milliseconds, rarely preempted; in the loop the training
+            # process gets the share of a core the host leaves it: its busy wall time per step
+            # over its CPU time (at least 1) scales the probe to that share
+            busy_wall_s = consumer_s + x_main
+            share = min(MAX_CONTENTION, busy_wall_s / process_cpu_s) if process_cpu_s > 0 else 1.0
+            load_s, source = min(ctx.in_process_batch_s * max(1.0, share), production_s), "probe"
             load_cpu_s, measured = load_s, True  # an in-memory batch is CPU work
         else:
             load_s, source = production_s, "production"
