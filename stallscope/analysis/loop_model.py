@@ -26,9 +26,10 @@ The model predicts both ways. From ``num_workers=0`` it knows c, P and P_cpu (me
 estimates x_m and x_w from the batch's tensors and bytes (counted in each pass's first batch).
 From N workers it knows c and the wait; x_m is estimated the same way and capped by the fastest
 waits (a batch already queued still costs x_m); P comes, best first, from one batch of an
-in-memory ``TensorDataset`` timed in-process at a pass start (``signals.loader.probe_batch_s``),
-or from the workers' production rate (an upper bound: a loop bound by x_m leaves its workers
-idle part of the time). When x_m + c exceeds c + P, fewer workers (down to none) win.
+in-memory ``TensorDataset`` timed in-process at a pass start (``signals.loader.probe_batch_s``,
+scaled by the training process's share of a core on a loaded host), or from the workers'
+production rate (an upper bound: a loop bound by x_m leaves its workers idle part of the time).
+When x_m + c exceeds c + P, fewer workers (down to none) win.
 
 The constants below were measured on a 2-core x86-64 box with torch 2.13 (``benchmarks/handoff.py``
 measures them, ``benchmarks/whatif.py`` checks the predictions they make; method and numbers in
@@ -162,6 +163,10 @@ class LoopModel:
             after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (self.load_s + self.consumer_s)
         else:
             after_overhead = passes * self.predict_pass_overhead_s(workers)
+        if workers > 0 and self.workers > 0:
+            # another count of workers still pays the start-up measured now (spawning, a slow
+            # worker_init_fn): only none at all, or persistent workers, remove it
+            after_overhead = max(after_overhead, self.pass_overhead_s)
         after = self.steps * self.predict_step_s(workers) + after_overhead
         return now - after
 
