@@ -17,6 +17,9 @@ PLAIN = [
     "frequent_validation",
     "healthy",
     "short_blocking_checkpoint",
+    "in_memory_inline",
+    "in_memory_one_worker",
+    "in_memory_two_workers",
 ]
 
 LIGHTNING: list[str] = [

@@ -6,10 +6,14 @@ import pytest
 
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.loop_model import (
+    MAIN_TRANSFER_BASE_S,
+    MAIN_TRANSFER_PER_BYTE_S,
+    MAIN_TRANSFER_PER_TENSOR_S,
     PASS_START_BASE_S,
     PASS_START_PER_WORKER_S,
-    TRANSFER_BASE_S,
-    TRANSFER_PER_TENSOR_S,
+    WORKER_TRANSFER_BASE_S,
+    WORKER_TRANSFER_PER_BYTE_S,
+    WORKER_TRANSFER_PER_TENSOR_S,
     build_loop_model,
 )
 from stallscope.signals.loader import LoaderConfig
@@ -50,6 +54,11 @@ def ctx(span: SpanStats, *, cores: int = 2, workers: int = 0, tensors: int = 2) 
     return Context(span=span, loader=loader(workers), cores=cores, config=AnalysisConfig(), batch_tensors=tensors)
 
 
+#: the hand-over of a batch of two tensors of unknown size: in the training process, in the worker
+XM = MAIN_TRANSFER_BASE_S + 2 * MAIN_TRANSFER_PER_TENSOR_S
+XW = WORKER_TRANSFER_BASE_S + 2 * WORKER_TRANSFER_PER_TENSOR_S
+
+
 def test_costs_are_read_from_the_span() -> None:
     model = build_loop_model(ctx(starved_span()))
     assert model is not None
@@ -60,18 +69,18 @@ def test_costs_are_read_from_the_span() -> None:
     assert model.load_cpu_s == pytest.approx(0.008)
     assert model.load_cpu_measured
     assert model.main_cpu_s == pytest.approx(0.002)
-    assert model.transfer_s == pytest.approx(TRANSFER_BASE_S + 2 * TRANSFER_PER_TENSOR_S)
+    assert model.transfer_main_s == pytest.approx(XM)
+    assert model.transfer_worker_s == pytest.approx(XW)
     assert model.starved
 
 
 def test_step_time_is_the_slowest_of_consumer_workers_and_cores() -> None:
     model = build_loop_model(ctx(starved_span()))
     assert model is not None
-    x = TRANSFER_BASE_S + 2 * TRANSFER_PER_TENSOR_S
     assert model.predict_step_s(0) == pytest.approx(0.010)
-    assert model.predict_step_s(1) == pytest.approx(0.008 + x)  # one worker: its production rate
-    cpu_bound = (0.002 + 0.008 + 2 * x) / 2  # all CPU work over 2 cores
-    assert model.predict_step_s(2) == pytest.approx(max((0.008 + x) / 2, cpu_bound))
+    assert model.predict_step_s(1) == pytest.approx(0.008 + XW)  # one worker: its production rate
+    cpu_bound = (0.002 + 0.008 + XM + XW) / 2  # all CPU work over 2 cores
+    assert model.predict_step_s(2) == pytest.approx(max((0.008 + XW) / 2, 0.002 + XM, cpu_bound))
     assert model.predict_step_s(8) == pytest.approx(cpu_bound)  # more workers cannot beat the cores
     assert model.best_workers(cap=8) == 2
 
@@ -88,11 +97,10 @@ def test_latency_bound_loading_is_not_capped_by_the_cores() -> None:
 def test_saving_counts_the_start_up_of_each_pass() -> None:
     model = build_loop_model(ctx(starved_span()))
     assert model is not None
-    x = TRANSFER_BASE_S + 2 * TRANSFER_PER_TENSOR_S
     now = 99 * 0.010 + (0.008 + 0.002)  # steady steps + the pass's first batch and step
-    after = 99 * model.predict_step_s(2) + (PASS_START_BASE_S + 2 * PASS_START_PER_WORKER_S + 0.008 + 0.002)
+    first = PASS_START_BASE_S + 2 * PASS_START_PER_WORKER_S + 0.008 + XM + XW + 0.002
+    after = 99 * model.predict_step_s(2) + first
     assert model.predict_saving_s(2) == pytest.approx(now - after)
-    assert x > 0
 
 
 def test_a_loader_with_workers_is_modelled_from_its_production_rate() -> None:
@@ -100,10 +108,81 @@ def test_a_loader_with_workers_is_modelled_from_its_production_rate() -> None:
     span = starved_span()
     model = build_loop_model(Context(span=span, loader=loader(2), cores=4, config=AnalysisConfig()))
     assert model is not None
-    assert model.load_s == pytest.approx(2 * 0.010)
-    assert model.transfer_s == 0  # already inside the measured times
+    # a worker makes a batch and hands it over in 2 x 10 ms; x_m is the training process's
+    assert model.load_s == pytest.approx(2 * 0.010 - XW)  # two tensors assumed when not counted
+    assert model.load_source == "production"
     assert not model.load_cpu_measured
 
 
 def test_too_short_a_span_gives_no_model() -> None:
     assert build_loop_model(ctx(starved_span(steps=3))) is None
+
+
+def test_the_hand_over_grows_with_tensors_and_bytes() -> None:
+    span = starved_span()
+    c = Context(span=span, loader=loader(), cores=2, config=AnalysisConfig(), batch_tensors=3, batch_bytes=10**6)
+    model = build_loop_model(c)
+    assert model is not None
+    assert model.transfer_main_s == pytest.approx(
+        MAIN_TRANSFER_BASE_S + 3 * MAIN_TRANSFER_PER_TENSOR_S + 1e6 * MAIN_TRANSFER_PER_BYTE_S
+    )
+    assert model.transfer_worker_s == pytest.approx(
+        WORKER_TRANSFER_BASE_S + 3 * WORKER_TRANSFER_PER_TENSOR_S + 1e6 * WORKER_TRANSFER_PER_BYTE_S
+    )
+
+
+def handed_over(*, probe_s: float | None, wait_ms: float = 1.5, compute_cpu_ms: float = 1.0) -> Context:
+    """Two workers on 2 cores, 200 steps: 1 ms of compute, then ``wait_ms`` in ``next()`` every step
+    (batches already queued: the wait is the training process's side of the hand-over, CPU work)."""
+    from signal_fakes import record_span
+
+    span = record_span(
+        steps=200,
+        data_ms=wait_ms,
+        data_cpu_ms=wait_ms,
+        compute_ms=1.0,
+        compute_cpu_ms=compute_cpu_ms,
+        in_process=False,
+    )
+    return Context(
+        span=span,
+        loader=loader(2),
+        cores=2,
+        config=AnalysisConfig(),
+        batch_tensors=2,
+        in_process_batch_s=probe_s,
+    )
+
+
+def test_an_in_memory_batch_cheaper_than_its_hand_over_predicts_fewer_workers() -> None:
+    model = build_loop_model(handed_over(probe_s=0.3e-3))
+    assert model is not None
+    assert model.load_source == "probe"
+    assert model.load_s == pytest.approx(0.3e-3)
+    assert model.transfer_main_s == pytest.approx(XM)  # 1.3 ms estimated, under the 1.5 ms waits
+    assert model.predict_step_s(0) == pytest.approx(1.0e-3 + 0.3e-3)
+    assert model.predict_step_s(2) >= 1.0e-3 + XM
+    assert model.best_workers(2, lowest=0) == 0
+
+
+def test_the_fastest_waits_cap_the_estimated_hand_over() -> None:
+    """On a machine where receiving a batch takes 0.4 ms, not the 1.3 ms estimated."""
+    model = build_loop_model(handed_over(probe_s=0.3e-3, wait_ms=0.4))
+    assert model is not None
+    assert model.transfer_main_s == pytest.approx(0.4e-3)
+
+
+def test_without_a_probe_the_production_rate_bounds_the_batch_from_above() -> None:
+    model = build_loop_model(handed_over(probe_s=None))
+    assert model is not None
+    assert model.load_source == "production"
+    assert model.load_s == pytest.approx(2 * 2.5e-3 - XW)
+    assert model.best_workers(2, lowest=0) > 0  # the bound is too high to say fewer
+
+
+def test_a_loaded_host_scales_the_probe_by_the_training_process_share_of_a_core() -> None:
+    """Compute took 1 ms of wall time for 0.5 ms of CPU: the busy wall time per step (1 ms + the
+    1.3 ms hand-over) over the process's CPU per step (1.5 + 0.5 ms) scales the probe."""
+    model = build_loop_model(handed_over(probe_s=0.3e-3, compute_cpu_ms=0.5))
+    assert model is not None
+    assert model.load_s == pytest.approx(0.3e-3 * (1.0 + 1.3) / (1.5 + 0.5))

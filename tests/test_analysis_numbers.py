@@ -48,3 +48,20 @@ def test_ms_rounds_to_microseconds() -> None:
 @pytest.mark.parametrize(("value", "expected"), [(0.123456, 0.1235), (-0.3, 0.0), (1.7, 1.0), (1.0, 1.0)])
 def test_frac_clamps_and_rounds(value: float, expected: float) -> None:
     assert frac(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.0, "0 ms"),
+        (0.05e-3, "0.050 ms"),  # never "0.0 ms" for a measured 0.05 ms
+        (0.52e-3, "0.52 ms"),
+        (3.71e-3, "3.7 ms"),
+        (41.2e-3, "41 ms"),
+        (1.5, "1500 ms"),
+    ],
+)
+def test_fmt_ms_keeps_two_significant_digits(seconds: float, text: str) -> None:
+    from stallscope.analysis.numbers import fmt_ms
+
+    assert fmt_ms(seconds) == text

@@ -73,3 +73,28 @@ def test_in_process_loading_on_one_core() -> None:
 def test_in_process_loading_with_free_cores_is_data_workers_business() -> None:
     span = record_span(steps=20, data_ms=20, data_cpu_ms=19, compute_ms=10)
     assert data_cpu_bound.rule(context(span, cores=8)) is None
+
+
+def test_not_cpu_bound_when_the_sampled_cores_idle() -> None:
+    """In-process loading of 20 ms per batch, all CPU, on one core that the host sampler saw 60%
+    busy (other work had it the rest): the loop model alone would call the core the limit (a
+    worker's batch plus the compute would not fit on it), the measurement says it was not."""
+    span = record_span(steps=20, data_ms=20, data_cpu_ms=20, compute_ms=10)
+    unsampled = context(span, cores=1, loader=loader())
+    assert data_cpu_bound.rule(unsampled) is not None
+    busy = host(wall_s=0.6, main_cpu_s=0.36, cores=1)
+    assert data_cpu_bound.rule(context(span, cores=1, loader=loader(), host_signals=busy)) is None
+
+
+def test_a_dataset_of_tensors_is_not_told_to_decode() -> None:
+    ctx = starved_with_workers(workers_cpu_s=2.28)
+    in_memory = context(
+        ctx.span,  # type: ignore[attr-defined]
+        cores=4,
+        loader=loader(num_workers=4, in_memory="TensorDataset", per_sample_indexing=True),
+        host_signals=ctx.host_signals,  # type: ignore[attr-defined]
+    )
+    f = data_cpu_bound.rule(in_memory)
+    assert f is not None
+    assert "decode" not in f.fix
+    assert "data.batch_indexing" in f.fix

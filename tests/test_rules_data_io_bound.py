@@ -15,9 +15,10 @@ def test_in_process_reads_that_wait() -> None:
     assert f.id == "data.io_bound"
     assert f.evidence["loading_cpu_share"] == pytest.approx(0.02)
     assert f.evidence["workers_assumed"] == 4  # what data.workers reaches on one core; the rest is storage's
-    # the loop model's step with 4 workers, 0.7 ms hand-over per batch: now (100 + 0.7) / 4; with the
-    # wait gone the one core binds: main CPU 10 + loading CPU 2 + 2 x 0.7 hand-over
-    assert f.est_saving_fraction == pytest.approx(20 * (100.7 / 4 - 13.4) / (20 * 110), abs=1e-3)
+    # the loop model's step with 4 workers, a hand-over of 1.3 ms in the training process and 0.89 ms
+    # in the worker (two tensors): now (100 + 0.89) / 4; with the wait gone the one core binds:
+    # main CPU 10 + loading CPU 2 + 1.3 + 0.89 of hand-over
+    assert f.est_saving_fraction == pytest.approx(20 * (100.89 / 4 - 14.19) / (20 * 110), abs=1e-3)
     assert f.suggestion == {}
 
 

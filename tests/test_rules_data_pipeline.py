@@ -125,3 +125,56 @@ def test_diagnose_ranks_and_filters_by_min_saving() -> None:
     assert savings == sorted(savings, reverse=True)
     strict = Context(span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(min_saving=0.99))
     assert diagnose(strict) == []
+
+
+def test_data_workers_lowers_workers_whose_hand_over_costs_more_than_the_batch() -> None:
+    from test_analysis_loop_model import handed_over
+
+    context = handed_over(probe_s=0.3e-3)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 0}
+    model = build_loop_model(context)
+    assert model is not None
+    assert finding.est_saving_fraction == pytest.approx(model.predict_saving_s(0) / context.span.wall_s, abs=1e-4)
+    # 200 steps of 2.5 ms become 1.3 ms: nearly x1.9
+    assert 1.7 < finding.est_speedup < 2.0
+    assert "from 2 to 0" in finding.fix
+    assert "0.30 ms" in finding.fix  # the in-process batch, printed with its digits
+    assert finding.evidence["load_source"] == "probe"
+
+
+def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -> None:
+    """Two workers on two cores, the wait is the hand-over itself: more workers cannot help."""
+    from test_analysis_loop_model import handed_over
+
+    assert data_workers.rule(handed_over(probe_s=None)) is None
+
+
+def test_another_worker_count_keeps_the_measured_start_up_of_each_pass() -> None:
+    """Re-spawned workers with a slow start (300 ms a pass): more of them still pay it; that saving
+    is data.persistent_workers', not data.workers'."""
+    model = build_loop_model(
+        Context(span=_respawning_span(), loader=loader(workers=2), cores=4, config=AnalysisConfig())
+    )
+    assert model is not None
+    steady = model.steps * (model.step_s - model.predict_step_s(3))
+    assert model.predict_saving_s(3) == pytest.approx(steady)
+    # none at all removes the start-up (no spawn): the saving then counts it
+    assert model.predict_saving_s(0) > model.steps * (model.step_s - model.predict_step_s(0))
+
+
+def test_loading_on_a_crowded_host_is_not_mistaken_for_waiting_on_storage() -> None:
+    """``next()`` gets 30% of a core for its CPU-bound work, and so does the compute: the host is
+    shared, loading is still CPU work, so no more workers than cores. On a host where the compute
+    gets its whole core, the same 30% means loading waits on storage, and more workers hide it."""
+    from signal_fakes import context, record_span
+
+    crowded = record_span(steps=40, data_ms=60, data_cpu_ms=18, compute_ms=10, compute_cpu_ms=3)
+    quiet = record_span(steps=40, data_ms=60, data_cpu_ms=18, compute_ms=10)
+    on_crowded = data_workers.rule(context(crowded, cores=2, loader=loader(), batch_tensors=2))
+    on_quiet = data_workers.rule(context(quiet, cores=2, loader=loader(), batch_tensors=2))
+    assert on_crowded is not None
+    assert on_quiet is not None
+    assert on_crowded.suggestion["num_workers"] <= 2
+    assert on_quiet.suggestion["num_workers"] > 2

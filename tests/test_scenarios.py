@@ -88,3 +88,52 @@ def test_respawn_finding_counts_only_epochs_after_the_first(tmp_path: Path) -> N
     assert top.evidence["respawns"] == 2
     # each re-spawn pays at least the planted worker start-up
     assert top.evidence["startup_per_epoch_ms"] >= module.WORKER_START_S * 1e3 * 0.9
+
+
+@pytest.mark.parametrize(("name", "workers"), [("in_memory_one_worker", 1), ("in_memory_two_workers", 2)])
+def test_in_memory_data_gets_fewer_workers(name: str, workers: int, tmp_path: Path) -> None:
+    """A TensorDataset through workers: the hand-over costs more than the batch, so fewer win."""
+    module = _load(name)
+    report = module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    top = report.findings[0]
+    assert top.id == "data.workers"
+    assert top.suggestion["num_workers"] < workers
+    assert top.evidence["load_source"] == "probe"  # one batch timed in-process at the pass start
+    assert "Lower num_workers" in top.fix
+
+
+def test_in_memory_data_without_workers_gets_one_index_per_batch(tmp_path: Path) -> None:
+    module = _load("in_memory_inline")
+    report = module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    ids = [f.id for f in report.findings]
+    assert ids[0] == "data.batch_indexing"
+    assert report.findings[0].suggestion == {"batch_sampler": True}
+    assert "data.workers" not in ids  # handing batches to workers would cost more than they hide
+    # the suggestion applied: the loader indexes once per batch, and the finding is gone
+    after = module.run(
+        report_dir=str(tmp_path / "after"),
+        console=False,
+        **module.SMALL,
+        **module.apply_suggestion({"batch_sampler": True}),
+    )
+    assert "data.batch_indexing" not in [f.id for f in after.findings]
+
+
+def test_a_toy_loop_is_too_short_to_judge_and_says_nothing_contradictory(tmp_path: Path) -> None:
+    """50 steps of in-memory data: every finding low confidence, no "0.0 ms", and "CPU-bound" only
+    with busy cores."""
+    import io
+
+    from rich.console import Console
+
+    module = _load("in_memory_inline")
+    out = io.StringIO()
+    report = module.run(report_dir=str(tmp_path), console=Console(file=out, width=100), epochs=1, rows=64 * 50)
+    text = out.getvalue()
+    assert "too short to judge" in text
+    assert all(f.confidence == "low" for f in report.findings)
+    assert "0.0 ms" not in text
+    for f in report.findings:
+        if f.id == "data.cpu_bound":
+            assert f.evidence["cpu_busy_fraction"] is None or f.evidence["cpu_busy_fraction"] >= 0.85
+        assert "decode" not in f.fix

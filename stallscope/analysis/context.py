@@ -93,6 +93,11 @@ class Context:
     batches_per_epoch: int | None = None
     #: tensors in one batch (counted in the first batch of each pass); None when unknown
     batch_tensors: int | None = None
+    #: bytes of those tensors; None when unknown
+    batch_bytes: int | None = None
+    #: seconds to build one batch in the training process, timed once at a pass start while
+    #: workers build them (``signals.loader.probe_batch_s``); None when not timed
+    in_process_batch_s: float | None = None
     #: host threads the compute competes with workers for: torch's intra-op threads when the
     #: accelerator is the CPU itself, 1 when a GPU does the compute
     compute_threads: int = 1

@@ -3,17 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.disturbance import disturbed, lowered
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.rules import ALL_RULES, Rule
+from stallscope.timeline.stats import SpanStats
+
+#: a span shorter than this, or with fewer steps, is too short to judge: start-up, first-batch and
+#: sampler noise are a large part of it, so its findings are marked low confidence
+MIN_JUDGED_WALL_S = 1.0
+MIN_JUDGED_STEPS = 30
+
+
+def too_short(span: SpanStats) -> str | None:
+    """What to tell the user when ``span`` is too short to judge; None when it is long enough."""
+    if span.steps >= MIN_JUDGED_STEPS and span.wall_s >= MIN_JUDGED_WALL_S:
+        return None
+    return (
+        f"{span.steps} steps in {span.wall_s:.2g} s is too short to judge (at least {MIN_JUDGED_STEPS} steps "
+        f"and {MIN_JUDGED_WALL_S:g} s are needed): every finding is low confidence"
+    )
 
 
 def diagnose(ctx: Context, rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
-    """Findings worth at least ``min_saving`` of wall time, best first (SPEC §3 ordering)."""
+    """Findings worth at least ``min_saving`` of wall time, best first (SPEC §3 ordering); all of
+    them low confidence when the span is too short to judge."""
     found = [f for rule in rules if (f := rule(ctx)) is not None]
     kept = [f for f in found if f.est_saving_fraction >= ctx.config.min_saving]
     if disturbed(ctx.host_signals):  # other processes' work moved the numbers
         kept = [lowered(f) for f in kept]
+    if too_short(ctx.span) is not None:
+        kept = [replace(f, confidence="low") for f in kept]
     return sorted(kept, key=lambda f: (-f.est_saving_fraction, f.id))

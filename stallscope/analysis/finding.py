@@ -16,6 +16,7 @@ SPEEDUP_BOUNDS: tuple[str, ...] = ("estimate", "lower")
 FINDING_IDS: frozenset[str] = frozenset(
     {
         "data.workers",
+        "data.batch_indexing",
         "data.pin_memory",
         "data.prefetch",
         "data.persistent_workers",

@@ -3,46 +3,80 @@
 The loop is a producer (the loader) and a consumer (everything the training process does per
 step). Per step, in seconds:
 
-    c   consumer time: the step minus its wait for data (compute, logging, checkpoints, ...)
-    P   time one process needs to make one batch (wall), of which P_cpu is CPU
-    m   CPU the training process burns per step besides loading (all its threads)
-    K   cores this process may use
-    x   cost of moving one batch from a worker to the training process (pickling, shared
-        memory hand-over), paid on both sides; zero when the loader already has workers,
-        since it is then inside the measured times
+    c    consumer time: the step minus its wait for data (compute, logging, checkpoints, ...)
+    P    time one process needs to make one batch (wall), of which P_cpu is CPU
+    m    CPU the training process burns per step besides loading (all its threads)
+    K    cores this process may use
+    x_m  what receiving one batch from a worker costs the training process (unpickling it,
+         receiving and mapping its shared memory), inside its ``next()``
+    x_w  what handing one batch over costs the worker on top of making it (collating into
+         shared memory, pickling, serving the file descriptors)
 
 With N = 0 the two alternate: step = c + P. With N workers they overlap, and the step is set by
 the slowest of three limits:
 
-    step(N) = max(c + x,  (P + x) / N,  (m + P_cpu + 2x) / K)
+    step(N) = max(c + x_m,  (P + x_w) / N,  (m + x_m + P_cpu + x_w) / K)
 
-the consumer itself, the workers' production rate, and the total CPU work spread over the cores.
-The last term keeps the advice honest on small machines: past it, more workers only compete for
-the same cores. Without ``persistent_workers`` every pass also pays a start-up: spawning the
-workers, their first batch and their shutdown.
+the consumer itself with its share of the hand-over, the workers' production rate, and the total
+CPU work spread over the cores. The last term keeps the advice honest on small machines: past it,
+more workers only compete for the same cores. Without ``persistent_workers`` every pass also pays
+a start-up: spawning the workers, their first batch and their shutdown.
 
-The constants below were measured on a 2-core x86-64 box with torch 2.13 (``benchmarks/whatif.py``
-checks the predictions they make); they are conservative for larger machines.
+The model predicts both ways. From ``num_workers=0`` it knows c, P and P_cpu (measured) and
+estimates x_m and x_w from the batch's tensors and bytes (counted in each pass's first batch).
+From N workers it knows c and the wait; x_m is estimated the same way and capped by the fastest
+waits (a batch already queued still costs x_m); P comes, best first, from one batch of an
+in-memory ``TensorDataset`` timed in-process at a pass start (``signals.loader.probe_batch_s``,
+scaled by the training process's share of a core on a loaded host), or from the workers'
+production rate (an upper bound: a loop bound by x_m leaves its workers idle part of the time).
+When x_m + c exceeds c + P, fewer workers (down to none) win.
+
+The constants below were measured on a 2-core x86-64 box with torch 2.13 (``benchmarks/handoff.py``
+measures them, ``benchmarks/whatif.py`` checks the predictions they make; method and numbers in
+``docs/predictions.md``, "Workers and the handoff").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from stallscope.analysis.context import Context
 from stallscope.timeline.phases import DATA
 
 #: a loader counts as starved when the steady wait per step exceeds this share of the consumer time
 STARVED_WAIT_RATIO = 0.10
-#: fixed cost of handing one batch from a worker to the training process, seconds
-TRANSFER_BASE_S = 0.2e-3
-#: extra hand-over cost per tensor in the batch, seconds
-TRANSFER_PER_TENSOR_S = 0.25e-3
+#: receiving one batch from a worker, in the training process: per batch, per tensor, per byte
+MAIN_TRANSFER_BASE_S = 1.0e-3
+MAIN_TRANSFER_PER_TENSOR_S = 0.15e-3
+MAIN_TRANSFER_PER_BYTE_S = 0.15e-9
+#: handing one batch over, in the worker, on top of making it: per batch, per tensor, per byte
+WORKER_TRANSFER_BASE_S = 0.55e-3
+WORKER_TRANSFER_PER_TENSOR_S = 0.17e-3
+WORKER_TRANSFER_PER_BYTE_S = 0.8e-9
+#: most the probe's in-process batch time is scaled up for a loaded host (wall over CPU time)
+MAX_CONTENTION = 4.0
 #: tensors assumed per batch when they were not counted
 DEFAULT_BATCH_TENSORS = 2
 #: start-up plus shutdown of a pass with workers, besides its first batch: base + per worker
 PASS_START_BASE_S = 0.015
 PASS_START_PER_WORKER_S = 0.010
+
+
+def transfer_s(tensors: int | None, nbytes: int | None) -> tuple[float, float]:
+    """(x_m, x_w): the estimated hand-over cost of one batch in the training process and in the
+    worker, from its tensors and bytes (``DEFAULT_BATCH_TENSORS`` and no bytes when unknown)."""
+    t = tensors if tensors is not None else DEFAULT_BATCH_TENSORS
+    b = nbytes if nbytes is not None else 0
+    main = MAIN_TRANSFER_BASE_S + MAIN_TRANSFER_PER_TENSOR_S * t + MAIN_TRANSFER_PER_BYTE_S * b
+    worker = WORKER_TRANSFER_BASE_S + WORKER_TRANSFER_PER_TENSOR_S * t + WORKER_TRANSFER_PER_BYTE_S * b
+    return main, worker
+
+
+#: where ``LoopModel.load_s`` came from: ``in_process`` (timed ``next()`` calls, no workers),
+#: ``probe`` (one batch built in-process at a pass start while workers ran), ``production``
+#: (the workers' measured rate, less the hand-over: an upper bound when the loop is not starved)
+LoadSource = Literal["in_process", "probe", "production"]
 
 
 @dataclass(frozen=True)
@@ -53,28 +87,31 @@ class LoopModel:
     steps: int
     #: passes over the loader in the span
     passes: int
-    #: consumer time per step
+    #: consumer time per step (data waits excluded, hence also the hand-over's x_m)
     consumer_s: float
     #: steady-state wait per step (start-up waits excluded)
     wait_s: float
-    #: wall time for one process to make one batch
+    #: wall time for one process to make one batch, without the hand-over
     load_s: float
     #: CPU time for one process to make one batch
     load_cpu_s: float
     #: whether ``load_cpu_s`` was measured (in-process loading) or assumed equal to ``load_s``
     load_cpu_measured: bool
-    #: CPU of the training process per step, loading excluded
+    #: CPU of the training process per step, loading and the hand-over excluded
     main_cpu_s: float
     #: workers the loader runs now
     workers: int
     #: cores this process may use
     cores: int
-    #: worker-to-trainer hand-over cost per batch (0 when it is already measured)
-    transfer_s: float
+    #: hand-over of one batch from a worker: in the training process (x_m), in the worker (x_w)
+    transfer_main_s: float
+    transfer_worker_s: float
     #: measured start-up and shutdown of all passes in the span, seconds
     pass_overhead_s: float
     #: whether workers outlive a pass
     persistent: bool = False
+    #: where ``load_s`` came from
+    load_source: LoadSource = "in_process"
 
     @property
     def step_s(self) -> float:
@@ -86,6 +123,11 @@ class LoopModel:
         return self.wait_s > STARVED_WAIT_RATIO * self.consumer_s
 
     @property
+    def transfer_s(self) -> float:
+        """The whole hand-over of one batch, both sides."""
+        return self.transfer_main_s + self.transfer_worker_s
+
+    @property
     def cpu_share_of_loading(self) -> float:
         """How much of making a batch is CPU work (1.0: CPU-bound, near 0: waiting on I/O)."""
         return min(1.0, self.load_cpu_s / self.load_s) if self.load_s > 0 else 1.0
@@ -94,19 +136,24 @@ class LoopModel:
         """Steady-state step time with ``workers`` loader processes."""
         if workers <= 0:
             return self.consumer_s + self.load_s
-        x = self.transfer_s
+        xm, xw = self.transfer_main_s, self.transfer_worker_s
         return max(
-            self.consumer_s + x,
-            (self.load_s + x) / workers,
-            (self.main_cpu_s + self.load_cpu_s + 2 * x) / self.cores,
+            self.consumer_s + xm,
+            (self.load_s + xw) / workers,
+            self.cores_step_s,
         )
+
+    @property
+    def cores_step_s(self) -> float:
+        """The step time the cores alone allow with workers: all CPU work over the cores."""
+        return (self.main_cpu_s + self.transfer_s + self.load_cpu_s) / self.cores
 
     def predict_pass_overhead_s(self, workers: int) -> float:
         """Start-up and shutdown of one pass with ``workers`` (non-persistent) workers, with
         the pass's first step (its first batch and its consumer time)."""
         if workers <= 0:
             return self.load_s + self.consumer_s
-        return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.consumer_s
+        return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.transfer_s + self.consumer_s
 
     def predict_saving_s(self, workers: int) -> float:
         """Seconds the span would have saved with ``workers`` workers (negative: it would lose)."""
@@ -116,14 +163,20 @@ class LoopModel:
             after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (self.load_s + self.consumer_s)
         else:
             after_overhead = passes * self.predict_pass_overhead_s(workers)
+        if workers > 0 and self.workers > 0:
+            # another count of workers still pays the start-up measured now (spawning, a slow
+            # worker_init_fn): only none at all, or persistent workers, remove it
+            after_overhead = max(after_overhead, self.pass_overhead_s)
         after = self.steps * self.predict_step_s(workers) + after_overhead
         return now - after
 
-    def best_workers(self, cap: int) -> int:
-        """The fewest workers (at most ``cap``) whose step time is within 3% of the best reachable."""
-        cap = max(1, cap)
-        best = min(self.predict_step_s(n) for n in range(1, cap + 1))
-        for n in range(1, cap + 1):
+    def best_workers(self, cap: int, *, lowest: int = 1) -> int:
+        """The fewest workers (``lowest`` to ``cap``) whose step time is within 3% of the best
+        reachable. ``lowest=0`` lets loading in the training process win."""
+        cap = max(lowest, cap)
+        counts = range(max(0, lowest), cap + 1)
+        best = min(self.predict_step_s(n) for n in counts)
+        for n in counts:
             if self.predict_step_s(n) <= best * 1.03:
                 return n
         return cap
@@ -144,11 +197,10 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
     wait_s = steady_wait_ns / steady_steps / 1e9
     workers = ctx.loader.num_workers if ctx.loader is not None else 0
     process_cpu_s = span.process_cpu_ns / max(1, span.steps) / 1e9
-    transfer_s = 0.0
+    x_main, x_worker = transfer_s(ctx.batch_tensors, ctx.batch_bytes)
+    source: LoadSource = "in_process"
     if workers == 0:
         load_s = wait_s
-        tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
-        transfer_s = TRANSFER_BASE_S + TRANSFER_PER_TENSOR_S * tensors
         if span.data_cpu_ns is not None:
             nexts = max(1, span.phase_counts.get(DATA, span.steps))
             load_cpu_s = min(load_s, span.data_cpu_ns / nexts / 1e9) if load_s > 0 else 0.0
@@ -157,9 +209,25 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         else:
             load_cpu_s, measured, main_cpu_s = load_s, False, process_cpu_s
     else:
-        # with workers, a starved loop runs at their production rate: N batches per P seconds
-        load_s = workers * (consumer_s + wait_s)
-        load_cpu_s, measured, main_cpu_s = load_s, False, process_cpu_s
+        # every next() pays x_m, even for a batch already queued: the fastest waits bound it
+        if span.data_wait.n > 0:
+            x_main = min(x_main, span.data_wait.p10)
+        x_main = min(x_main, wait_s)
+        main_cpu_s = max(0.0, process_cpu_s - x_main)
+        # a starved loop runs at the workers' production rate: N batches per N x step seconds,
+        # each costing a worker P + x_w; a loop bound by x_m does not, so this is an upper bound
+        production_s = max(0.0, workers * (consumer_s + wait_s) - x_worker)
+        if ctx.in_process_batch_s is not None:
+            # the probe ran for a few milliseconds, rarely preempted; in the loop the training
+            # process gets the share of a core the host leaves it: its busy wall time per step
+            # over its CPU time (at least 1) scales the probe to that share
+            busy_wall_s = consumer_s + x_main
+            share = min(MAX_CONTENTION, busy_wall_s / process_cpu_s) if process_cpu_s > 0 else 1.0
+            load_s, source = min(ctx.in_process_batch_s * max(1.0, share), production_s), "probe"
+            load_cpu_s, measured = load_s, True  # an in-memory batch is CPU work
+        else:
+            load_s, source = production_s, "production"
+            load_cpu_s, measured = load_s, False
     pass_overhead_ns = sum(b.iter_ns + b.first_wait_ns + b.last_wait_ns for b in boundaries)
     # the first batch of each pass is counted in the start-up, not in the steady steps
     return LoopModel(
@@ -173,7 +241,9 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         main_cpu_s=main_cpu_s,
         workers=workers,
         cores=ctx.cores,
-        transfer_s=transfer_s,
+        transfer_main_s=x_main,
+        transfer_worker_s=x_worker,
         pass_overhead_s=pass_overhead_ns / 1e9 + len(boundaries) * consumer_s,
         persistent=bool(ctx.loader.persistent_workers) if ctx.loader is not None else False,
+        load_source=source,
     )

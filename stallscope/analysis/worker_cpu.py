@@ -47,9 +47,9 @@ def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
             return None
         if model.wait_s < CLEARLY_STARVED * model.consumer_s:
             return None  # workers that keep up part of the time idle then: their CPU says little
-        # CPU per batch over the time a worker takes per batch; per batch, not per second of the
-        # span, so worker start-up and quiet stretches do not dilute it
-        busy = min(1.0, host.workers_cpu_s / ctx.span.steps / model.load_s)
+        # CPU per batch over the time a worker takes per batch (making it and handing it over);
+        # per batch, not per second of the span, so start-up and quiet stretches do not dilute it
+        busy = min(1.0, host.workers_cpu_s / ctx.span.steps / (model.load_s + model.transfer_worker_s))
         return LoaderCpu(busy, "workers", cores_busy, main, workers)
     if not model.load_cpu_measured or model.load_s <= 0:
         return None
@@ -60,7 +60,7 @@ def refine(ctx: Context, model: LoopModel) -> tuple[LoopModel, LoaderCpu | None]
     """``model`` with the measured CPU share of loading put in, and that measurement (None, and
     the model unchanged, when it was not measured)."""
     cpu = loader_cpu(ctx, model)
-    if cpu is not None and cpu.source == "workers":
+    if cpu is not None and cpu.source == "workers" and model.load_source != "probe":
         model = replace(model, load_cpu_s=cpu.busy * model.load_s, load_cpu_measured=True)
     return model, cpu
 

@@ -90,3 +90,26 @@ def count_tensors(batch: object, limit: int = 64) -> int | None:
         elif isinstance(item, dict):
             stack.extend(item.values())
     return count or None
+
+
+def batch_bytes(batch: object, limit: int = 64) -> int | None:
+    """Bytes of the tensors in a batch (nested tuples, lists and dicts); None when it holds none.
+    Read once per pass: what handing the batch over from a worker process moves."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return None
+    total = 0
+    found = False
+    stack = [batch]
+    seen = 0
+    while stack and seen < limit:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            total += item.numel() * item.element_size()
+            found = True
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+    return total if found else None

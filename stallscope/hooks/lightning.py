@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rich.console import Console
 
 from stallscope.analysis.context import RunShape
-from stallscope.hooks.environment import count_tensors
+from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.session import Session
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import inspect_loader
@@ -693,6 +693,7 @@ class _FitRun:
         if self._count_tensors:
             self._count_tensors = False
             self.session.batch_tensors = count_tensors(batch)
+            self.session.batch_bytes = batch_bytes(batch)
 
     def batch_end(self) -> None:
         """``on_train_batch_end`` outside its usual case."""
@@ -720,11 +721,12 @@ class _FitRun:
     def epoch_start(self) -> None:
         self._set_top(None)
         loaders = getattr(self.trainer, "train_dataloader", None)
-        loader = inspect_loader(_first_loader(loaders))
+        first = _first_loader(loaders)
+        loader = inspect_loader(first)
         batches = getattr(self.trainer, "num_training_batches", None)
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
         per_epoch = int(batches) if finite and batches is not None else None
-        self.session.note_loader(loader, per_epoch)
+        self.session.note_loader(loader, per_epoch, first)
         self.session.shape = run_shape(self.trainer, per_epoch)
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")

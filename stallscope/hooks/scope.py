@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from stallscope.config import ScopeConfig
-from stallscope.hooks.environment import count_tensors
+from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
@@ -233,7 +233,7 @@ class StallScope(LightningCallbacks):
                 batches = len(iterable)  # type: ignore[arg-type]
             except Exception:
                 batches = None
-            self._session.note_loader(loader, batches)
+            self._session.note_loader(loader, batches, iterable)
             timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
             self._in_epoch = True
             index = len(self._session.epochs)
@@ -271,6 +271,7 @@ class StallScope(LightningCallbacks):
             assert self._boundary is not None
             self._boundary[2] = max(1, wait_ns)
             self._session.batch_tensors = count_tensors(item)
+            self._session.batch_bytes = batch_bytes(item)
             self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory
         except Exception as exc:
             self._fail(exc)

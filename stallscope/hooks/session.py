@@ -14,7 +14,7 @@ from rich.console import Console
 
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
-from stallscope.analysis.diagnose import diagnose
+from stallscope.analysis.diagnose import diagnose, too_short
 from stallscope.analysis.disturbance import disturbance_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
@@ -26,7 +26,7 @@ from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
-from stallscope.signals.loader import LoaderConfig
+from stallscope.signals.loader import LoaderConfig, probe_batch_s
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanStats
 
@@ -64,12 +64,15 @@ class Session:
         self.analysis = AnalysisConfig(min_saving=config.min_saving, framework=framework)
         self.loader: LoaderConfig | None = None
         self.batches_per_epoch: int | None = None
-        #: tensors per batch, counted in the first batch of each pass
+        #: tensors per batch, counted in the first batch of each pass, and their bytes
         self.batch_tensors: int | None = None
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
         self.epoch_steps: int | None = None
+        self.batch_bytes: int | None = None
+        #: seconds to build one batch in this process, timed once while workers build them
+        self.in_process_batch_s: float | None = None
         self.epochs: list[EpochReport] = []
         #: the time after the last epoch's end, set when the run finishes
         self.tail: Summary | None = None
@@ -104,11 +107,24 @@ class Session:
         if text not in self.notes:
             self.notes.append(text)
 
-    def note_loader(self, loader: LoaderConfig | None, batches: int | None) -> None:
+    def note_loader(self, loader: LoaderConfig | None, batches: int | None, iterable: object = None) -> None:
         if loader is not None:
             self.loader = loader
+            if loader.num_workers > 0 and loader.in_memory is not None and self.in_process_batch_s is None:
+                self._probe_loader(iterable)
         self.batches_per_epoch = batches
         self.signals.begin_pass()
+
+    def _probe_loader(self, iterable: object) -> None:
+        """Once per run: what one batch of an in-memory dataset costs without workers (the
+        comparison ``data.workers`` needs to suggest fewer). The timeline does not count it."""
+        self.timeline.pause()
+        try:
+            self.in_process_batch_s = probe_batch_s(iterable)
+        except Exception:  # a dataset that cannot be indexed here is no reason to stop
+            self.in_process_batch_s = None
+        finally:
+            self.timeline.resume()
 
     def note_batch(self, batch: object) -> None:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
@@ -139,7 +155,8 @@ class Session:
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
         self.report = self.build_report(complete=False)
         if stats.steps > 0:
-            self.print(f"epoch {index}", epoch.summary, epoch.findings)
+            short = too_short(stats)
+            self.print(f"epoch {index}", epoch.summary, epoch.findings, (short,) if short else ())
         self.write(durable=False)
         return epoch
 
@@ -176,7 +193,11 @@ class Session:
         report = self.build_report(complete=True)
         self.report = report
         if print_run:
-            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, report.notes)
+            # the printed diagnosis says when the run was too short to judge (the findings say it
+            # with their confidence)
+            short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
+            notes = report.notes + ((short,) if short else ())
+            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, notes)
         self.write()
         return report
 
@@ -200,6 +221,8 @@ class Session:
             config=self.analysis,
             batches_per_epoch=self.batches_per_epoch,
             batch_tensors=self.batch_tensors,
+            batch_bytes=self.batch_bytes,
+            in_process_batch_s=self.in_process_batch_s,
             compute_threads=compute_threads(),
             nvml=signals.nvml,
             host_signals=signals.host,

@@ -1,9 +1,24 @@
-"""DataLoader introspection: the settings the data rules reason about."""
+"""DataLoader introspection: the settings the data rules reason about.
+
+Everything here runs once per pass over a loader (at ``iter()``), never per step. It reads
+attributes and calls no code of the user's dataset, except ``probe_batch_s``, which builds one
+batch of a ``torch.utils.data.TensorDataset`` (pure indexing) in this process to time it.
+"""
 
 from __future__ import annotations
 
+import statistics
+import sys
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+#: what the dataset holds: ``TensorDataset`` (torch's), ``tensors`` (a map-style dataset whose
+#: attributes hold tensors with one row per sample), None (anything else, or not known)
+InMemory = Literal["TensorDataset", "tensors"]
+
+#: the probe times batches of at most this many bytes (a bigger batch is not worth copying twice)
+PROBE_MAX_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -20,6 +35,14 @@ class LoaderConfig:
     batch_size: int | None
     #: the loader's class name, for the report's notes
     kind: str = "DataLoader"
+    #: whether the dataset already sits in memory as tensors (see ``InMemory``)
+    in_memory: InMemory | None = None
+    #: the loader calls ``dataset[i]`` once per sample and collates the samples (automatic
+    #: batching over single indices, and no ``__getitems__`` on the dataset)
+    per_sample_indexing: bool = False
+    #: the sampler draws in random order (``shuffle=True``); None when not known
+    shuffle: bool | None = None
+    drop_last: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -42,6 +65,11 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         return None
     prefetch = getattr(iterable, "prefetch_factor", None)
     batch_size = getattr(iterable, "batch_size", None)
+    dataset = getattr(iterable, "dataset", None)
+    in_memory = _in_memory(dataset)
+    batched = getattr(iterable, "batch_sampler", None) is not None
+    sampler = getattr(iterable, "sampler", None)
+    shuffle = None if sampler is None else type(sampler).__name__ == "RandomSampler"
     return LoaderConfig(
         num_workers=workers,
         pin_memory=bool(getattr(iterable, "pin_memory", False)),
@@ -49,4 +77,64 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         persistent_workers=bool(getattr(iterable, "persistent_workers", False)),
         batch_size=batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else None,
         kind=type(iterable).__name__,
+        in_memory=in_memory,
+        per_sample_indexing=in_memory is not None and batched and not getattr(dataset, "__getitems__", None),
+        shuffle=shuffle,
+        drop_last=bool(getattr(iterable, "drop_last", False)),
     )
+
+
+def _in_memory(dataset: object) -> InMemory | None:
+    """Whether a loader's dataset holds its samples as rows of in-memory tensors."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None or dataset is None:
+        return None
+    data = torch.utils.data
+    if isinstance(dataset, data.TensorDataset):
+        return "TensorDataset"
+    if not isinstance(dataset, data.Dataset) or isinstance(dataset, data.IterableDataset):
+        return None
+    try:
+        rows = len(dataset)
+        fields = vars(dataset).values()
+    except Exception:
+        return None
+    for value in fields:
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == rows and rows > 0:
+            return "tensors"
+    return None
+
+
+def probe_batch_s(iterable: object, *, repeats: int = 8) -> float | None:
+    """Seconds this process takes for one ``next()`` of the loader's ``TensorDataset`` without
+    workers (one ``dataset[i]`` per sample, then ``default_collate``), the median of ``repeats``
+    after a first one; None for any other loader, where building a batch would run user code.
+
+    With worker processes this is what a batch would cost without them: the loop model compares
+    it with the hand-over. It goes through a ``DataLoader`` of its own, so the loader's own
+    per-batch machinery (sampler, fetcher) is in the figure.
+    """
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return None
+    data = torch.utils.data
+    dataset = getattr(iterable, "dataset", None)
+    batch_size = getattr(iterable, "batch_size", None)
+    if not isinstance(dataset, data.TensorDataset) or type(dataset).__getitem__ is not data.TensorDataset.__getitem__:
+        return None
+    if getattr(iterable, "collate_fn", None) is not data.default_collate:
+        return None
+    if not isinstance(batch_size, int) or batch_size < 1:
+        return None
+    batches = min(repeats + 1, len(dataset) // batch_size)
+    row_bytes = sum(t[0].numel() * t.element_size() for t in dataset.tensors)
+    if batches < 2 or row_bytes * batch_size > PROBE_MAX_BYTES:
+        return None
+    it = iter(data.DataLoader(dataset, batch_size=batch_size, num_workers=0))
+    next(it)  # the first one warms up
+    times = []
+    for _ in range(batches - 1):
+        start = time.perf_counter()
+        next(it)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

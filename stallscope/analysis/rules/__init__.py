@@ -10,6 +10,7 @@ from stallscope.analysis.rules import (
     checkpoint_frequency,
     compute_amp,
     compute_batch_size,
+    data_batch_indexing,
     data_cpu_bound,
     data_io_bound,
     data_persistent_workers,
@@ -28,6 +29,7 @@ Rule = Callable[[Context], "Finding | None"]
 
 ALL_RULES: tuple[Rule, ...] = (
     data_workers.rule,
+    data_batch_indexing.rule,
     data_prefetch.rule,
     data_persistent_workers.rule,
     checkpoint_frequency.rule,

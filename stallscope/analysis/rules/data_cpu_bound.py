@@ -1,9 +1,10 @@
 """``data.cpu_bound``: preparing batches already saturates the CPU cores; more workers cannot help.
 
 Evidence: the loop is starved for data, loading is CPU work (workers on a CPU most of the time,
-or in-process ``next()`` calls burning CPU), and the process tree keeps the usable cores busy —
-or, without workers, the loop model predicts that workers would gain less than ``NO_GAIN``
-(the cores, not the worker count, set the step time).
+or in-process ``next()`` calls burning CPU), and the host sampler saw the process tree keep the
+usable cores busy. Without that measurement, and without workers, the loop model must show the
+cores binding: their share of the CPU work, at the worker count that would help most, within
+``NO_GAIN`` of the step time now. A loop that waits while the cores idle is not called CPU-bound.
 
 Model: preprocessing made ``1 / (1 - COST_REDUCTION)`` times cheaper (caching decoded samples,
 moving augmentation to the GPU) takes that share off each batch's CPU time; the loop model
@@ -18,7 +19,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import SATURATED, refined_model
 
 ID = "data.cpu_bound"
@@ -39,12 +40,14 @@ def rule(ctx: Context) -> Finding | None:
     if not model.starved or cpu.busy < CPU_HEAVY:
         return None
     now = model.predict_step_s(model.workers)
-    if model.workers > 0:
-        saturated = cpu.cores_busy is not None and cpu.cores_busy >= SATURATED
+    if cpu.cores_busy is not None:
+        saturated = cpu.cores_busy >= SATURATED
+    elif model.workers == 0:
+        # in-process loading, cores not sampled: the CPU work spread over the cores would still
+        # set the step time at the most useful worker count
+        saturated = model.cores_step_s >= (1 - NO_GAIN) * now
     else:
-        # in-process loading: workers would help unless the cores already bind (then data.workers
-        # has the better advice, and this finding comes once they run)
-        saturated = model.predict_step_s(model.best_workers(model.cores)) >= (1 - NO_GAIN) * now
+        saturated = False
     if not saturated:
         return None
     cut = COST_REDUCTION * model.load_cpu_s
@@ -55,11 +58,36 @@ def rule(ctx: Context) -> Finding | None:
         return None
     busy_cores = f"{cpu.cores_busy:.0%}" if cpu.cores_busy is not None else "all"
     on_gpu = ctx.cuda_device is not None
+    tensors = ctx.loader is not None and ctx.loader.in_memory is not None
+    if tensors:
+        # a dataset of tensors has nothing to decode or resize
+        fix = (
+            "More workers cannot help: loading already uses the cores. The dataset already holds tensors, "
+            "so make each batch cheaper to index (one index per batch, see data.batch_indexing), do less per "
+            f"sample, or run on a machine with more cores. The estimate assumes the per-batch CPU cost is cut "
+            f"by {COST_REDUCTION:.0%}."
+        )
+        snippet = ""
+    else:
+        fix = (
+            "More workers cannot help: preprocessing already uses the cores. Make each sample cheaper "
+            "(decode and resize once and cache the result, use a lighter augmentation)"
+            + (", move augmentation to the GPU," if on_gpu else "")
+            + " or run on a machine with more cores. The estimate assumes the per-batch CPU cost is cut by "
+            f"{COST_REDUCTION:.0%}."
+        )
+        snippet = (
+            "# augment on the GPU instead of in the DataLoader workers\n"
+            'x = x.to("cuda", non_blocking=True)\n'
+            "x = gpu_augment(x)  # e.g. torchvision.transforms.v2 on CUDA tensors"
+            if on_gpu
+            else "# prepare once, then load the cached tensors\ntorch.save(preprocess(raw_dataset), cache_path)"
+        )
     return Finding(
         id=ID,
         title=(
             f"Batch preparation is CPU-bound: the {model.cores} usable cores are {busy_cores} busy and "
-            f"training still waits {model.wait_s * 1e3:.1f} ms per step"
+            f"training still waits {fmt_ms(model.wait_s)} per step"
         ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
@@ -77,21 +105,9 @@ def rule(ctx: Context) -> Finding | None:
             "predicted_step_ms": ms(after),
             "gpu_util_during_data": _util(ctx),
         },
-        fix=(
-            "More workers cannot help: preprocessing already uses the cores. Make each sample cheaper "
-            "(decode and resize once and cache the result, use a lighter augmentation)"
-            + (", move augmentation to the GPU," if on_gpu else "")
-            + " or run on a machine with more cores. The estimate assumes the per-batch CPU cost is cut by "
-            f"{COST_REDUCTION:.0%}."
-        ),
+        fix=fix,
         suggestion={},
-        snippet=(
-            "# augment on the GPU instead of in the DataLoader workers\n"
-            'x = x.to("cuda", non_blocking=True)\n'
-            "x = gpu_augment(x)  # e.g. torchvision.transforms.v2 on CUDA tensors"
-            if on_gpu
-            else "# prepare once, then load the cached tensors\ntorch.save(preprocess(raw_dataset), cache_path)"
-        ),
+        snippet=snippet,
     )
 
 

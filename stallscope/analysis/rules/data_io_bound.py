@@ -19,7 +19,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import SATURATED, refined_model
 
 ID = "data.io_bound"
@@ -54,7 +54,7 @@ def rule(ctx: Context) -> Finding | None:
         id=ID,
         title=(
             f"Loading waits on storage: {who} spend only {cpu.busy:.0%} of the time on a CPU while "
-            f"training waits {model.wait_s * 1e3:.1f} ms per step"
+            f"training waits {fmt_ms(model.wait_s)} per step"
         ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),

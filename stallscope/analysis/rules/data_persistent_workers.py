@@ -25,7 +25,7 @@ def rule(ctx: Context) -> Finding | None:
         return None
     model = build_loop_model(ctx)
     # time to make one batch: with persistent workers the first batch of a pass still costs this
-    one_batch_ns = int(model.load_s * 1e9) if model is not None else 0
+    one_batch_ns = int((model.load_s + model.transfer_s) * 1e9) if model is not None else 0
     excess = [max(0, b.iter_ns + b.first_wait_ns + b.last_wait_ns - one_batch_ns) for b in respawns]
     saving = frac(sum(excess) / ctx.span.wall_ns)
     if saving <= 0:

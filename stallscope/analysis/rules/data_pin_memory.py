@@ -14,7 +14,7 @@ from __future__ import annotations
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import device_view
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.timeline.phases import COMPUTE, H2D
 
 ID = "data.pin_memory"
@@ -56,7 +56,7 @@ def rule(ctx: Context) -> Finding | None:
     per_step = span.phase_s(H2D) / span.steps
     return Finding(
         id=ID,
-        title=f"Copies to the GPU from pageable memory take {h2d:.0%} of the time ({per_step * 1e3:.1f} ms per step)",
+        title=f"Copies to the GPU from pageable memory take {h2d:.0%} of the time ({fmt_ms(per_step)} per step)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="medium" if pageable > 0 else "low",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import build_loop_model
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 
 ID = "data.prefetch"
 
@@ -31,7 +31,7 @@ def rule(ctx: Context) -> Finding | None:
     saving = frac(0.5 * model.wait_s * model.steps / ctx.span.wall_s) if ctx.span.wall_s > 0 else 0.0
     return Finding(
         id=ID,
-        title=f"Bursts of slow batches drain the loader's queue ({dist.p90 * 1e3:.1f} ms p90 wait)",
+        title=f"Bursts of slow batches drain the loader's queue ({fmt_ms(dist.p90)} p90 wait)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="low",

@@ -1,9 +1,12 @@
-"""``data.workers``: the loader cannot keep up and more worker processes would.
+"""``data.workers``: the wrong number of loader workers, too few or too many.
 
-Uses the loop model (``analysis/loop_model.py``): finds the fewest workers that reach the best
-step time the cores allow, and predicts the saving from the step time at that count. Never
-suggests more workers than the usable cores when loading is CPU work; when batches wait on I/O
-latency (little CPU per batch), up to ``io_workers_per_core`` per core.
+Uses the loop model (``analysis/loop_model.py``): finds the fewest workers, from none up, that
+reach the best step time the cores allow, and predicts the saving from the step time at that
+count. Too few: the loader cannot keep up and more processes would. Too many: handing each batch
+over from a worker (pickling, shared memory, unpickling) costs the training process more than
+making the batch itself, as with an in-memory dataset; fewer workers, often none, are faster.
+Never suggests more workers than the usable cores when loading is CPU work; when batches wait on
+I/O latency (little CPU per batch), up to ``io_workers_per_core`` per core.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import build_loop_model
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.loop_model import LoopModel, build_loop_model
+from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
 ID = "data.workers"
@@ -28,16 +31,20 @@ def rule(ctx: Context) -> Finding | None:
     model, _ = refine(ctx, model)
     if not model.starved:
         return None
-    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5
+    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * _host_share(ctx, model)
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
-    suggested = model.best_workers(min(cap, 64))
-    if suggested <= model.workers:
+    # with workers, fewer (down to none) may win: the hand-over then costs more than it hides.
+    # Without a probe, a batch's in-process cost is the workers' rate less the hand-over, an upper
+    # bound, so a suggestion to lower stays on the safe side.
+    suggested = model.best_workers(min(cap, 64), lowest=0 if model.workers > 0 else 1)
+    if suggested == model.workers or (model.workers == 0 and suggested < 1):
         return None
+    fewer = suggested < model.workers
     # Training on the CPU itself: its intra-op threads and the workers share the cores. The
     # suggestion then also lowers torch's threads so both fit, and the prediction assumes that
     # the compute runs on those fewer threads (its CPU time per step spread over them).
     threads: int | None = None
-    if ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores:
+    if not fewer and ctx.compute_threads > 1 and suggested + ctx.compute_threads > ctx.cores:
         threads = max(1, ctx.cores - suggested)
         model = replace(model, consumer_s=max(model.consumer_s, model.main_cpu_s / threads))
         if model.predict_step_s(suggested) >= model.step_s:
@@ -59,6 +66,13 @@ def rule(ctx: Context) -> Finding | None:
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
             "prepared in parallel with training."
         )
+    elif fewer:
+        fix = (
+            f"Lower num_workers of {where} from {model.workers} to {suggested}: receiving a batch from a "
+            f"worker costs the training process {fmt_ms(model.transfer_main_s)} (unpickling, shared memory) "
+            f"and the worker {fmt_ms(model.transfer_worker_s)} more, while making it in-process takes "
+            f"{'at most ' if model.load_source == 'production' else ''}{fmt_ms(model.load_s)}."
+        )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
     if threads is not None:
@@ -70,7 +84,12 @@ def rule(ctx: Context) -> Finding | None:
         suggestion["torch_num_threads"] = threads
     return Finding(
         id=ID,
-        title=f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})",
+        title=(
+            f"Handing batches over from {model.workers} workers costs more than making them: training waits "
+            f"{fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
+            if fewer
+            else f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})"
+        ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="low" if threads is not None else "high" if model.load_cpu_measured else "medium",
@@ -85,7 +104,12 @@ def rule(ctx: Context) -> Finding | None:
             "main_cpu_per_step_ms": ms(model.main_cpu_s),
             "usable_cores": ctx.cores,
             "compute_threads": ctx.compute_threads,
+            "load_source": model.load_source,
             "transfer_per_batch_ms": ms(model.transfer_s),
+            "transfer_main_per_batch_ms": ms(model.transfer_main_s),
+            "transfer_worker_per_batch_ms": ms(model.transfer_worker_s),
+            "batch_tensors": ctx.batch_tensors,
+            "batch_bytes": ctx.batch_bytes,
             "step_ms": ms(model.step_s),
             "predicted_step_ms": ms(predicted),
             # the saving also pays for each pass's worker start-up (spawn, first batch, shutdown)
@@ -98,3 +122,13 @@ def rule(ctx: Context) -> Finding | None:
         suggestion=suggestion,
         snippet=snippet,
     )
+
+
+def _host_share(ctx: Context, model: LoopModel) -> float:
+    """The share of a core the training process got while it computed, when the compute runs on
+    the CPU (its CPU time over its wall time; 1.0 on a GPU, where the host also waits on the
+    device). On a host shared with other jobs, CPU-bound loading gets no more than this share
+    either, so it is not mistaken for loading that waits on storage."""
+    if ctx.cuda_device is not None or ctx.cuda is not None or model.consumer_s <= 0:
+        return 1.0
+    return min(1.0, max(0.1, model.main_cpu_s / model.consumer_s))

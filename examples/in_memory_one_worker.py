@@ -1,0 +1,34 @@
+"""Planted bottleneck: an in-memory ``TensorDataset`` with num_workers=1:
+handing a batch over from the worker costs more than making it.
+Expected top finding: ``data.workers`` lowering num_workers (to 0).
+
+    python examples/in_memory_one_worker.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import cli  # noqa: E402
+from in_memory_common import SMALL, apply_suggestion  # noqa: E402
+from in_memory_common import run as run_in_memory  # noqa: E402
+
+from stallscope import Report  # noqa: E402
+
+NAME = "in_memory_one_worker"
+EXPECTED = "data.workers"
+__all__ = ["EXPECTED", "NAME", "SMALL", "apply_suggestion", "run"]
+
+
+def run(
+    *, report_dir: str = f"runs/{NAME}", console: Any = True, num_workers: int = 1, **settings: Any
+) -> Report | None:
+    return run_in_memory(report_dir=report_dir, console=console, num_workers=num_workers, **settings)
+
+
+if __name__ == "__main__":
+    cli(run, __doc__ or NAME, NAME)

@@ -1,0 +1,86 @@
+"""DataLoader introspection: in-memory datasets, per-sample indexing, the in-process probe."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
+
+from stallscope.hooks.environment import batch_bytes
+from stallscope.signals.loader import inspect_loader, probe_batch_s
+
+
+def tensor_dataset(rows: int = 640) -> TensorDataset:
+    return TensorDataset(torch.randn(rows, 8), torch.randint(0, 3, (rows,)))
+
+
+class RowsOfTensors(Dataset[Any]):
+    """A dataset of its own class whose items are rows of its tensors."""
+
+    def __init__(self, rows: int = 640) -> None:
+        self.x = torch.randn(rows, 8)
+        self.y = torch.zeros(rows)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> Any:
+        raise AssertionError("inspection and probing must not call the user's __getitem__")
+
+
+class Batched(RowsOfTensors):
+    def __getitems__(self, indices: list[int]) -> Any:
+        return [(self.x[i], self.y[i]) for i in indices]
+
+
+class Files(Dataset[Any]):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> Any:
+        raise AssertionError("not called")
+
+
+def test_a_tensor_dataset_indexed_per_sample() -> None:
+    cfg = inspect_loader(DataLoader(tensor_dataset(), batch_size=64, shuffle=True))
+    assert cfg is not None
+    assert cfg.in_memory == "TensorDataset"
+    assert cfg.per_sample_indexing
+    assert cfg.shuffle is True
+    assert cfg.to_dict()["batch_size"] == 64  # the report's fields are unchanged
+
+
+def test_a_batch_sampler_as_sampler_indexes_once_per_batch() -> None:
+    ds = tensor_dataset()
+    cfg = inspect_loader(DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 64, False), batch_size=None))
+    assert cfg is not None
+    assert cfg.in_memory == "TensorDataset"
+    assert not cfg.per_sample_indexing
+
+
+def test_datasets_of_their_own_class() -> None:
+    rows = inspect_loader(DataLoader(RowsOfTensors(), batch_size=64))
+    batched = inspect_loader(DataLoader(Batched(), batch_size=64))
+    files = inspect_loader(DataLoader(Files(), batch_size=4))
+    assert rows is not None
+    assert batched is not None
+    assert files is not None
+    assert (rows.in_memory, rows.per_sample_indexing) == ("tensors", True)
+    assert (batched.in_memory, batched.per_sample_indexing) == ("tensors", False)  # __getitems__
+    assert (files.in_memory, files.per_sample_indexing) == (None, False)
+
+
+def test_the_probe_times_a_tensor_dataset_only() -> None:
+    seconds = probe_batch_s(DataLoader(tensor_dataset(), batch_size=64, num_workers=0))
+    assert seconds is not None
+    assert 0 < seconds < 1.0
+    assert probe_batch_s(DataLoader(RowsOfTensors(), batch_size=64)) is None  # user code: not run
+    assert probe_batch_s(DataLoader(tensor_dataset(), batch_size=64, collate_fn=lambda b: b)) is None
+    assert probe_batch_s(DataLoader(tensor_dataset(rows=64), batch_size=64)) is None  # one batch only
+
+
+def test_batch_bytes_counts_nested_tensors() -> None:
+    batch = (torch.zeros(64, 8), {"y": torch.zeros(64, dtype=torch.int64), "name": "x"})
+    assert batch_bytes(batch) == 64 * 8 * 4 + 64 * 8
+    assert batch_bytes(["no tensors"]) is None
