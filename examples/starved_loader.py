@@ -29,7 +29,7 @@ def run(
     report_dir: str = f"runs/{NAME}",
     console: Any = True,
     epochs: int = 2,
-    batches: int = 40,
+    batches: int = 100,
     num_workers: int = 0,
     batch_size: int = 16,
     cpu_ms_per_sample: float = 0.6,

@@ -21,10 +21,12 @@ def too_short(span: SpanStats) -> str | None:
     """What to tell the user when ``span`` is too short to judge; None when it is long enough."""
     if span.steps >= MIN_JUDGED_STEPS and span.wall_s >= MIN_JUDGED_WALL_S:
         return None
-    return (
-        f"{span.steps} steps in {span.wall_s:.2g} s is too short to judge (at least {MIN_JUDGED_STEPS} steps "
-        f"and {MIN_JUDGED_WALL_S:g} s are needed): every finding is low confidence"
-    )
+    lacking = []
+    if span.steps < MIN_JUDGED_STEPS:
+        lacking.append(f"{span.steps} steps, fewer than {MIN_JUDGED_STEPS}")
+    if span.wall_s < MIN_JUDGED_WALL_S:
+        lacking.append(f"{span.wall_s:.2g} s, under {MIN_JUDGED_WALL_S:g} s")
+    return f"too short to judge ({' and '.join(lacking)}): every finding is low confidence"
 
 
 def diagnose(ctx: Context, rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
