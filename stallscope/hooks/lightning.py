@@ -37,8 +37,9 @@ Epochs, reports, loggers
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
-    run. The final report is written at ``on_fit_end``, or at ``on_exception``. Ranks other than
-    0 print nothing and write ``<report_dir>/rank<N>/report.json``.
+    run. The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
+    fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
+    print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
 
 from __future__ import annotations
@@ -789,13 +790,12 @@ class _FitRun:
 
 def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO | None]:
     """A fresh ``lightning`` session for one fit. Printing goes to a buffer that ``flush_console``
-    routes; ranks other than 0 print nothing and write ``<report_dir>/rank<N>/report.json``."""
+    routes; ranks other than 0 print nothing (and write only ``<report_dir>/ranks/rank-<R>.json``)."""
     config = scope._config
     rank = getattr(trainer, "global_rank", 0)
     buffer: io.StringIO | None = None
-    if isinstance(rank, int) and rank > 0:
-        report_dir = config.report_dir / f"rank{rank}" if config.report_dir is not None else None
-        config = dataclasses.replace(config, console=False, report_dir=report_dir)
+    if isinstance(rank, int) and rank > 0:  # the session writes its file (``hooks/distributed.py``)
+        config = dataclasses.replace(config, console=False)
     elif config.console is True:
         real = Console()
         buffer = io.StringIO()

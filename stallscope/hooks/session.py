@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.console import Console
 
@@ -17,11 +18,12 @@ from stallscope.analysis.context import AnalysisConfig, Context, Framework
 from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
+from stallscope.hooks.distributed import Job, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.render import print_diagnosis
-from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
+from stallscope.report.schema import EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
@@ -65,6 +67,8 @@ class Session:
         self.epochs: list[EpochReport] = []
         self.notes: list[str] = []
         self.report: Report | None = None
+        #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
+        self.job: Job | None = None
         self._started_at = ""
         self._epoch_index = 0
         self._console: Console | None = None
@@ -81,7 +85,15 @@ class Session:
         self._started_at = utc_now_iso()
         if clock:
             self.timeline.start()
+        self._join_job()
         self.signals.start()
+
+    def _join_job(self) -> None:
+        """Join the distributed job this process is a rank of, if any: ranks other than 0 print
+        nothing. (Again at the first epoch end when ``torch.distributed`` came up after start.)"""
+        self.job = join_job(self.host.name, min_saving=self.config.min_saving, note=self.note)
+        if self.job is not None and not self.job.leader:
+            self._console = None
 
     def start_clock(self) -> None:
         """Start the timeline now if it has not started."""
@@ -125,23 +137,38 @@ class Session:
             summary=self.summarize(stats, signals),
             findings=tuple(self.diagnose(stats, signals)),
         )
+        if index == 0 and self.job is not None and self.job.exchange is None:
+            self._join_job()
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
         self.report = self.build_report(complete=False)
+        shown: EpochReport = epoch
+        ranks: tuple[RankEntry, ...] = ()
+        if self.job is not None:  # rank 0: the job's epoch and report from here on
+            if self.job.leader:  # the others write theirs in ``write``
+                self.job.write_own(self.report, self.config.report_dir, durable=False)
+            shown, report, ranks = self.job.close_epoch(epoch, self.report)
+            self.report = replace(report, notes=tuple(self.notes))
         if stats.steps > 0:
-            self.print(f"epoch {index}", epoch.summary, epoch.findings)
+            self.print(f"epoch {index}", shown.summary, shown.findings, ranks=ranks)
         self.write(durable=False)
-        return epoch
+        return shown
 
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self.signals.stop()
         report = self.build_report(complete=True)
+        ranks: tuple[RankEntry, ...] = ()
+        if self.job is not None:
+            if self.job.leader:
+                self.job.write_own(report, self.config.report_dir, durable=True)
+            report, ranks = self.job.finish(report)
+            report = replace(report, notes=tuple(self.notes))
         self.report = report
         if print_run:
-            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, report.notes)
+            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, report.notes, ranks=ranks)
         self.write()
         return report
 
@@ -192,6 +219,9 @@ class Session:
                 stallscope_version=__version__,
                 framework=self.framework,
                 usable_cores=self.host.usable_cores,
+                rank=self.job.info.rank if self.job is not None else None,
+                world_size=self.job.info.world_size if self.job is not None else None,
+                local_rank=self.job.info.local_rank if self.job is not None else None,
             ),
             summary=self.summarize(run_stats, signals),
             epochs=tuple(self.epochs),
@@ -206,13 +236,22 @@ class Session:
         summary: Summary,
         findings: tuple[Finding, ...],
         notes: tuple[str, ...] = (),
+        *,
+        ranks: tuple[RankEntry, ...] = (),
     ) -> None:
         if self._console is not None:
-            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
+            if ranks:
+                title = f"{title} · job of {len(ranks)} ranks"
+            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving, ranks=ranks)
 
     def write(self, *, durable: bool = True) -> None:
-        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""
-        if self.report is not None and self.config.report_dir is not None:
+        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's).
+        A rank other than 0 of a distributed job writes its own file, never ``report.json``."""
+        if self.report is None or self.config.report_dir is None:
+            return
+        if self.job is not None and not self.job.leader:
+            self.job.write_own(self.report, self.config.report_dir, durable=durable)
+        else:
             write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
 
     def warn_internal(self, exc: BaseException) -> None:
