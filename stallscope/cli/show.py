@@ -23,5 +23,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     report = load_report(args.report)
     epochs = len(report.epochs)
     title = "run" if epochs == 0 else f"run ({epochs} epoch{'s' if epochs > 1 else ''})"
-    print_diagnosis(console, title, report.summary, report.findings, report.notes)
+    if report.ranks:
+        title = f"{title} · job of {len(report.ranks)} ranks"
+    print_diagnosis(console, title, report.summary, report.findings, report.notes, ranks=report.ranks)
     return 0
