@@ -327,10 +327,11 @@ class Job:
             self._gathered += 1
             before = set(exchange.late)
             got = exchange.collect(name)
+            where = "the end of the run" if name == "final" else f"the end of epoch {name.removeprefix('epoch')}"
             for r in sorted(exchange.late - before):
                 self._note(
-                    f"rank {r} sent no summary within {exchange.timeout_s:g} s (at {name}); "
-                    "it is not waited for again and the job's numbers leave it out until it does"
+                    f"rank {r} sent no summary within {exchange.timeout_s:g} s at {where} (it may have died "
+                    "or be behind); it is not waited for again, and the job's numbers use its latest summary"
                 )
             return got
         except Exception as exc:
@@ -371,7 +372,7 @@ class Job:
         for payload in got.values():
             self._take_run(payload)
         self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
-        job = self._job_report(report)
+        job = self._job_report(report, final=True)
         return job, job.ranks
 
     def _take_run(self, payload: Mapping[str, Any]) -> None:
@@ -384,7 +385,7 @@ class Job:
     def _diagnose(self, spans: list[_Span]) -> list[Finding]:
         return diagnose_job([s.work() for s in spans], min_saving=self.min_saving)
 
-    def _job_report(self, own: Report) -> Report:
+    def _job_report(self, own: Report, *, final: bool = False) -> Report:
         spans = [self._latest[r] for r in sorted(self._latest)]
         missing = [r for r in range(self.info.world_size) if r not in self._latest]
         if self.exchange is None and self._gathered == 0:
@@ -395,6 +396,9 @@ class Job:
             )
         elif missing:
             self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
+        if final and len({s.epochs for s in spans}) > 1:
+            counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
+            self._note(f"the ranks closed different numbers of epochs ({counts})")
         ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
         return replace(
             own,
