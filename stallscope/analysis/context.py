@@ -72,3 +72,5 @@ class Context:
     cuda_device: CudaDevice | None = None
     #: the training precision when the framework says (Lightning's ``"32-true"``, ``"bf16-mixed"``…)
     precision: str | None = None
+    #: GPUs an ``nn.DataParallel`` in the watched model drives; None when there is none
+    data_parallel_devices: int | None = None

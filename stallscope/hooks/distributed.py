@@ -125,6 +125,26 @@ def _dist() -> Any:
     return dist
 
 
+#: most modules looked at for an ``nn.DataParallel`` (a model's own modules, in order)
+MAX_MODULES_SEARCHED = 10_000
+
+
+def data_parallel_devices(model: object) -> int | None:
+    """The GPUs an ``nn.DataParallel`` in ``model`` (or ``model`` itself) drives; None when it has
+    none. Without torch imported there is none (nothing is imported here)."""
+    if "torch" not in sys.modules:
+        return None
+    from torch import nn
+
+    modules = model.modules() if isinstance(model, nn.Module) else ()
+    for i, module in enumerate(modules):
+        if i >= MAX_MODULES_SEARCHED:
+            break
+        if isinstance(module, nn.DataParallel):
+            return len(module.device_ids or ())
+    return None
+
+
 def default_store() -> Any:
     """The private touch point: the default process group's rendezvous store, or None."""
     dist = _dist()

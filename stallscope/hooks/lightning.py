@@ -879,6 +879,7 @@ class LightningCallbacks(_HookBase):
         self._fit_run = None
         try:
             session, buffer = _session_for(self._scope(), trainer)
+            session.note_model(pl_module)  # an nn.DataParallel inside: dist.dataparallel
             run = _FitRun(self._scope(), trainer, session, buffer)
             self._begin_run(session)
         except Exception as exc:

@@ -18,7 +18,7 @@ from stallscope.analysis.context import AnalysisConfig, Context, Framework
 from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
-from stallscope.hooks.distributed import Job, join_job
+from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME, write_report
@@ -69,6 +69,8 @@ class Session:
         self.report: Report | None = None
         #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
         self.job: Job | None = None
+        #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
+        self.data_parallel_devices: int | None = None
         self._started_at = ""
         self._epoch_index = 0
         self._console: Console | None = None
@@ -111,6 +113,10 @@ class Session:
             self.loader = loader
         self.batches_per_epoch = batches
         self.signals.begin_pass()
+
+    def note_model(self, model: object) -> None:
+        """The model being trained: look for ``nn.DataParallel`` in it (``dist.dataparallel``)."""
+        self.data_parallel_devices = data_parallel_devices(model)
 
     def note_batch(self, batch: object) -> None:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
@@ -189,6 +195,7 @@ class Session:
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
             precision=self.precision,
+            data_parallel_devices=self.data_parallel_devices,
         )
 
     def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
