@@ -65,9 +65,11 @@ def train(
     slow_rank: int = EXPECTED_RANK,
     ms_per_sample: float = 0.4,
     rank: int | None = None,
+    csv_dir: str | None = None,
 ) -> None:
     """The fit; Lightning runs it on each rank. ``num_workers`` applies to ``rank`` only when it
-    is given (a suggestion's ``"rank"``), else to every rank (the loader is built on each rank)."""
+    is given (a suggestion's ``"rank"``), else to every rank (the loader is built on each rank).
+    ``csv_dir``: log to a ``CSVLogger`` there (StallScope's headline numbers included)."""
     pl = import_lightning(namespace)
     emulate_accelerator()
     me = int(os.environ.get("LOCAL_RANK", "0"))  # one node: the local rank is the rank
@@ -81,7 +83,7 @@ def train(
             strategy="ddp",
             max_epochs=epochs,
             callbacks=[StallScope(report_dir, console=console)],
-            logger=False,
+            logger=pl.loggers.CSVLogger(csv_dir, name="", version="") if csv_dir else False,
             enable_progress_bar=False,
             enable_model_summary=False,
             enable_checkpointing=False,

@@ -10,6 +10,7 @@ has an overall timeout: a hang fails the test instead of stalling the suite.
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 import os
@@ -107,11 +108,19 @@ def test_plain_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path) -> None:
 
 
 @pytest.mark.scenario
-def test_lightning_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path) -> None:
+def test_lightning_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     module = example("lightning_ddp_straggler")
-    module.run(report_dir=str(tmp_path), console=False, timeout_s=JOB_TIMEOUT_S, **module.SMALL)
+    csv_dir = tmp_path / "csv"
+    settings = {**module.SMALL, "epochs": 2, "csv_dir": str(csv_dir)}
+    module.run(report_dir=str(tmp_path), console=False, timeout_s=JOB_TIMEOUT_S, **settings)
     report = read(tmp_path / "report.json")
     assert top_names_rank_1_data(report)["id"] == module.EXPECTED
+    # the loggers get the job's numbers, from rank 0 only, with no warning about unsynced values
+    with (csv_dir / "metrics.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    logged = [float(r["stallscope/gpu_idle_fraction"]) for r in rows if r.get("stallscope/gpu_idle_fraction")]
+    assert logged == pytest.approx([e["summary"]["gpu_idle_fraction"] for e in report["epochs"]])
+    assert "sync_dist" not in capfd.readouterr().err
     assert report["run"]["framework"] == "lightning"
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
     assert not (tmp_path / "rank1").exists()

@@ -737,10 +737,25 @@ class _FitRun:
         for name in HEADLINE_PHASES:
             values[f"{name}_fraction"] = float(summary.phase_fractions.get(name, 0.0))
         try:
+            if self.session.job is not None:
+                self._log_job_headline(values)
+                return
             for name, value in values.items():
                 pl_module.log(f"stallscope/{name}", float(value), on_step=False, on_epoch=True, prog_bar=False)
         except Exception as exc:  # e.g. Trainer(barebones=True) forbids self.log: a note, not a failure
             self.session.note(f"headline numbers not logged to the Trainer's loggers ({type(exc).__name__}: {exc})")
+
+    def _log_job_headline(self, values: Mapping[str, float]) -> None:
+        """A distributed fit: rank 0 hands the job's numbers to the loggers itself (the other ranks
+        log nothing). ``pl_module.log`` would run on every rank and warn, each epoch, that the
+        values are not synced; so these are not in ``callback_metrics`` for monitors. The class's
+        ``log_metrics`` is called, not the instance's timing wrapper: this is StallScope's time."""
+        if not self.session.job or not self.session.job.leader:
+            return
+        metrics = {f"stallscope/{name}": float(value) for name, value in values.items()}
+        step = getattr(self.trainer, "global_step", None)
+        for logger in getattr(self.trainer, "loggers", None) or []:
+            type(logger).log_metrics(logger, metrics, step=step)
 
     def train_end(self) -> None:
         self._set_top(None)
