@@ -25,4 +25,10 @@ LIGHTNING: list[str] = [
     "lightning_frequent_checkpoint",
 ]
 
-ALL = PLAIN + LIGHTNING
+#: distributed jobs of two CPU ranks; ``run`` launches the ranks itself (``ddp_common.py``)
+DISTRIBUTED: list[str] = [
+    "ddp_straggler",
+    "lightning_ddp_straggler",
+]
+
+ALL = PLAIN + LIGHTNING + DISTRIBUTED
