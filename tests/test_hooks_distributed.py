@@ -223,3 +223,32 @@ def test_a_rank_that_raised_is_noted_and_the_leader_goes_on(two_ranks: Callable[
     assert any("rank 1: the run ended with an exception (RuntimeError: planted)" in n for n in job.notes)
     assert any("ended its run before epoch 1" in n for n in job.notes)
     assert any("different numbers of epochs (rank 0 3, rank 1 1)" in n for n in job.notes)
+
+
+def test_a_malformed_summary_is_a_note_not_a_failure(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two_ranks(1)
+    train(tmp_path, batches=4, epochs=1)
+    two_ranks(0)
+    job = train(tmp_path, batches=4, epochs=1)
+    assert job is not None
+    assert [r.rank for r in job.ranks] == [0, 1]
+
+    # the same, with rank 1's payloads broken on the way
+    broken = tmp_path / "broken"
+    two_ranks(1)
+    real_post = Exchange.post
+
+    def post_broken(self: Exchange, name: str, payload: dict[str, Any]) -> None:
+        real_post(self, name, {**payload, "run": {"summary": {"steps": "many"}}})
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Exchange, "post", post_broken)
+        train(broken, batches=4, epochs=1)
+    two_ranks(0)
+    job = train(broken, batches=4, epochs=1)
+    assert job is not None
+    assert job.run.rank == 0
+    assert [r.rank for r in job.ranks] == [0]
+    assert any("rank 1's summary could not be read" in n for n in job.notes)

@@ -369,11 +369,14 @@ class Job:
             return epoch, report, ()
         spans = [_Span(0, self.host, epoch.summary, epoch.findings)]
         for r, payload in sorted(got.items()):
-            self._take_run(payload)
-            if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
-                spans.append(_span(payload, "epoch"))
-            elif payload.get("name") == "final":
-                self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
+            try:
+                self._take_run(payload)
+                if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
+                    spans.append(_span(payload, "epoch"))
+                elif payload.get("name") == "final":
+                    self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
+            except Exception as exc:
+                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
         job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
         job_epoch = replace(job_epoch, findings=tuple(self._diagnose(spans)))
@@ -389,8 +392,11 @@ class Job:
         got = self._exchange("final", None, report)
         if not self.leader:
             return report, ()
-        for payload in got.values():
-            self._take_run(payload)
+        for r, payload in sorted(got.items()):
+            try:
+                self._take_run(payload)
+            except Exception as exc:
+                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
         job = self._job_report(report, final=True)
         return job, job.ranks

@@ -143,8 +143,8 @@ class Session:
             summary=self.summarize(stats, signals),
             findings=tuple(self.diagnose(stats, signals)),
         )
-        if index == 0 and self.job is not None and self.job.exchange is None:
-            self._join_job()
+        if index == 0 and (self.job is None or self.job.exchange is None):
+            self._join_job()  # torch.distributed may have come up inside the ``with`` block
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
