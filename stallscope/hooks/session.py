@@ -247,8 +247,8 @@ class Session:
         ranks: tuple[RankEntry, ...] = (),
     ) -> None:
         if self._console is not None:
-            if ranks:
-                title = f"{title} · job of {len(ranks)} ranks"
+            if ranks and self.job is not None:
+                title = f"{title} · job of {self.job.info.world_size} ranks"
             print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving, ranks=ranks)
 
     def write(self, *, durable: bool = True) -> None:
