@@ -129,3 +129,12 @@ def test_the_job_findings_respect_min_saving(make_finding: MakeFinding) -> None:
         work(1, data_ms=5.0, compute_ms=5.0, findings=(make_finding(est_saving_fraction=0.01),)),
     ]
     assert diagnose_job(ranks, min_saving=0.02) == []
+
+
+def test_a_gap_below_a_fifth_of_the_step_is_noise_not_a_straggler() -> None:
+    # rank 1's own work is 10 ms + 1.5 ms of data: 13% more than rank 0's 10 ms
+    assert find_pace([work(0, data_ms=0.0, compute_ms=11.5), work(1, data_ms=1.5, compute_ms=10.0)]) is None
+    # 3 ms: 23% of the 13 ms job step
+    pace = find_pace([work(0, data_ms=0.0, compute_ms=13.0), work(1, data_ms=3.0, compute_ms=10.0)])
+    assert pace is not None
+    assert pace.rank == 1

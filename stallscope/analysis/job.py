@@ -40,7 +40,7 @@ from stallscope.timeline.phases import COMPUTE
 
 #: a rank sets the pace when its own work per step exceeds every other rank's by this share of
 #: the job's step
-MIN_STRAGGLER_SHARE = 0.10
+MIN_STRAGGLER_SHARE = 0.20
 
 #: the findings that name the cause of a slow phase, by phase
 CAUSES_BY_PHASE: Mapping[str, tuple[str, ...]] = {
