@@ -252,3 +252,13 @@ def test_a_malformed_summary_is_a_note_not_a_failure(
     assert job.run.rank == 0
     assert [r.rank for r in job.ranks] == [0]
     assert any("rank 1's summary could not be read" in n for n in job.notes)
+
+
+def test_ranks_in_step_cost_one_check() -> None:
+    store, clock = DictStore(), Clock()
+    for r in (1, 2, 3):
+        exchange(store, r, clock, world=4).post("epoch0", payload(r, "epoch0"))
+    got = exchange(store, 0, clock, world=4).collect("epoch0")
+    assert sorted(got) == [1, 2, 3]
+    assert store.checks == 1
+    assert store.data == {}
