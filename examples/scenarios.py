@@ -31,4 +31,10 @@ LIGHTNING: list[str] = [
     "lightning_max_steps_checkpoint",
 ]
 
-ALL = PLAIN + LIGHTNING
+#: distributed jobs of two CPU ranks; ``run`` launches the ranks itself (``ddp_common.py``)
+DISTRIBUTED: list[str] = [
+    "ddp_straggler",
+    "lightning_ddp_straggler",
+]
+
+ALL = PLAIN + LIGHTNING + DISTRIBUTED

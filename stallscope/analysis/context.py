@@ -122,3 +122,5 @@ class Context:
     #: the run so far, when ``span`` is one of its epochs: the frequency rules take each phase's
     #: cost from it, so that an epoch's finding and the run's agree on the setting
     run_span: SpanStats | None = None
+    #: GPUs an ``nn.DataParallel`` in the watched model drives; None when there is none
+    data_parallel_devices: int | None = None

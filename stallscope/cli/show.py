@@ -28,5 +28,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
             print_diagnosis(console, f"epoch {epoch.index}", epoch.summary, epoch.findings, device=device)
     epochs = len(report.epochs)
     title = "run" if epochs == 0 else f"run ({epochs} epoch{'s' if epochs > 1 else ''})"
-    print_diagnosis(console, title, report.summary, report.findings, report.notes, device=device)
+    if report.ranks:
+        title = f"{title} · job of {len(report.ranks)} ranks"
+    print_diagnosis(console, title, report.summary, report.findings, report.notes, ranks=report.ranks, device=device)
     return 0

@@ -37,8 +37,9 @@ Epochs, reports, loggers
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
-    run. The final report is written at ``on_fit_end``, or at ``on_exception``. Ranks other than
-    0 print nothing and write ``<report_dir>/rank<N>/report.json``.
+    run. The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
+    fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
+    print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
 
 from __future__ import annotations
@@ -777,10 +778,25 @@ class _FitRun:
         for name in HEADLINE_PHASES:
             values[f"{name}_fraction"] = float(summary.phase_fractions.get(name, 0.0))
         try:
+            if self.session.job is not None:
+                self._log_job_headline(values)
+                return
             for name, value in values.items():
                 pl_module.log(f"stallscope/{name}", float(value), on_step=False, on_epoch=True, prog_bar=False)
         except Exception as exc:  # e.g. Trainer(barebones=True) forbids self.log: a note, not a failure
             self.session.note(f"headline numbers not logged to the Trainer's loggers ({type(exc).__name__}: {exc})")
+
+    def _log_job_headline(self, values: Mapping[str, float]) -> None:
+        """A distributed fit: rank 0 hands the job's numbers to the loggers itself (the other ranks
+        log nothing). ``pl_module.log`` would run on every rank and warn, each epoch, that the
+        values are not synced; so these are not in ``callback_metrics`` for monitors. The class's
+        ``log_metrics`` is called, not the instance's timing wrapper: this is StallScope's time."""
+        if not self.session.job or not self.session.job.leader:
+            return
+        metrics = {f"stallscope/{name}": float(value) for name, value in values.items()}
+        step = getattr(self.trainer, "global_step", None)
+        for logger in getattr(self.trainer, "loggers", None) or []:
+            type(logger).log_metrics(logger, metrics, step=step)
 
     def train_end(self) -> None:
         self._set_top(None)
@@ -830,13 +846,12 @@ class _FitRun:
 
 def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO | None]:
     """A fresh ``lightning`` session for one fit. Printing goes to a buffer that ``flush_console``
-    routes; ranks other than 0 print nothing and write ``<report_dir>/rank<N>/report.json``."""
+    routes; ranks other than 0 print nothing (and write only ``<report_dir>/ranks/rank-<R>.json``)."""
     config = scope._config
     rank = getattr(trainer, "global_rank", 0)
     buffer: io.StringIO | None = None
-    if isinstance(rank, int) and rank > 0:
-        report_dir = config.report_dir / f"rank{rank}" if config.report_dir is not None else None
-        config = dataclasses.replace(config, console=False, report_dir=report_dir)
+    if isinstance(rank, int) and rank > 0:  # the session writes its file (``hooks/distributed.py``)
+        config = dataclasses.replace(config, console=False)
     elif config.console is True:
         real = Console()
         buffer = io.StringIO()
@@ -920,6 +935,7 @@ class LightningCallbacks(_HookBase):
         self._fit_run = None
         try:
             session, buffer = _session_for(self._scope(), trainer)
+            session.note_model(pl_module)  # an nn.DataParallel inside: dist.dataparallel
             run = _FitRun(self._scope(), trainer, session, buffer)
             self._begin_run(session)
         except Exception as exc:

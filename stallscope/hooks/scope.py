@@ -293,6 +293,14 @@ class StallScope(LightningCallbacks):
             self._session.timeline.note_boundary(EpochBoundary(index, iter_ns, first_ns, last_ns))
         self._session.end_epoch()
 
+    def watch(self, model: object) -> None:
+        """Tell the scope which model is trained, once, before the loop: an ``nn.DataParallel``
+        in it gets ``dist.dataparallel``. (The Lightning callback looks at the LightningModule.)"""
+        try:
+            self._session.note_model(model)
+        except Exception as exc:
+            self._fail(exc)
+
     # -- results -------------------------------------------------------------------------
 
     @property

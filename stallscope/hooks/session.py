@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from rich.console import Console
 
@@ -18,11 +19,12 @@ from stallscope.analysis.diagnose import diagnose, too_short
 from stallscope.analysis.disturbance import disturbance_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
+from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.render import print_diagnosis
-from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
+from stallscope.report.schema import EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
@@ -78,6 +80,10 @@ class Session:
         self.tail: Summary | None = None
         self.notes: list[str] = []
         self.report: Report | None = None
+        #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
+        self.job: Job | None = None
+        #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
+        self.data_parallel_devices: int | None = None
         self._started_at = ""
         self._epoch_index = 0
         self._console: Console | None = None
@@ -94,7 +100,15 @@ class Session:
         self._started_at = utc_now_iso()
         if clock:
             self.timeline.start()
+        self._join_job()
         self.signals.start()
+
+    def _join_job(self) -> None:
+        """Join the distributed job this process is a rank of, if any: ranks other than 0 print
+        nothing. (Again at the first epoch end when ``torch.distributed`` came up after start.)"""
+        self.job = join_job(self.host.name, min_saving=self.config.min_saving, note=self.note)
+        if self.job is not None and not self.job.leader:
+            self._console = None
 
     def start_clock(self) -> None:
         """Start the timeline now if it has not started."""
@@ -126,6 +140,10 @@ class Session:
         finally:
             self.timeline.resume()
 
+    def note_model(self, model: object) -> None:
+        """The model being trained: look for ``nn.DataParallel`` in it (``dist.dataparallel``)."""
+        self.data_parallel_devices = data_parallel_devices(model)
+
     def note_batch(self, batch: object) -> None:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
         self.signals.note_batch(batch)
@@ -149,16 +167,25 @@ class Session:
         if stats.steps > 0:
             self.epoch_steps = max(self.epoch_steps or 0, stats.steps)
         epoch = self._epoch_report(stats, signals, self.timeline.steps - stats.steps, index)
+        if index == 0 and (self.job is None or self.job.exchange is None):
+            self._join_job()  # torch.distributed may have come up inside the ``with`` block
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
         self.report = self.build_report(complete=False)
+        shown: EpochReport = epoch
+        ranks: tuple[RankEntry, ...] = ()
+        if self.job is not None:  # rank 0: the job's epoch and report from here on
+            if self.job.leader:  # the others write theirs in ``write``
+                self.job.write_own(self.report, self.config.report_dir, durable=False)
+            shown, report, ranks = self.job.close_epoch(epoch, self.report)
+            self.report = replace(report, notes=tuple(self.notes))
         if stats.steps > 0:
             short = too_short(stats)
-            self.print(f"epoch {index}", epoch.summary, epoch.findings, (short,) if short else ())
+            self.print(f"epoch {index}", shown.summary, shown.findings, (short,) if short else (), ranks=ranks)
         self.write(durable=False)
-        return epoch
+        return shown
 
     def _epoch_report(self, stats: SpanStats, signals: Signals, steps_before: int, index: int) -> EpochReport:
         # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
@@ -191,13 +218,19 @@ class Session:
         self.signals.stop()
         self._close_tail()
         report = self.build_report(complete=True)
+        ranks: tuple[RankEntry, ...] = ()
+        if self.job is not None:
+            if self.job.leader:
+                self.job.write_own(report, self.config.report_dir, durable=True)
+            report, ranks = self.job.finish(report)
+            report = replace(report, notes=tuple(self.notes))
         self.report = report
         if print_run:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
             short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
-            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, notes)
+            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, notes, ranks=ranks)
         self.write()
         return report
 
@@ -234,6 +267,7 @@ class Session:
             steps_before=steps_before,
             first_epoch=first_epoch,
             run_span=run_span,
+            data_parallel_devices=self.data_parallel_devices,
         )
 
     def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
@@ -267,6 +301,9 @@ class Session:
                 stallscope_version=__version__,
                 framework=self.framework,
                 usable_cores=self.host.usable_cores,
+                rank=self.job.info.rank if self.job is not None else None,
+                world_size=self.job.info.world_size if self.job is not None else None,
+                local_rank=self.job.info.local_rank if self.job is not None else None,
             ),
             summary=self.summarize(run_stats, signals),
             epochs=tuple(self.epochs),
@@ -282,14 +319,25 @@ class Session:
         summary: Summary,
         findings: tuple[Finding, ...],
         notes: tuple[str, ...] = (),
+        *,
+        ranks: tuple[RankEntry, ...] = (),
     ) -> None:
         if self._console is not None:
             device = self.report.run.device.kind if self.report is not None else None
-            print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving, device=device)
+            if ranks and self.job is not None:
+                title = f"{title} · job of {self.job.info.world_size} ranks"
+            print_diagnosis(
+                self._console, title, summary, findings, notes, self.config.min_saving, device=device, ranks=ranks
+            )
 
     def write(self, *, durable: bool = True) -> None:
-        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""
-        if self.report is not None and self.config.report_dir is not None:
+        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's).
+        A rank other than 0 of a distributed job writes its own file, never ``report.json``."""
+        if self.report is None or self.config.report_dir is None:
+            return
+        if self.job is not None and not self.job.leader:
+            self.job.write_own(self.report, self.config.report_dir, durable=durable)
+        else:
             write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
 
     def warn_internal(self, exc: BaseException) -> None:

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stallscope.analysis.finding import Finding
-from stallscope.report.schema import Summary
+from stallscope.report.schema import RankEntry, Summary
 
 _BAR = 28
 _MAX_FINDINGS = 5
@@ -40,6 +40,59 @@ def _gain(f: Finding) -> str:
     return f"{floor}x{f.est_speedup:.2f} faster (saves {f.est_saving_fraction:.0%} of wall time)"
 
 
+#: columns of the per-rank table of a distributed job (SPEC §3a)
+RANK_COLUMNS = ("rank", "host", "steps/s", "idle", "data", "compute", "largest phase")
+
+#: most ranks listed in the table; a larger job shows the slowest ones
+_MAX_RANKS = 16
+
+
+def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
+    """The per-rank table's rows as text: rank, host, steps/s, idle, data %, compute %, and the
+    rank's largest phase. Jobs of more than 16 ranks list the 16 slowest (fewest steps/s)."""
+    shown = list(ranks)
+    if len(shown) > _MAX_RANKS:
+        shown = sorted(sorted(shown, key=lambda e: e.steps_per_s)[:_MAX_RANKS], key=lambda e: e.rank)
+    rows: list[tuple[str, ...]] = []
+    for e in shown:
+        fractions = e.phase_fractions
+        largest = max(sorted(fractions), key=lambda n: fractions[n]) if fractions else "-"
+        rows.append(
+            (
+                str(e.rank),
+                e.host,
+                f"{e.steps_per_s:.1f}",
+                f"{e.gpu_idle_fraction:.0%}",
+                f"{fractions.get('data', 0.0):.0%}",
+                f"{fractions.get('compute', 0.0):.0%}",
+                f"{largest} {fractions.get(largest, 0.0):.0%}" if fractions else "-",
+            )
+        )
+    return rows
+
+
+def render_ranks(ranks: Sequence[RankEntry]) -> Table:
+    """The per-rank table as a rich table."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    for i, name in enumerate(RANK_COLUMNS):
+        table.add_column(name, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
+    for row in rank_rows(ranks):
+        table.add_row(*row)
+    return table
+
+
+def format_ranks(ranks: Sequence[RankEntry]) -> list[str]:
+    """The per-rank table as plain lines."""
+    rows = [RANK_COLUMNS, *rank_rows(ranks)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(RANK_COLUMNS))]
+    return [
+        "  ".join(
+            cell.rjust(w) if 2 <= i <= 5 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+
+
 def render_panel(
     title: str,
     summary: Summary,
@@ -48,6 +101,7 @@ def render_panel(
     min_saving: float = 0.02,
     *,
     device: str | None = None,
+    ranks: Sequence[RankEntry] = (),
 ) -> RenderableType:
     """A rich panel: headline, where the time went (bars), ranked fixes with snippets. ``device``:
     the run's device kind (``RunInfo.device.kind``), which names what was idle."""
@@ -70,6 +124,8 @@ def render_panel(
         bars,
         Text(""),
     ]
+    if ranks:
+        parts += [Text("Ranks"), render_ranks(ranks), Text("")]
     if findings:
         parts.append(Text("Fixes, best first"))
         for rank, f in enumerate(findings[:_MAX_FINDINGS], start=1):
@@ -102,12 +158,16 @@ def format_text(
     min_saving: float = 0.02,
     *,
     device: str | None = None,
+    ranks: Sequence[RankEntry] = (),
 ) -> str:
     """The same diagnosis as plain lines, for logs and non-terminals."""
     lines = [f"StallScope · {title}: {_headline(summary, device)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
         lines.append(f"    {name:<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
+    if ranks:
+        lines.append("  ranks:")
+        lines.extend(f"    {line}" for line in format_ranks(ranks))
     if findings:
         lines.append("  fixes, best first:")
         for rank, f in enumerate(findings[:_MAX_FINDINGS], start=1):
@@ -130,13 +190,14 @@ def print_diagnosis(
     min_saving: float = 0.02,
     *,
     device: str | None = None,
+    ranks: Sequence[RankEntry] = (),
 ) -> None:
-    """Print a panel on a terminal, plain text anywhere else."""
+    """Print a panel on a terminal, plain text anywhere else; a job's report also has its ranks."""
     if console.is_terminal:
-        console.print(render_panel(title, summary, findings, notes, min_saving, device=device))
+        console.print(render_panel(title, summary, findings, notes, min_saving, device=device, ranks=ranks))
     else:
         console.print(
-            format_text(title, summary, findings, notes, min_saving, device=device),
+            format_text(title, summary, findings, notes, min_saving, device=device, ranks=ranks),
             markup=False,
             highlight=False,
             soft_wrap=True,

@@ -56,6 +56,12 @@ class RunInfo:
     framework: str = "plain"
     #: cores this process could use
     usable_cores: int = 1
+    #: this process's rank in a distributed job (SPEC §3a); None when not distributed
+    rank: int | None = None
+    #: processes in the job; None when not distributed
+    world_size: int | None = None
+    #: this process's rank on its host; None when not distributed or not known
+    local_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,27 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class RankEntry:
+    """One rank of a distributed job, as rank 0 gathered it (SPEC §3a ``ranks[]``)."""
+
+    rank: int
+    host: str
+    steps: int
+    wall_s: float
+    steps_per_s: float
+    #: fraction of the rank's wall time its accelerator had no work, in [0, 1]
+    gpu_idle_fraction: float
+    #: fractions of the rank's wall time per phase; sum to 1
+    phase_fractions: Mapping[str, float]
+    #: per-step wait for data on this rank (seconds): mean, p10, p50, p90, max
+    data_wait_s: Mapping[str, float] = field(default_factory=dict)
+    #: seconds per phase on this rank
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: train epochs this rank closed
+    epochs: int = 0
+
+
+@dataclass(frozen=True)
 class EpochReport:
     index: int
     summary: Summary
@@ -110,6 +137,8 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     #: the time after the last epoch's end (final reports): the epochs and the tail add up to the run
     tail: Summary | None = None
+    #: a distributed job's ranks, on the job's report (rank 0's ``report.json``); else empty
+    ranks: tuple[RankEntry, ...] = ()
 
     def finding(self, finding_id: str) -> Finding | None:
         """The run-level finding with ``finding_id``, if any."""
@@ -169,6 +198,23 @@ def summary_to_dict(s: Summary) -> dict[str, Any]:
     return _clean(out)  # type: ignore[no-any-return]
 
 
+def rank_to_dict(e: RankEntry) -> dict[str, Any]:
+    return _clean(  # type: ignore[no-any-return]
+        {
+            "rank": e.rank,
+            "host": e.host,
+            "steps": e.steps,
+            "wall_s": e.wall_s,
+            "steps_per_s": e.steps_per_s,
+            "gpu_idle_fraction": e.gpu_idle_fraction,
+            "phase_fractions": dict(e.phase_fractions),
+            "phase_seconds": dict(e.phase_seconds),
+            "data_wait_s": dict(e.data_wait_s),
+            "epochs": e.epochs,
+        }
+    )
+
+
 def report_to_dict(r: Report) -> dict[str, Any]:
     run: dict[str, Any] = {
         "started_at": r.run.started_at,
@@ -181,7 +227,9 @@ def report_to_dict(r: Report) -> dict[str, Any]:
     }
     if r.run.dataloader is not None:
         run["dataloader"] = dict(r.run.dataloader)
-    return _clean(  # type: ignore[no-any-return]
+    if r.run.rank is not None:
+        run.update(rank=r.run.rank, world_size=r.run.world_size, local_rank=r.run.local_rank)
+    out = _clean(
         {
             "schema_version": r.schema_version,
             "complete": r.complete,
@@ -200,6 +248,9 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             **({"tail": summary_to_dict(r.tail)} if r.tail is not None else {}),
         }
     )
+    if r.ranks:
+        out["ranks"] = [rank_to_dict(e) for e in r.ranks]
+    return out  # type: ignore[no-any-return]
 
 
 # -- from JSON -------------------------------------------------------------------------------
@@ -297,6 +348,37 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
     )
 
 
+def rank_from_dict(d: Any, where: str) -> RankEntry:
+    if not isinstance(d, Mapping):
+        raise ReportError(f"{where} is not an object")
+    fractions = _req(d, "phase_fractions", Mapping, where)
+    for name, value in fractions.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
+    epochs = d.get("epochs", 0)
+    return RankEntry(
+        rank=int(_req(d, "rank", int, where)),
+        host=str(d.get("host", "")),
+        steps=int(_req(d, "steps", int, where)),
+        wall_s=float(_req(d, "wall_s", float, where)),
+        steps_per_s=float(_req(d, "steps_per_s", float, where)),
+        gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
+        phase_fractions={str(k): float(v) for k, v in fractions.items()},
+        data_wait_s=_opt_map(d, "data_wait_s", where) or {},
+        phase_seconds=_opt_map(d, "phase_seconds", where) or {},
+        epochs=epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0,
+    )
+
+
+def _opt_int(obj: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ReportError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+    return value
+
+
 def upgrade_dict(d: Mapping[str, Any], version: int) -> dict[str, Any]:
     """Bring a version-``version`` report's JSON object up to ``SCHEMA_VERSION`` (a copy)."""
     data = dict(d)
@@ -355,6 +437,9 @@ def report_from_dict(d: Any) -> Report:
             stallscope_version=str(run.get("stallscope_version", "")),
             framework=str(run.get("framework", "plain")),
             usable_cores=max(1, usable_cores),
+            rank=_opt_int(run, "rank", "report.run"),
+            world_size=_opt_int(run, "world_size", "report.run"),
+            local_rank=_opt_int(run, "local_rank", "report.run"),
         ),
         summary=summary_from_dict(_req(d, "summary", Mapping, "report"), "report.summary"),
         epochs=tuple(
@@ -374,4 +459,5 @@ def report_from_dict(d: Any) -> Report:
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
         notes=tuple(str(n) for n in _opt_list(d, "notes", "report")),
         tail=summary_from_dict(d["tail"], "report.tail") if d.get("tail") is not None else None,
+        ranks=tuple(rank_from_dict(e, f"report.ranks[{i}]") for i, e in enumerate(_opt_list(d, "ranks", "report"))),
     )

@@ -17,6 +17,7 @@ from stallscope.analysis.rules import (
     data_pin_memory,
     data_prefetch,
     data_workers,
+    dist_dataparallel,
     gpu_throttle,
     host_memory,
     host_overhead,
@@ -45,4 +46,5 @@ ALL_RULES: tuple[Rule, ...] = (
     compute_batch_size.rule,
     gpu_throttle.rule,
     host_memory.rule,
+    dist_dataparallel.rule,
 )

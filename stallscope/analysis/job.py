@@ -1,0 +1,179 @@
+"""A distributed job's diagnosis (SPEC §3a): which rank sets the pace, and why.
+
+The model
+    Ranks of a data-parallel job meet in a collective every step (DDP's gradient all-reduce,
+    inside backward). A rank that reaches it first waits there for the last one, and that wait
+    is recorded inside its own ``compute`` phase: a fast rank looks compute-bound while it is
+    really waiting. So per step and per rank ``r``::
+
+        step_r    = wall_r / steps_r
+        wait_r    = compute_r - min_q compute_q        (the fastest compute is the pure one)
+        own_r     = step_r - wait_r                    (the rank's own work: what it would take alone)
+
+    The job steps at ``max_r own_r``; the rank ``s`` that reaches it is the pace-setter. Its slow
+    phase is the non-compute phase where it spends the most time per step above the other ranks'
+    median. Fixing it lowers ``own_s`` and the job steps at the larger of that and the next
+    rank's ``own``: that ratio is the job's predicted speedup.
+
+    A rank that is slow in its compute itself (a slower GPU) cannot be told from one that waits
+    with this model: both show the same ``compute`` per step. Those jobs get no straggler finding.
+
+What is emitted
+    When the pace-setter's own diagnosis has a finding for the slow phase (``data.workers`` for
+    ``data``, ``data.pin_memory`` for ``h2d``, ``checkpoint.frequency`` for ``checkpoint``, ...),
+    that finding, restated for the job: ``evidence.rank`` and ``evidence.phase``, the rank in its
+    ``suggestion`` and the job's speedup (``rules/dist_straggler.py``). Else ``dist.straggler``
+    with the phase. When no rank stands out, the job's findings are those every rank has, with
+    the smallest rank's saving (a fix applied to every rank speeds the job up as much as it
+    speeds up its slowest rank).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from stallscope.analysis.finding import Finding
+from stallscope.analysis.rules.dist_straggler import restate_for_job, straggler_finding
+from stallscope.timeline.phases import COMPUTE
+
+#: a rank sets the pace when its own work per step exceeds every other rank's by this share of
+#: the job's step
+MIN_STRAGGLER_SHARE = 0.20
+
+#: the findings that name the cause of a slow phase, by phase
+CAUSES_BY_PHASE: Mapping[str, tuple[str, ...]] = {
+    "data": (
+        "data.workers",
+        "data.batch_indexing",
+        "data.prefetch",
+        "data.persistent_workers",
+        "data.cpu_bound",
+        "data.io_bound",
+    ),
+    "h2d": ("data.pin_memory",),
+    "checkpoint": ("checkpoint.frequency",),
+    "logging": ("logging.frequency",),
+    "validation": ("validation.frequency",),
+    "other": ("host.sync", "host.overhead"),
+}
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """What one rank recorded over a span (an epoch or the run)."""
+
+    rank: int
+    steps: int
+    wall_s: float
+    #: seconds per phase
+    phase_seconds: Mapping[str, float]
+    #: the rank's own diagnosis of the span, best first
+    findings: tuple[Finding, ...] = ()
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The straggler model's result for a span."""
+
+    #: the pace-setting rank
+    rank: int
+    #: its slowest phase compared with the other ranks
+    phase: str
+    #: seconds per step: the job's step (the pace-setter's own work) and the next rank's own work
+    job_step_s: float
+    others_step_s: float
+    #: how much longer the pace-setter spends in ``phase`` per step than the other ranks' median
+    excess_s: float
+    #: each rank's own work and time waiting for the others, per step
+    own_s: Mapping[int, float] = field(default_factory=dict)
+    wait_s: Mapping[int, float] = field(default_factory=dict)
+
+    def speedup(self, saved_per_step_s: float) -> float:
+        """The job's speedup when the pace-setter's step shrinks by ``saved_per_step_s``."""
+        if self.job_step_s <= 0:
+            return 1.0
+        new_step = max(self.job_step_s - max(0.0, saved_per_step_s), self.others_step_s, 1e-12)
+        return self.job_step_s / new_step
+
+
+def _per_step(work: RankWork) -> dict[str, float]:
+    return {name: max(0.0, s) / work.steps for name, s in work.phase_seconds.items()}
+
+
+def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
+    """The rank whose own work sets the job's pace and its slow phase; None when the ranks are
+    alike (within ``MIN_STRAGGLER_SHARE`` of the job's step) or fewer than two ranks ran steps."""
+    active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
+    if len(active) < 2:
+        return None
+    phases = {r.rank: _per_step(r) for r in active}
+    step = {r.rank: r.wall_s / r.steps for r in active}
+    pure = min(p.get(COMPUTE, 0.0) for p in phases.values())
+    wait = {k: max(0.0, phases[k].get(COMPUTE, 0.0) - pure) for k in phases}
+    own = {k: max(0.0, step[k] - wait[k]) for k in phases}
+    pacer = max(own, key=lambda k: (own[k], -k))
+    others = [k for k in own if k != pacer]
+    others_step = max(own[k] for k in others)
+    job_step = own[pacer]
+    if job_step <= 0 or (job_step - others_step) / job_step < MIN_STRAGGLER_SHARE:
+        return None
+    names = {n for p in phases.values() for n in p} - {COMPUTE}
+    excess = {n: phases[pacer].get(n, 0.0) - statistics.median(phases[k].get(n, 0.0) for k in others) for n in names}
+    if not excess:
+        return None
+    phase = max(sorted(excess), key=lambda n: excess[n])
+    if excess[phase] <= 0:
+        return None
+    return Pace(
+        rank=pacer,
+        phase=phase,
+        job_step_s=job_step,
+        others_step_s=others_step,
+        excess_s=excess[phase],
+        own_s=own,
+        wait_s=wait,
+    )
+
+
+def cause_of(pace: Pace, work: RankWork) -> Finding | None:
+    """The pace-setter's own finding that names the cause of its slow phase, if it has one."""
+    ids = CAUSES_BY_PHASE.get(pace.phase, ())
+    candidates = [f for f in work.findings if f.id in ids]
+    return max(candidates, key=lambda f: f.est_saving_fraction) if candidates else None
+
+
+def common_findings(ranks: Sequence[RankWork]) -> list[Finding]:
+    """Findings every rank that ran steps has: the one with the smallest saving stands for the
+    job (a fix applied to every rank gains the job what it gains its least-helped rank)."""
+    active = [r for r in ranks if r.steps > 0]
+    if not active:
+        return []
+    out: list[Finding] = []
+    for f in active[0].findings:
+        same = [next((g for g in r.findings if g.id == f.id), None) for r in active]
+        if any(g is None for g in same):
+            continue
+        least = min((g for g in same if g is not None), key=lambda g: g.est_saving_fraction)
+        out.append(least)
+    return out
+
+
+def diagnose_job(ranks: Sequence[RankWork], *, min_saving: float = 0.02) -> list[Finding]:
+    """The job's findings, best first: the pace-setter's cause (or ``dist.straggler``) when one
+    rank sets the pace, and the findings every rank shares."""
+    found: list[Finding] = []
+    pace = find_pace(ranks)
+    if pace is not None:
+        work = next(r for r in ranks if r.rank == pace.rank)
+        cause = cause_of(pace, work)
+        if cause is not None:
+            found.append(restate_for_job(cause, pace, work.wall_s / work.steps))
+        else:
+            found.append(straggler_finding(pace))
+    taken = {f.id for f in found}
+    found.extend(f for f in common_findings(ranks) if f.id not in taken)
+    kept = [f for f in found if f.est_saving_fraction >= min_saving]
+    return sorted(kept, key=lambda f: (-f.est_saving_fraction, f.id))

@@ -1,0 +1,462 @@
+"""Distributed jobs (SPEC §3a): which rank this is, and rank 0's gather of the ranks' summaries.
+
+Every rank records its own timeline, exactly as a single process does: nothing here runs per
+step. At each epoch end (and once at the end of the run) a rank hands its summary to a ``Job``:
+
+* a rank other than 0 writes ``<report_dir>/ranks/rank-<R>.json`` (its own report), posts its
+  summary for rank 0 and goes on; it prints nothing;
+* rank 0 writes its own ``ranks/rank-0.json`` too, collects the others' summaries, and turns them
+  into the job's report (``report/job.py``, ``analysis/job.py``), which it prints and writes as
+  ``<report_dir>/report.json``.
+
+No file is written by two processes, and nothing assumes the ranks share a file system: the
+summaries travel over the job's own ``torch.distributed`` rendezvous store.
+
+Why the store, not a collective
+    The job's process group already has a key-value store (the ``TCPStore`` its ranks met at),
+    reachable from every rank on every node. A rank posts its summary with one ``set`` and goes on;
+    rank 0 polls for the keys with a deadline. So:
+
+    * nothing ever waits on a rank that died, crashed or ran a different number of epochs: a rank
+      posts a ``final`` key when its run ends (also after an exception), and rank 0 stops waiting
+      for a rank once it sees it; a rank that sends nothing before ``timeout_s`` is noted and not
+      waited for again (its late summaries are still taken when they arrive);
+    * it works whatever the backend (gloo, NCCL, ...), needs no side group (``new_group`` is itself
+      a collective every rank must enter in the same order as the user's own groups) and puts
+      nothing on the device or on the collective stream;
+    * a gather (``gather_object``) would block every rank until all arrive, and a timed-out gloo
+      group cannot be used again.
+
+    The store is reached through ``torch.distributed.distributed_c10d._get_default_store``, the one
+    private name used here (``default_store``); ``tests/test_hooks_distributed.py`` checks it
+    exists in the installed torch. Without it, or when ``torch.distributed`` is not initialised
+    (a job launched by ``torchrun`` that never calls ``init_process_group``), ranks still keep to
+    their own files and rank 0 alone prints, with a note that the others were not gathered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from stallscope.analysis.finding import Finding
+from stallscope.analysis.job import RankWork, diagnose_job
+from stallscope.report.io import write_report
+from stallscope.report.job import job_summary, rank_entry
+from stallscope.report.schema import (
+    EpochReport,
+    RankEntry,
+    Report,
+    Summary,
+    finding_from_dict,
+    finding_to_dict,
+    summary_from_dict,
+    summary_to_dict,
+)
+
+#: seconds rank 0 waits at an epoch end for a rank's summary before it notes the rank as missing
+GATHER_TIMEOUT_S = 10.0
+
+#: the folder of each rank's own report, under ``report_dir``
+RANKS_DIR = "ranks"
+
+#: the prefix of StallScope's keys in the job's store
+KEY_PREFIX = "stallscope"
+
+#: payloads are versioned so ranks of different StallScope versions ignore each other's
+PAYLOAD_VERSION = 1
+
+#: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
+MAX_JOB_EPOCHS = 500
+
+#: runs (``fit`` calls, scopes) that joined a job in this process; the same count on every
+#: rank, so each run's keys are its own
+_runs_joined = 0
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process stands in a distributed job."""
+
+    rank: int
+    world_size: int
+    #: rank on this host; None when the launcher did not say
+    local_rank: int | None = None
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def rank_info() -> RankInfo | None:
+    """This process's rank: from ``torch.distributed`` when it is initialised, else from the
+    launcher's ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK``. None for a single process."""
+    rank: int | None = None
+    world: int | None = None
+    dist = _dist()
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                rank, world = int(dist.get_rank()), int(dist.get_world_size())
+        except Exception:
+            rank = world = None
+    if rank is None or world is None:
+        rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is None or world is None or world <= 1 or not 0 <= rank < world:
+        return None
+    return RankInfo(rank=rank, world_size=world, local_rank=_env_int("LOCAL_RANK"))
+
+
+def _dist() -> Any:
+    """``torch.distributed`` when the user's code imported torch (never imported here on its own)."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        import torch.distributed as dist
+    except Exception:
+        return None
+    return dist
+
+
+#: most modules looked at for an ``nn.DataParallel`` (a model's own modules, in order)
+MAX_MODULES_SEARCHED = 10_000
+
+
+def data_parallel_devices(model: object) -> int | None:
+    """The GPUs an ``nn.DataParallel`` in ``model`` (or ``model`` itself) drives; None when it has
+    none. Without torch imported there is none (nothing is imported here)."""
+    if "torch" not in sys.modules:
+        return None
+    from torch import nn
+
+    modules = model.modules() if isinstance(model, nn.Module) else ()
+    for i, module in enumerate(modules):
+        if i >= MAX_MODULES_SEARCHED:
+            break
+        if isinstance(module, nn.DataParallel):
+            return len(module.device_ids or ())
+    return None
+
+
+def default_store() -> Any:
+    """The private touch point: the default process group's rendezvous store, or None."""
+    dist = _dist()
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    get = getattr(dist.distributed_c10d, "_get_default_store", None)
+    if get is None:
+        raise RuntimeError(
+            "torch.distributed.distributed_c10d._get_default_store is gone from this torch; "
+            "StallScope cannot gather the ranks' summaries"
+        )
+    return get()
+
+
+class Store(Protocol):
+    """The part of ``torch.distributed.Store`` the exchange uses (tests plug a dict in)."""
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+    def delete_key(self, key: str) -> bool: ...
+
+
+class Exchange:
+    """Summaries over a key-value store: ranks ``post``, rank 0 ``collect`` s.
+
+    ``collect`` polls with ``check`` (no blocking ``wait``), first every millisecond, backing off
+    to ``max_poll_s``: one ``check`` of all the keys first (ranks in step: one round trip), then
+    rank by rank; ``clock`` and ``sleep`` are injected for tests."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        prefix: str,
+        rank: int,
+        world_size: int,
+        timeout_s: float | None = None,
+        max_poll_s: float = 0.02,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.rank = rank
+        self.world_size = world_size
+        self.timeout_s = GATHER_TIMEOUT_S if timeout_s is None else timeout_s
+        self.max_poll_s = max_poll_s
+        self._clock = clock
+        self._sleep = sleep
+        #: ranks that missed a deadline (not waited for again) or posted their final summary
+        self.late: set[int] = set()
+        self.done: set[int] = set()
+
+    def key(self, rank: int, name: str) -> str:
+        return f"{self.prefix}/rank{rank}/{name}"
+
+    def post(self, name: str, payload: Mapping[str, Any]) -> None:
+        self.store.set(self.key(self.rank, name), json.dumps(payload, separators=(",", ":")).encode())
+
+    def _take(self, key: str) -> dict[str, Any] | None:
+        raw = self.store.get(key)
+        self.store.delete_key(key)
+        data = json.loads(bytes(raw).decode())
+        return data if isinstance(data, dict) and data.get("v") == PAYLOAD_VERSION else None
+
+    def collect(self, name: str) -> dict[int, dict[str, Any]]:
+        """Each other rank's ``name`` payload, or its ``final`` one when it has ended; waits until
+        all are in or ``timeout_s`` passed. A rank's missing payload is simply absent."""
+        got: dict[int, dict[str, Any]] = {}
+        pending = [r for r in range(self.world_size) if r != self.rank and r not in self.done]
+        start = self._clock()
+        poll = 0.001
+        while pending:
+            wanted_keys = [self.key(r, name) for r in pending]
+            if len(pending) > 1 and self.store.check(wanted_keys):  # the usual case: all in step
+                for r, key in zip(list(pending), wanted_keys, strict=True):
+                    payload = self._take(key)
+                    if payload is not None:
+                        got[r] = payload
+                    self.late.discard(r)
+                break
+            for r in list(pending):
+                for wanted in (name, "final"):
+                    key = self.key(r, wanted)
+                    if self.store.check([key]):
+                        payload = self._take(key)
+                        if payload is not None:
+                            got[r] = payload
+                        if wanted == "final":
+                            self.done.add(r)
+                        pending.remove(r)
+                        self.late.discard(r)
+                        break
+            waiting = [r for r in pending if r not in self.late]
+            if not waiting or self._clock() - start >= self.timeout_s:
+                self.late.update(waiting)
+                break
+            self._sleep(poll)
+            poll = min(poll * 2, self.max_poll_s)
+        return got
+
+
+def _payload(info: RankInfo, host: str, *, name: str, epoch: EpochReport | None, report: Report) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "v": PAYLOAD_VERSION,
+        "rank": info.rank,
+        "host": host,
+        "name": name,
+        "epochs": len(report.epochs),
+        "run": {"summary": summary_to_dict(report.summary), "findings": [finding_to_dict(f) for f in report.findings]},
+        "notes": list(report.notes),
+    }
+    if epoch is not None:
+        out["epoch"] = {
+            "index": epoch.index,
+            "summary": summary_to_dict(epoch.summary),
+            "findings": [finding_to_dict(f) for f in epoch.findings],
+        }
+    return out
+
+
+@dataclass(frozen=True)
+class _Span:
+    """One rank's summary and findings of a span, as rank 0 received them."""
+
+    rank: int
+    host: str
+    summary: Summary
+    findings: tuple[Finding, ...]
+    epochs: int = 0
+
+    def work(self) -> RankWork:
+        s = self.summary
+        seconds = {name: share * s.wall_s for name, share in s.phase_fractions.items()}
+        return RankWork(
+            rank=self.rank,
+            steps=s.steps,
+            wall_s=s.wall_s,
+            phase_seconds=seconds,
+            findings=self.findings,
+            host=self.host,
+        )
+
+
+def _span(payload: Mapping[str, Any], part: str) -> _Span:
+    data = payload[part]
+    where = f"rank {payload.get('rank')} {part}"
+    return _Span(
+        rank=int(payload["rank"]),
+        host=str(payload.get("host", "")),
+        summary=summary_from_dict(data["summary"], where),
+        findings=tuple(finding_from_dict(f, where) for f in data.get("findings", [])),
+        epochs=int(payload.get("epochs", 0)),
+    )
+
+
+class Job:
+    """One rank's part in a distributed job, for one run. Never raises: a failure of the
+    exchange is a note, and the run goes on with what this rank knows."""
+
+    def __init__(
+        self,
+        info: RankInfo,
+        host: str,
+        exchange: Exchange | None,
+        *,
+        min_saving: float = 0.02,
+        note: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        self.info = info
+        self.host = host
+        self.exchange = exchange
+        self.min_saving = min_saving
+        self._note = note
+        #: rank 0: each rank's latest run-level summary (``run`` of its last payload)
+        self._latest: dict[int, _Span] = {}
+        #: rank 0: the job's epochs so far
+        self.epochs: list[EpochReport] = []
+        #: seconds spent posting and collecting (for the gather's cost), and how many exchanges
+        self.gather_s = 0.0
+        self._gathered = 0
+
+    @property
+    def leader(self) -> bool:
+        return self.info.rank == 0
+
+    def rank_path(self, report_dir: Path) -> Path:
+        return report_dir / RANKS_DIR / f"rank-{self.info.rank}.json"
+
+    def write_own(self, report: Report, report_dir: Path | None, *, durable: bool) -> None:
+        if report_dir is not None:
+            write_report(report, self.rank_path(report_dir), durable=durable)
+
+    def _exchange(self, name: str, epoch: EpochReport | None, report: Report) -> dict[int, dict[str, Any]]:
+        """Post this rank's payload (ranks other than 0) or collect the others' (rank 0)."""
+        exchange = self.exchange
+        if exchange is None:
+            return {}
+        start = time.perf_counter()
+        try:
+            if not self.leader:
+                self._gathered += 1
+                exchange.post(name, _payload(self.info, self.host, name=name, epoch=epoch, report=report))
+                return {}
+            self._gathered += 1
+            before = set(exchange.late)
+            got = exchange.collect(name)
+            where = "the end of the run" if name == "final" else f"the end of epoch {name.removeprefix('epoch')}"
+            for r in sorted(exchange.late - before):
+                self._note(
+                    f"rank {r} sent no summary within {exchange.timeout_s:g} s at {where} (it may have died "
+                    "or be behind); it is not waited for again, and the job's numbers use its latest summary"
+                )
+            return got
+        except Exception as exc:
+            self.exchange = None
+            self._note(f"the ranks' summaries could not be gathered ({type(exc).__name__}: {exc}); rank 0's only")
+            return {}
+        finally:
+            self.gather_s += time.perf_counter() - start
+
+    def close_epoch(self, epoch: EpochReport, report: Report) -> tuple[EpochReport, Report, tuple[RankEntry, ...]]:
+        """This rank's epoch is closed and its report built. Rank 0 returns the job's epoch, the
+        job's report and the epoch's rank rows; the other ranks post theirs and get them back."""
+        got = self._exchange(f"epoch{epoch.index}", epoch, report)
+        if not self.leader:
+            return epoch, report, ()
+        spans = [_Span(0, self.host, epoch.summary, epoch.findings)]
+        for r, payload in sorted(got.items()):
+            try:
+                self._take_run(payload)
+                if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
+                    spans.append(_span(payload, "epoch"))
+                elif payload.get("name") == "final":
+                    self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
+            except Exception as exc:
+                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
+        self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
+        job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
+        job_epoch = replace(job_epoch, findings=tuple(self._diagnose(spans)))
+        self.epochs.append(job_epoch)
+        if len(self.epochs) > MAX_JOB_EPOCHS:
+            del self.epochs[10]
+        rows = tuple(rank_entry(s.rank, s.host, s.summary) for s in spans)
+        return job_epoch, self._job_report(report), rows
+
+    def finish(self, report: Report) -> tuple[Report, tuple[RankEntry, ...]]:
+        """The run is over: post the final summary (ranks other than 0) or collect the others'
+        final ones and build the job's report (rank 0)."""
+        got = self._exchange("final", None, report)
+        if not self.leader:
+            return report, ()
+        for r, payload in sorted(got.items()):
+            try:
+                self._take_run(payload)
+            except Exception as exc:
+                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
+        self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
+        job = self._job_report(report, final=True)
+        return job, job.ranks
+
+    def _take_run(self, payload: Mapping[str, Any]) -> None:
+        span = _span(payload, "run")
+        self._latest[span.rank] = span
+        for text in payload.get("notes", []):
+            if isinstance(text, str):
+                self._note(f"rank {span.rank}: {text}")
+
+    def _diagnose(self, spans: list[_Span]) -> list[Finding]:
+        return diagnose_job([s.work() for s in spans], min_saving=self.min_saving)
+
+    def _job_report(self, own: Report, *, final: bool = False) -> Report:
+        spans = [self._latest[r] for r in sorted(self._latest)]
+        missing = [r for r in range(self.info.world_size) if r not in self._latest]
+        if self.exchange is None and self._gathered == 0:
+            self._note(
+                f"a job of {self.info.world_size} ranks, but only rank 0's numbers are in this report: "
+                "the other ranks' summaries were not gathered (torch.distributed is not initialised); "
+                f"each rank writes its own under {RANKS_DIR}/"
+            )
+        elif missing:
+            self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
+        if final and len({s.epochs for s in spans}) > 1:
+            counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
+            self._note(f"the ranks closed different numbers of epochs ({counts})")
+        ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
+        return replace(
+            own,
+            summary=job_summary([s.summary for s in spans]),
+            epochs=tuple(self.epochs),
+            findings=tuple(self._diagnose(spans)),
+            ranks=ranks,
+        )
+
+
+def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Job | None:
+    """This process's part in a distributed job, or None when it runs alone."""
+    global _runs_joined
+    info = rank_info()
+    if info is None:
+        return None
+    exchange: Exchange | None = None
+    try:
+        store = default_store()
+    except Exception as exc:
+        store = None
+        note(f"the ranks' summaries cannot be gathered ({exc})")
+    if store is not None:
+        _runs_joined += 1
+        exchange = Exchange(store, prefix=f"{KEY_PREFIX}/run{_runs_joined}", rank=info.rank, world_size=info.world_size)
+    return Job(info, host, exchange, min_saving=min_saving, note=note)

@@ -1,0 +1,86 @@
+"""A distributed job's summary and ``ranks[]`` (SPEC §3a), from the summaries its ranks sent.
+
+The job's summary reads like one run's:
+
+* ``wall_s`` and ``steps`` are the longest rank's (the job lasts until its last rank is done);
+* ``gpu_idle_fraction`` and ``phase_fractions`` are over all the ranks' time together (wall-time
+  weighted means): the share of the job's accelerator time that was idle, and where the ranks'
+  time went. A rank that waits for another in a collective counts that wait in ``compute``, as
+  its own report does; ``ranks[]`` and the findings say who waited for whom;
+* ``phase_seconds`` are per rank on average, ``step_time_s`` and ``data_wait_s`` the slowest
+  rank's, ``idle_windows`` the mean over ranks window by window (for the CI gate's noise check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from stallscope.report.schema import IDLE_SOURCES, RankEntry, Summary
+
+
+def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankEntry:
+    """One row of ``ranks[]``: a rank's summary of the run."""
+    return RankEntry(
+        rank=rank,
+        host=host,
+        steps=summary.steps,
+        wall_s=summary.wall_s,
+        steps_per_s=summary.steps_per_s,
+        gpu_idle_fraction=summary.gpu_idle_fraction,
+        phase_fractions=dict(summary.phase_fractions),
+        data_wait_s=dict(summary.data_wait_s),
+        phase_seconds=dict(summary.phase_seconds),
+        epochs=epochs,
+    )
+
+
+def _fractions(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+    if wall <= 0 or not seconds:
+        return dict.fromkeys(seconds, 0.0)
+    rounded = {name: round(min(1.0, max(0.0, s / wall)), 6) for name, s in seconds.items()}
+    largest = max(rounded, key=lambda n: rounded[n])
+    rounded[largest] = round(min(1.0, max(0.0, rounded[largest] + 1.0 - sum(rounded.values()))), 6)
+    return rounded
+
+
+def job_summary(summaries: Sequence[Summary]) -> Summary:
+    """The job's summary of a span from its ranks' summaries of it (at least one)."""
+    if not summaries:
+        raise ValueError("a job summary needs at least one rank's summary")
+    if len(summaries) == 1:
+        return summaries[0]
+    total_wall = sum(s.wall_s for s in summaries)
+    seconds: dict[str, float] = {}
+    for s in summaries:
+        for name, share in s.phase_fractions.items():
+            seconds[name] = seconds.get(name, 0.0) + share * s.wall_s
+    if total_wall > 0:
+        idle = sum(s.gpu_idle_fraction * s.wall_s for s in summaries) / total_wall
+    else:
+        idle = sum(s.gpu_idle_fraction for s in summaries) / len(summaries)
+    longest = max(summaries, key=lambda s: s.wall_s)
+    slowest = max(summaries, key=lambda s: float(s.step_time_s.get("mean", 0.0)))
+    sources = {s.idle_source for s in summaries}
+    source = sources.pop() if len(sources) == 1 else "host_phases"
+    windows = tuple(
+        {
+            "steps": max(int(w.get("steps", 0)) for w in group),
+            "wall_s": round(max(float(w.get("wall_s", 0.0)) for w in group), 6),
+            "idle_fraction": round(sum(float(w["idle_fraction"]) for w in group) / len(group), 6),
+        }
+        for group in zip(*(s.idle_windows for s in summaries), strict=False)
+    )
+    steps = max(s.steps for s in summaries)
+    return Summary(
+        wall_s=longest.wall_s,
+        steps=steps,
+        steps_per_s=round(steps / longest.wall_s, 4) if longest.wall_s > 0 else 0.0,
+        gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
+        idle_source=source if source in IDLE_SOURCES else "host_phases",
+        phase_fractions=_fractions(seconds, total_wall),
+        phase_seconds={name: round(s / len(summaries), 6) for name, s in seconds.items()},
+        step_time_s=dict(slowest.step_time_s),
+        data_wait_s=dict(slowest.data_wait_s),
+        nvml=None,
+        idle_windows=windows,
+    )

@@ -1,0 +1,74 @@
+"""One rank of the small distributed jobs ``tests/test_distributed_runs.py`` launches.
+
+``python tests/dist_worker.py SETTINGS_JSON`` under ``torchrun`` or with ``RANK`` / ``WORLD_SIZE``
+/ ``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where
+they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
+``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
+that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from stallscope import StallScope
+from stallscope.hooks import distributed
+
+
+class Slow(TensorDataset):
+    def __init__(self, n: int, latency_ms: float) -> None:
+        super().__init__(torch.randn(n, 16), torch.randint(0, 4, (n,)))
+        self.latency_ms = latency_ms
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        if self.latency_ms:
+            time.sleep(self.latency_ms / 1e3)
+        return super().__getitem__(i)
+
+
+def main(settings: dict[str, object]) -> None:
+    torch.set_num_threads(1)
+    if "gather_timeout_s" in settings:
+        distributed.GATHER_TIMEOUT_S = float(settings["gather_timeout_s"])  # type: ignore[arg-type]
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+
+    def mine(key: str, default: object) -> object:
+        value = settings.get(key, default)
+        return value[rank] if isinstance(value, list) else value
+
+    batches = int(mine("batches", 8))  # type: ignore[call-overload]
+    epochs = int(mine("epochs", 2))  # type: ignore[call-overload]
+    data = DataLoader(Slow(batches * 8, float(mine("latency_ms", 0.0))), batch_size=8)  # type: ignore[arg-type]
+    torch.manual_seed(0)
+    model: nn.Module = nn.Linear(16, 4)
+    if settings.get("ddp", False):
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    raise_at = settings.get("raise_at")
+    die_at = settings.get("die_at")
+    with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
+        for epoch in range(epochs):
+            for step, (x, y) in enumerate(scope.iter(data)):
+                if raise_at == [rank, epoch, step]:
+                    raise RuntimeError("planted failure")
+                if die_at == [rank, epoch, step]:
+                    os._exit(3)
+                with scope.phase("compute"):
+                    opt.zero_grad()
+                    nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,140 @@
+"""The job's diagnosis (``analysis/job.py``, ``rules/dist_straggler.py``) on hand-made ranks.
+
+The numbers are per step: a rank of 100 steps over 1.0 s steps at 10 ms. A fast rank's wait for
+the slow one is inside its compute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from stallscope.analysis.finding import Finding
+from stallscope.analysis.job import RankWork, common_findings, diagnose_job, find_pace
+
+MakeFinding = Callable[..., Finding]
+
+
+def work(
+    rank: int, *, data_ms: float, compute_ms: float, other_ms: float = 0.0, steps: int = 100, **kw: object
+) -> RankWork:
+    seconds = {"data": data_ms * steps / 1e3, "compute": compute_ms * steps / 1e3, "other": other_ms * steps / 1e3}
+    return RankWork(rank=rank, steps=steps, wall_s=sum(seconds.values()), phase_seconds=seconds, **kw)  # type: ignore[arg-type]
+
+
+def straggling_job(findings: tuple[Finding, ...] = ()) -> list[RankWork]:
+    """Rank 1 reads for 8 ms a step; both compute 4 ms; rank 0 waits 8 ms inside its compute."""
+    return [
+        work(0, data_ms=0.5, compute_ms=12.0),
+        work(1, data_ms=8.5, compute_ms=4.0, findings=findings),
+    ]
+
+
+def test_the_pace_setter_is_the_rank_whose_own_work_is_longest() -> None:
+    pace = find_pace(straggling_job())
+    assert pace is not None
+    assert (pace.rank, pace.phase) == (1, "data")
+    assert pace.wait_s[0] == pytest.approx(0.008)  # rank 0's compute beyond the purest one
+    assert pace.wait_s[1] == pytest.approx(0.0)
+    assert pace.job_step_s == pytest.approx(0.0125)
+    assert pace.others_step_s == pytest.approx(0.0045)
+    assert pace.excess_s == pytest.approx(0.008)
+
+
+def test_a_fix_cannot_make_the_job_faster_than_its_next_rank() -> None:
+    pace = find_pace(straggling_job())
+    assert pace is not None
+    assert pace.speedup(0.002) == pytest.approx(0.0125 / 0.0105)
+    assert pace.speedup(1.0) == pytest.approx(0.0125 / 0.0045)
+
+
+def test_alike_ranks_have_no_pace_setter() -> None:
+    ranks = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.3, compute_ms=8.8)]
+    assert find_pace(ranks) is None
+    assert find_pace(ranks[:1]) is None
+
+
+def test_the_rank_own_finding_for_the_slow_phase_is_restated_for_the_job(make_finding: MakeFinding) -> None:
+    # rank 1's own diagnosis: 4 workers save 60% of its 12.5 ms step (7.5 ms)
+    cause = make_finding(est_saving_fraction=0.6, est_speedup=2.5, suggestion={"num_workers": 4})
+    findings = diagnose_job(straggling_job((cause,)))
+    top = findings[0]
+    assert top.id == "data.workers"
+    assert top.suggestion == {"num_workers": 4, "rank": 1}
+    assert top.evidence["rank"] == 1
+    assert top.evidence["phase"] == "data"
+    # the job's step goes from 12.5 ms to max(12.5 - 7.5, 4.5) = 5 ms
+    assert top.est_speedup == pytest.approx(2.5, abs=1e-3)
+    assert top.est_saving_fraction == pytest.approx(0.6, abs=1e-3)
+    assert "rank 1" in top.fix.lower()
+
+
+def test_the_job_speedup_is_capped_by_the_other_ranks(make_finding: MakeFinding) -> None:
+    cause = make_finding(est_saving_fraction=0.9, est_speedup=10.0)
+    top = diagnose_job(straggling_job((cause,)))[0]
+    assert top.est_speedup == pytest.approx(12.5 / 4.5, abs=1e-3)
+
+
+def test_without_a_cause_the_finding_is_dist_straggler() -> None:
+    top = diagnose_job(straggling_job())[0]
+    assert top.id == "dist.straggler"
+    assert top.evidence["rank"] == 1
+    assert top.evidence["phase"] == "data"
+    assert top.suggestion == {"rank": 1}
+    # the data phase comes down to the others' 0.5 ms: 12.5 -> 4.5 ms
+    assert top.est_speedup == pytest.approx(12.5 / 4.5, abs=1e-3)
+
+
+def test_a_cause_of_another_phase_is_not_taken(make_finding: MakeFinding) -> None:
+    unrelated = make_finding(id="checkpoint.frequency", suggestion={"every_n_steps": 500})
+    top = diagnose_job(straggling_job((unrelated,)))[0]
+    assert top.id == "dist.straggler"
+
+
+def test_the_slow_phase_can_be_any_phase() -> None:
+    ranks = [work(0, data_ms=1.0, compute_ms=12.0), work(1, data_ms=1.0, compute_ms=4.0, other_ms=8.0)]
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert (pace.rank, pace.phase) == (1, "other")
+
+
+def test_uneven_steps_are_compared_per_step() -> None:
+    ranks = [work(0, data_ms=0.5, compute_ms=12.0, steps=50), work(1, data_ms=8.5, compute_ms=4.0, steps=200)]
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert pace.rank == 1
+    assert pace.excess_s == pytest.approx(0.008)
+
+
+def test_alike_ranks_get_the_findings_they_all_have_with_the_smallest_saving(make_finding: MakeFinding) -> None:
+    ranks = [
+        work(
+            0,
+            data_ms=5.0,
+            compute_ms=5.0,
+            findings=(make_finding(est_saving_fraction=0.4), make_finding(id="host.sync")),
+        ),
+        work(1, data_ms=5.0, compute_ms=5.0, findings=(make_finding(est_saving_fraction=0.3),)),
+    ]
+    common = common_findings(ranks)
+    assert [(f.id, f.est_saving_fraction) for f in common] == [("data.workers", 0.3)]
+    assert [f.id for f in diagnose_job(ranks)] == ["data.workers"]
+    assert not any(f.id == "dist.straggler" for f in diagnose_job(ranks))
+
+
+def test_the_job_findings_respect_min_saving(make_finding: MakeFinding) -> None:
+    ranks = [
+        work(0, data_ms=5.0, compute_ms=5.0, findings=(make_finding(est_saving_fraction=0.01),)),
+        work(1, data_ms=5.0, compute_ms=5.0, findings=(make_finding(est_saving_fraction=0.01),)),
+    ]
+    assert diagnose_job(ranks, min_saving=0.02) == []
+
+
+def test_a_gap_below_a_fifth_of_the_step_is_noise_not_a_straggler() -> None:
+    # rank 1's own work is 10 ms + 1.5 ms of data: 13% more than rank 0's 10 ms
+    assert find_pace([work(0, data_ms=0.0, compute_ms=11.5), work(1, data_ms=1.5, compute_ms=10.0)]) is None
+    # 3 ms: 23% of the 13 ms job step
+    pace = find_pace([work(0, data_ms=0.0, compute_ms=13.0), work(1, data_ms=3.0, compute_ms=10.0)])
+    assert pace is not None
+    assert pace.rank == 1

@@ -1,0 +1,202 @@
+"""Real distributed jobs: two CPU ranks on gloo, launched as separate processes (SPEC §3a).
+
+The scenarios (``examples/ddp_straggler.py``, ``examples/lightning_ddp_straggler.py``) plant a
+slow reader on rank 1; the top finding must name rank 1 and its ``data`` phase. The small jobs
+of ``tests/dist_worker.py`` check what must never go wrong: a rank that raises or dies hangs
+nothing, ranks with uneven batches and epochs are both reported, and two "nodes" with separate
+report folders (no shared file system) still give rank 0 a report of both ranks. Every launch
+has an overall timeout: a hang fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+from ddp_common import free_port  # noqa: E402
+
+WORKER = Path(__file__).resolve().parent / "dist_worker.py"
+#: seconds a whole job may take before the test calls it a hang
+JOB_TIMEOUT_S = 180
+
+
+def read(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def run_all(cmds: list[tuple[list[str], dict[str, str]]], logs: Path) -> list[int]:
+    """Run the commands at once (output to ``logs/<i>.log``) and wait for all; their exit codes.
+    Past ``JOB_TIMEOUT_S`` they are killed and the test fails: that is a hang."""
+    logs.mkdir(exist_ok=True)
+    procs = []
+    try:
+        for i, (cmd, env) in enumerate(cmds):
+            with open(logs / f"{i}.log", "w", encoding="utf-8") as out:
+                procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
+        for p in procs:
+            p.wait(timeout=JOB_TIMEOUT_S)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [p.returncode for p in procs]
+
+
+def launch(settings: dict[str, Any], logs: Path, world: int = 2) -> list[int]:
+    """Start ``world`` ranks of ``dist_worker.py`` as plain processes (the launcher's environment
+    set by hand) and wait for all of them; their exit codes."""
+    port = free_port()
+    cmds = []
+    for rank in range(world):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        cmds.append(([sys.executable, str(WORKER), json.dumps(settings)], env))
+    return run_all(cmds, logs)
+
+
+def top_names_rank_1_data(report: dict[str, Any]) -> dict[str, Any]:
+    top = report["findings"][0]
+    assert top["evidence"]["rank"] == 1, top
+    assert top["evidence"]["phase"] == "data", top
+    assert top["suggestion"]["rank"] == 1
+    assert top["est_speedup"] > 1.2
+    return dict(top)
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+def example(name: str) -> ModuleType:
+    return importlib.import_module(name)
+
+
+@pytest.mark.scenario
+def test_plain_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path) -> None:
+    module = example("ddp_straggler")
+    module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    report = read(tmp_path / "report.json")
+    top = top_names_rank_1_data(report)
+    assert top["id"] == module.EXPECTED
+    assert top["suggestion"]["num_workers"] >= 1
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert report["run"]["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank-0.json", "rank-1.json"]
+    own = read(tmp_path / "ranks" / "rank-1.json")
+    assert own["run"]["rank"] == 1
+    assert "ranks" not in own
+    assert own["findings"][0]["id"] == "data.workers"  # rank 1's own view, without the job
+
+
+@pytest.mark.scenario
+def test_lightning_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    module = example("lightning_ddp_straggler")
+    csv_dir = tmp_path / "csv"
+    settings = {**module.SMALL, "epochs": 2, "csv_dir": str(csv_dir)}
+    module.run(report_dir=str(tmp_path), console=False, timeout_s=JOB_TIMEOUT_S, **settings)
+    report = read(tmp_path / "report.json")
+    assert top_names_rank_1_data(report)["id"] == module.EXPECTED
+    # the loggers get the job's numbers, from rank 0 only, with no warning about unsynced values
+    with (csv_dir / "metrics.csv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    logged = [float(r["stallscope/gpu_idle_fraction"]) for r in rows if r.get("stallscope/gpu_idle_fraction")]
+    assert logged == pytest.approx([e["summary"]["gpu_idle_fraction"] for e in report["epochs"]])
+    assert "sync_dist" not in capfd.readouterr().err
+    assert report["run"]["framework"] == "lightning"
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert not (tmp_path / "rank1").exists()
+    assert (tmp_path / "ranks" / "rank-1.json").exists()
+
+
+@pytest.mark.scenario
+def test_a_healthy_two_rank_job_has_no_straggler(tmp_path: Path) -> None:
+    module = example("ddp_straggler")
+    module.run(report_dir=str(tmp_path), console=False, slow_rank=-1, **module.SMALL)
+    report = read(tmp_path / "report.json")
+    assert len(report["ranks"]) == 2
+    named = [f["id"] for f in report["findings"] if "rank" in f["evidence"]]
+    assert named == [], report["findings"]
+
+
+# -- what must never go wrong -----------------------------------------------------------------
+
+
+def test_a_rank_that_raises_mid_epoch_hangs_nothing(tmp_path: Path) -> None:
+    codes = launch(
+        {"report_dirs": str(tmp_path), "epochs": 3, "raise_at": [1, 1, 3], "console": False}, tmp_path / "logs"
+    )
+    assert codes == [0, 1]
+    report = read(tmp_path / "report.json")
+    assert report["complete"] is True
+    assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 3), (1, 2)]
+    assert any("rank 1: the run ended with an exception (RuntimeError: planted failure)" in n for n in report["notes"])
+
+
+def test_a_rank_that_dies_is_waited_for_once_then_noted(tmp_path: Path) -> None:
+    settings = {"report_dirs": str(tmp_path), "epochs": 3, "die_at": [1, 1, 3], "gather_timeout_s": 1.0}
+    codes = launch({**settings, "console": False}, tmp_path / "logs")
+    assert codes == [0, 3]
+    report = read(tmp_path / "report.json")
+    assert report["complete"] is True
+    assert any("rank 1 sent no summary within 1 s at the end of epoch 1" in n for n in report["notes"])
+    assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 3), (1, 1)]
+
+
+def test_uneven_batches_and_epochs_are_reported_per_rank(tmp_path: Path) -> None:
+    codes = launch(
+        {"report_dirs": str(tmp_path), "batches": [8, 12], "epochs": [2, 3], "console": False}, tmp_path / "logs"
+    )
+    assert codes == [0, 0]
+    report = read(tmp_path / "report.json")
+    assert [(r["rank"], r["steps"], r["epochs"]) for r in report["ranks"]] == [(0, 16, 2), (1, 36, 3)]
+    assert any("different numbers of epochs (rank 0 2, rank 1 3)" in n for n in report["notes"])
+
+
+def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
+    """``torchrun --nnodes 2 --node-rank {0,1}``, one rank per "node", each node its own folder."""
+    port = free_port()
+    cmds = []
+    for node in (0, 1):
+        settings = {"report_dirs": [str(tmp_path / "node0"), str(tmp_path / "node1")], "console": False}
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--nproc-per-node",
+            "1",
+            str(WORKER),
+            json.dumps(settings),
+        ]
+        cmds.append((cmd, dict(os.environ, OMP_NUM_THREADS="1")))
+    assert run_all(cmds, tmp_path / "logs") == [0, 0]
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
+    assert files == ["node0/ranks/rank-0.json", "node0/report.json", "node1/ranks/rank-1.json"]
+    report = read(tmp_path / "node0" / "report.json")
+    assert [(r["rank"], r["steps"]) for r in report["ranks"]] == [(0, 16), (1, 16)]

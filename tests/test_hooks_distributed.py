@@ -1,0 +1,264 @@
+"""Rank awareness and rank 0's gather (``hooks/distributed.py``), in one process.
+
+A dict stands in for the job's store; a fake clock for time. ``test_distributed_runs.py`` runs
+real multi-process jobs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stallscope import StallScope
+from stallscope.hooks import distributed, session
+from stallscope.hooks.distributed import Exchange, Job, RankInfo, rank_info
+from stallscope.report.schema import Report
+
+
+class DictStore:
+    """The part of ``torch.distributed.Store`` the exchange uses."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.checks = 0
+
+    def set(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        self.checks += 1
+        return all(k in self.data for k in keys)
+
+    def delete_key(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def exchange(store: DictStore, rank: int, clock: Clock, world: int = 2, timeout_s: float = 5.0) -> Exchange:
+    return Exchange(store, prefix="t", rank=rank, world_size=world, timeout_s=timeout_s, clock=clock, sleep=clock.sleep)
+
+
+def payload(rank: int, name: str) -> dict[str, Any]:
+    return {"v": distributed.PAYLOAD_VERSION, "rank": rank, "name": name}
+
+
+# -- rank_info -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, RankInfo(1, 2, 1)),
+        ({"RANK": "3", "WORLD_SIZE": "4"}, RankInfo(3, 4, None)),
+        ({"RANK": "0", "WORLD_SIZE": "1"}, None),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, None),
+        ({"RANK": "x", "WORLD_SIZE": "2"}, None),
+        ({}, None),
+    ],
+)
+def test_rank_info_from_the_launcher_environment(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: RankInfo | None
+) -> None:
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert rank_info() == expected
+
+
+def test_the_private_store_accessor_exists_in_this_torch() -> None:
+    """``default_store``'s one private touch point: fails loudly when torch moves it."""
+    from torch.distributed import distributed_c10d
+
+    assert callable(distributed_c10d._get_default_store)
+    assert distributed.default_store() is None  # not initialised here: no store, no error
+
+
+# -- Exchange --------------------------------------------------------------------------------
+
+
+def test_collect_takes_each_rank_once_and_deletes_its_key() -> None:
+    store, clock = DictStore(), Clock()
+    exchange(store, 1, clock).post("epoch0", payload(1, "epoch0"))
+    got = exchange(store, 0, clock).collect("epoch0")
+    assert got == {1: payload(1, "epoch0")}
+    assert store.data == {}
+    assert clock.now == 0.0  # it was there: no wait
+
+
+def test_collect_waits_until_the_deadline_then_stops_waiting_for_that_rank() -> None:
+    store, clock = DictStore(), Clock()
+    leader = exchange(store, 0, clock, timeout_s=5.0)
+    assert leader.collect("epoch0") == {}
+    assert 5.0 <= clock.now < 5.1
+    assert leader.late == {1}
+    before = clock.now
+    assert leader.collect("epoch1") == {}  # late: checked, not waited for
+    assert clock.now == before
+    exchange(store, 1, clock).post("epoch2", payload(1, "epoch2"))
+    assert leader.collect("epoch2") == {1: payload(1, "epoch2")}  # back in step
+    assert leader.late == set()
+
+
+def test_a_rank_that_ended_is_not_waited_for() -> None:
+    store, clock = DictStore(), Clock()
+    exchange(store, 1, clock).post("final", payload(1, "final"))
+    leader = exchange(store, 0, clock)
+    assert leader.collect("epoch3") == {1: payload(1, "final")}
+    assert leader.done == {1}
+    assert leader.collect("epoch4") == {}
+    assert clock.now == 0.0
+
+
+def test_collect_polls_with_backoff_not_a_busy_loop() -> None:
+    store, clock = DictStore(), Clock()
+    exchange(store, 0, clock, timeout_s=1.0).collect("epoch0")
+    # 1 ms doubling up to 20 ms: about 55 polls in a second, two keys each
+    assert store.checks < 2 * 70
+
+
+def test_payloads_of_another_version_are_ignored() -> None:
+    store, clock = DictStore(), Clock()
+    exchange(store, 1, clock).post("epoch0", {"v": 999, "rank": 1})
+    assert exchange(store, 0, clock, timeout_s=0.0).collect("epoch0") == {}
+
+
+# -- the whole path, two ranks in turn -------------------------------------------------------
+
+
+@pytest.fixture
+def two_ranks(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """``become(rank)``: scopes started from now on are that rank of a 2-rank job sharing a store."""
+    store = DictStore()
+    current = {"rank": 0}
+
+    def join(host: str, *, min_saving: float, note: Callable[[str], None]) -> Job:
+        rank = current["rank"]
+        ex = Exchange(store, prefix="job", rank=rank, world_size=2, timeout_s=0.0)
+        return Job(RankInfo(rank, 2, rank), f"host{rank}", ex, min_saving=min_saving, note=note)
+
+    monkeypatch.setattr(session, "join_job", join)
+
+    def become(rank: int) -> None:
+        current["rank"] = rank
+
+    return become
+
+
+def train(report_dir: Path, batches: int, epochs: int = 2, console: Any = False) -> Report | None:
+    with StallScope(report_dir, console=console) as scope:
+        for _ in range(epochs):
+            for _batch in scope.iter(range(batches)):
+                with scope.phase("compute"):
+                    pass
+    return scope.report
+
+
+def test_rank_1_writes_only_its_own_file_and_rank_0_the_job(
+    two_ranks: Callable[[int], None], tmp_path: Path, console: Any
+) -> None:
+    two_ranks(1)
+    own = train(tmp_path / "node1", batches=12, console=console)
+    assert console.file.getvalue() == ""  # rank 1 prints nothing
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json")) == ["node1/ranks/rank-1.json"]
+    assert own is not None
+    assert own.run.rank == 1
+    assert own.run.world_size == 2
+    assert not own.ranks
+
+    two_ranks(0)
+    job = train(tmp_path / "node0", batches=5, console=console)
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
+    assert files == ["node0/ranks/rank-0.json", "node0/report.json", "node1/ranks/rank-1.json"]
+    on_disk = json.loads((tmp_path / "node0" / "report.json").read_text(encoding="utf-8"))
+    assert [(r["rank"], r["host"], r["steps"], r["epochs"]) for r in on_disk["ranks"]] == [
+        (0, "host0", 10, 2),
+        (1, "host1", 24, 2),
+    ]
+    assert on_disk["run"]["rank"] == 0
+    assert on_disk["summary"]["steps"] == 24  # the longest rank's
+    assert job is not None
+    assert len(job.epochs) == 2
+    own0 = json.loads((tmp_path / "node0" / "ranks" / "rank-0.json").read_text(encoding="utf-8"))
+    assert "ranks" not in own0
+    assert own0["summary"]["steps"] == 10
+    printed = console.file.getvalue()
+    assert "job of 2 ranks" in printed
+    assert "rank  host" in printed
+    assert "host1" in printed
+
+
+def test_a_rank_that_raised_is_noted_and_the_leader_goes_on(two_ranks: Callable[[int], None], tmp_path: Path) -> None:
+    two_ranks(1)
+
+    def fail_at_4th_step() -> None:
+        with StallScope(tmp_path, console=False) as scope:
+            for i in scope.iter(range(10)):
+                if i == 3:
+                    raise RuntimeError("planted")
+
+    with pytest.raises(RuntimeError, match="planted"):
+        fail_at_4th_step()
+    two_ranks(0)
+    job = train(tmp_path, batches=6, epochs=3)
+    assert job is not None
+    assert [(r.rank, r.steps) for r in job.ranks] == [(0, 18), (1, 4)]  # the step that raised counts
+    assert any("rank 1: the run ended with an exception (RuntimeError: planted)" in n for n in job.notes)
+    assert any("ended its run before epoch 1" in n for n in job.notes)
+    assert any("different numbers of epochs (rank 0 3, rank 1 1)" in n for n in job.notes)
+
+
+def test_a_malformed_summary_is_a_note_not_a_failure(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two_ranks(1)
+    train(tmp_path, batches=4, epochs=1)
+    two_ranks(0)
+    job = train(tmp_path, batches=4, epochs=1)
+    assert job is not None
+    assert [r.rank for r in job.ranks] == [0, 1]
+
+    # the same, with rank 1's payloads broken on the way
+    broken = tmp_path / "broken"
+    two_ranks(1)
+    real_post = Exchange.post
+
+    def post_broken(self: Exchange, name: str, payload: dict[str, Any]) -> None:
+        real_post(self, name, {**payload, "run": {"summary": {"steps": "many"}}})
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Exchange, "post", post_broken)
+        train(broken, batches=4, epochs=1)
+    two_ranks(0)
+    job = train(broken, batches=4, epochs=1)
+    assert job is not None
+    assert job.run.rank == 0
+    assert [r.rank for r in job.ranks] == [0]
+    assert any("rank 1's summary could not be read" in n for n in job.notes)
+
+
+def test_ranks_in_step_cost_one_check() -> None:
+    store, clock = DictStore(), Clock()
+    for r in (1, 2, 3):
+        exchange(store, r, clock, world=4).post("epoch0", payload(r, "epoch0"))
+    got = exchange(store, 0, clock, world=4).collect("epoch0")
+    assert sorted(got) == [1, 2, 3]
+    assert store.checks == 1
+    assert store.data == {}
