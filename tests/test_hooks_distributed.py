@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stallscope import StallScope
+from stallscope.config import ScopeConfig
 from stallscope.hooks import distributed, session
 from stallscope.hooks.distributed import Exchange, Job, RankInfo, rank_info
 from stallscope.report.schema import Report
@@ -67,6 +69,8 @@ def payload(rank: int, name: str) -> dict[str, Any]:
     [
         ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, RankInfo(1, 2, 1)),
         ({"RANK": "3", "WORLD_SIZE": "4"}, RankInfo(3, 4, None)),
+        ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, RankInfo(3, 4, 1, 2)),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "8"}, RankInfo(1, 2, None, None)),
         ({"RANK": "0", "WORLD_SIZE": "1"}, None),
         ({"RANK": "2", "WORLD_SIZE": "2"}, None),
         ({"RANK": "x", "WORLD_SIZE": "2"}, None),
@@ -76,11 +80,28 @@ def payload(rank: int, name: str) -> dict[str, Any]:
 def test_rank_info_from_the_launcher_environment(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: RankInfo | None
 ) -> None:
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert rank_info() == expected
+
+
+@pytest.mark.parametrize(
+    ("local_world", "local_ranks", "expected"), [(None, None, 8), (2, None, 4), (None, 4, 2), (16, None, 1)]
+)
+def test_ranks_on_one_host_share_its_cores(
+    tmp_path: Path, local_world: int | None, local_ranks: int | None, expected: int
+) -> None:
+    """Each rank's data advice counts only its share of the host's cores: two ranks and their
+    workers on 2 cores do not each get 2."""
+    sess = session.Session(ScopeConfig.create(tmp_path, console=False))
+    sess.host = replace(sess.host, usable_cores=8)
+    assert sess.rank_cores == 8  # alone
+    sess.job = Job(RankInfo(1, 16, 1, local_world), "host", None, min_saving=0.02, note=sess.note)
+    sess.local_ranks = local_ranks
+    assert sess.rank_cores == expected
+    assert sess.context(_span_for_cores()).cores == expected
 
 
 def test_the_private_store_accessor_exists_in_this_torch() -> None:
@@ -262,3 +283,20 @@ def test_ranks_in_step_cost_one_check() -> None:
     assert sorted(got) == [1, 2, 3]
     assert store.checks == 1
     assert store.data == {}
+
+
+def _span_for_cores() -> Any:
+    from stallscope.timeline.stats import Distribution, SpanStats
+
+    return SpanStats(
+        wall_ns=10**9,
+        steps=10,
+        epochs=1,
+        step_total_ns=10**9,
+        phase_ns={"data": 0, "compute": 10**9, "other": 0},
+        phase_counts={"data": 10, "compute": 10},
+        step=Distribution.of([10**8] * 10),
+        data_wait=Distribution.of([0] * 10),
+        data_cpu_ns=0,
+        process_cpu_ns=10**9,
+    )

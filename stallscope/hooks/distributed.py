@@ -88,6 +88,8 @@ class RankInfo:
     world_size: int
     #: rank on this host; None when the launcher did not say
     local_rank: int | None = None
+    #: ranks on this host (torchrun's ``LOCAL_WORLD_SIZE``); None when the launcher did not say
+    local_world_size: int | None = None
 
 
 def _env_int(name: str) -> int | None:
@@ -111,7 +113,13 @@ def rank_info() -> RankInfo | None:
         rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     if rank is None or world is None or world <= 1 or not 0 <= rank < world:
         return None
-    return RankInfo(rank=rank, world_size=world, local_rank=_env_int("LOCAL_RANK"))
+    local_world = _env_int("LOCAL_WORLD_SIZE")
+    return RankInfo(
+        rank=rank,
+        world_size=world,
+        local_rank=_env_int("LOCAL_RANK"),
+        local_world_size=local_world if local_world and local_world <= world else None,
+    )
 
 
 def _dist() -> Any:

@@ -936,6 +936,8 @@ class LightningCallbacks(_HookBase):
         try:
             session, buffer = _session_for(self._scope(), trainer)
             session.note_model(pl_module)  # an nn.DataParallel inside: dist.dataparallel
+            if int(getattr(trainer, "world_size", 1) or 1) > 1:  # ranks on this host share its cores
+                session.local_ranks = int(getattr(trainer, "num_devices", 1) or 1)
             run = _FitRun(self._scope(), trainer, session, buffer)
             self._begin_run(session)
         except Exception as exc:

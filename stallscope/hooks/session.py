@@ -84,6 +84,8 @@ class Session:
         self.job: Job | None = None
         #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
         self.data_parallel_devices: int | None = None
+        #: ranks of the job on this host, where the framework says (Lightning: processes per node)
+        self.local_ranks: int | None = None
         self._started_at = ""
         self._epoch_index = 0
         self._console: Console | None = None
@@ -250,7 +252,7 @@ class Session:
         return Context(
             span=span,
             loader=self.loader,
-            cores=self.host.usable_cores,
+            cores=self.rank_cores,
             config=self.analysis,
             batches_per_epoch=self.batches_per_epoch,
             batch_tensors=self.batch_tensors,
@@ -269,6 +271,14 @@ class Session:
             run_span=run_span,
             data_parallel_devices=self.data_parallel_devices,
         )
+
+    @property
+    def rank_cores(self) -> int:
+        """The cores this process's loading can count on: the host's usable cores shared among
+        the job's ranks on this host (each rank runs its own workers and compute on them)."""
+        local = self.job.info.local_world_size if self.job is not None else None
+        local = local or (self.local_ranks if self.job is not None else None) or 1
+        return max(1, self.host.usable_cores // local)
 
     def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
         return diagnose(self.context(span, signals))
