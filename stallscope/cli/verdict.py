@@ -100,10 +100,11 @@ def spread_lines(verdict: Verdict) -> list[str]:
         crossed = verdict.over_bound
         where = f"the current run's {pct(verdict.current_idle)}"
     lines.append(formula)
+    runs = "the pairs" if verdict.paired else "healthy runs"
     if crossed:
-        lines.append(f"{where} is above the bound: beyond what healthy runs scatter")
+        lines.append(f"{where} is above the bound: beyond what {runs} scatter")
     else:
-        lines.append(f"{where} is within the bound: no more than healthy runs scatter")
+        lines.append(f"{where} is within the bound: no more than {runs} scatter")
     return lines
 
 
