@@ -116,7 +116,7 @@ def noise_line(verdict: Verdict) -> str | None:
     where = f"{iv.confidence:.0%} block-bootstrap interval of the increase {points(iv.low)} to {points(iv.high)}"
     where += f" ({iv.current_windows} vs {iv.baseline_windows} windows, blocks of {iv.block_windows})"
     if iv.above_zero:
-        return f"{where}: above zero, the windows agree that idle time went up"
+        return f"{where}: above zero, the windows see idle time go up"
     if iv.high < 0:
         return f"{where}: below zero, idle time went down"
     if verdict.over_threshold:
@@ -132,8 +132,9 @@ def close_line(verdict: Verdict) -> str | None:
     if not verdict.close or verdict.increase is None or verdict.allowed_increase is None:
         return None
     spare = verdict.allowed_increase - verdict.increase
+    short = _spread_pp(spare) if spare >= 0.0005 else "less than 0.1 pp"
     return (
-        f"close: the increase {points(verdict.increase)} is {_spread_pp(spare)} short of the allowed "
+        f"close: the increase {points(verdict.increase)} is {short} short of the allowed "
         f"{points(verdict.allowed_increase)}"
     )
 
