@@ -4,8 +4,11 @@ Two reference jobs, each run many times on this machine, interleaved so that a b
 every kind of run alike:
 
 * ``steady``: one process, no DataLoader workers, the data and the model on the CPU;
-* ``noisy``: three DataLoader workers burning CPU per sample, on a machine with few cores: the
-  idle fraction depends on how the workers and the training process share the cores.
+* ``noisy``: three DataLoader workers doing CPU work per sample, on a machine with few cores:
+  the idle fraction depends on how the workers and the training process share the cores.
+
+The data work is a fixed amount of CPU work per sample (as decoding is), so a busier machine
+slows it as it slows the training step.
 
 Per round (``--runs`` rounds): two healthy runs (``A``, ``B``) and four planted regressions, each
 calibrated from warm-up runs to add +5 or +10 points of idle time: ``steady`` (extra host work in
@@ -16,7 +19,7 @@ Then every verdict is made with the gate's own code (``compare`` / ``compare_pai
 
 * ``baseline`` mode, 3 baseline runs: every 3 healthy runs as the baseline against every other
   healthy run (false alarms) and against every planted run (detections);
-* the same with 5 and with 10 baseline runs (a seeded sample of 1500 such baselines each);
+* the same with 5 and with 10 baseline runs (a seeded sample of 600 such baselines each);
 * ``relative`` mode, 3 and 5 pairs: for every 3 (5) rounds, the rounds' ``A`` runs as the base
   commit against their ``B`` runs (false alarms) or their planted runs (detections), paired by
   round.
@@ -30,6 +33,7 @@ Timing-based: the numbers depend on what else the machine is doing (report it wi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import random
 import statistics
@@ -47,7 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT))
 
-from common import SyntheticDataset, Trainer, burn_cpu, emulate_accelerator, loader  # noqa: E402
+import torch  # noqa: E402
+from common import SyntheticDataset, Trainer, emulate_accelerator, loader  # noqa: E402
 
 from stallscope import StallScope  # noqa: E402
 from stallscope.analysis.regression import GateSettings, compare, compare_paired  # noqa: E402
@@ -58,6 +63,37 @@ FALSE_ALARM_TARGET = 0.01
 DETECTION_TARGET = 0.95
 #: the windows never decide; skipping their bootstrap keeps tens of thousands of verdicts fast
 SETTINGS = GateSettings(min_windows=10**6)
+
+
+def work(rounds: int) -> None:
+    """A fixed amount of CPU work (``rounds`` SHA-256 hashes), like decoding an image: on a busy
+    machine it takes longer, as the training step does. (``common.burn_cpu`` burns for a fixed
+    wall time instead, which makes the idle fraction swing with the machine's load.)"""
+    data = b"x" * 256
+    for _ in range(rounds):
+        data = hashlib.sha256(data).digest() * 8
+
+
+def rounds_per_second() -> float:
+    """How many ``work`` rounds this machine does per second (the best of a few tries)."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        work(2000)
+        best = min(best, time.perf_counter() - started)
+    return 2000 / best
+
+
+class FixedWorkDataset(SyntheticDataset):
+    """``SyntheticDataset`` whose samples cost a fixed amount of CPU work."""
+
+    def __init__(self, size: int, *, rounds: int) -> None:
+        super().__init__(size)
+        self.rounds = rounds
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        work(self.rounds)
+        return self.x[i], self.y[i]
 
 
 @dataclass(frozen=True)
@@ -71,13 +107,23 @@ class Job:
 
 
 JOBS = {
-    "steady": Job(batches=64, batch_size=32, cpu_ms=0.05, workers=0, hidden=512, repeat=4),
-    "noisy": Job(batches=64, batch_size=32, cpu_ms=0.4, workers=3, hidden=512, repeat=4),
+    "steady": Job(batches=160, batch_size=32, cpu_ms=0.05, workers=0, hidden=512, repeat=4),
+    "noisy": Job(batches=96, batch_size=32, cpu_ms=0.4, workers=3, hidden=512, repeat=4),
 }
 #: planted regressions: (name, idle points added, kind)
 PLANTED = (("steady +5", 0.05, "steady"), ("steady +10", 0.10, "steady"), ("bursty +5", 0.05, "bursty"),
            ("bursty +10", 0.10, "bursty"))  # fmt: skip
 CHECKPOINTS = 3
+
+
+#: SHA-256 rounds per second on this machine, measured once (``main`` sets it)
+SPEED = {"rounds_per_s": 0.0}
+
+
+def _rounds(seconds: float) -> int:
+    if SPEED["rounds_per_s"] <= 0:
+        SPEED["rounds_per_s"] = rounds_per_second()
+    return max(0, round(seconds * SPEED["rounds_per_s"]))
 
 
 def run_job(
@@ -88,23 +134,25 @@ def run_job(
     extra_step_s: float = 0.0,
     checkpoint_s: float = 0.0,
 ) -> Report:
-    """One short reference run; ``extra_step_s`` of host work per step or ``checkpoint_s`` of
-    checkpoint saves (split over ``CHECKPOINTS`` saves) plant a regression."""
+    """One short reference run; ``extra_step_s`` of host CPU work per step (a fixed amount of
+    work, that long on a quiet machine) or ``checkpoint_s`` of checkpoint saves (sleeping, like
+    writing to storage; split over ``CHECKPOINTS`` saves) plant a regression."""
     emulate_accelerator()
     data = loader(
-        SyntheticDataset(job.batches * job.batch_size, cpu_ms=job.cpu_ms),
+        FixedWorkDataset(job.batches * job.batch_size, rounds=_rounds(job.cpu_ms / 1e3)),
         batch_size=job.batch_size,
         num_workers=job.workers if workers is None else workers,
     )
+    extra_rounds = _rounds(extra_step_s)
     trainer = Trainer(hidden=job.hidden)
     saves = {round(job.batches * k / (CHECKPOINTS + 1)) for k in range(1, CHECKPOINTS + 1)}
     with StallScope(str(report_dir), console=False) as scope:
         for step, batch in enumerate(scope.iter(data), start=1):
             with scope.phase("compute"):
                 trainer.step(batch, repeat=job.repeat)
-            if extra_step_s > 0:
+            if extra_rounds > 0:
                 with scope.phase("metrics"):
-                    burn_cpu(extra_step_s)
+                    work(extra_rounds)
             if checkpoint_s > 0 and step in saves:
                 with scope.phase("checkpoint"):
                     time.sleep(checkpoint_s / CHECKPOINTS)
@@ -210,8 +258,8 @@ def evaluate(name: str, runs: dict[str, list[Report]]) -> dict[str, Any]:
     }
     modes = {
         "baseline, 3 runs": baseline_mode(runs, 3, None),
-        "baseline, 5 runs": baseline_mode(runs, 5, 1500),
-        "baseline, 10 runs": baseline_mode(runs, 10, 1500),
+        "baseline, 5 runs": baseline_mode(runs, 5, 600),
+        "baseline, 10 runs": baseline_mode(runs, 10, 600),
         "relative, 3 pairs": relative_mode(runs, 3),
         "relative, 5 pairs": relative_mode(runs, 5),
     }

@@ -22,7 +22,7 @@
 #                            several healthy runs' reports       (needed unless STALLSCOPE_MAX_IDLE)
 #   STALLSCOPE_MODE          baseline (default) or relative
 #   STALLSCOPE_BASE_REF      relative mode: the base commit (e.g. origin/main, or the PR's base sha)
-#   STALLSCOPE_PAIRS         relative mode: base/head pairs to run (default 3; 5 on a noisy machine)
+#   STALLSCOPE_PAIRS         relative mode: base/head pairs to run (default 5)
 #   STALLSCOPE_RUNS_DIR      relative mode: where the runs' reports are kept (default stallscope-relative)
 #   STALLSCOPE_MAX_INCREASE  largest allowed idle increase        (default: 0.02 = 2 points)
 #   STALLSCOPE_MAX_IDLE      fail above this idle fraction        (default: no ceiling)
@@ -141,7 +141,7 @@ fi
 
 # -- relative mode: base and head, interleaved on this machine, compared in pairs -------------
 base_ref="${STALLSCOPE_BASE_REF:-}"
-pairs="${STALLSCOPE_PAIRS:-3}"
+pairs="${STALLSCOPE_PAIRS:-5}"
 runs_dir="${STALLSCOPE_RUNS_DIR:-stallscope-relative}"
 [ -n "$base_ref" ] || die "relative mode needs STALLSCOPE_BASE_REF, the base commit to compare with (e.g. origin/main)"
 [[ "$pairs" =~ ^[1-9][0-9]*$ ]] || die "STALLSCOPE_PAIRS must be a whole number >= 1, got '$pairs'"

@@ -195,7 +195,7 @@ def _relative(repo: Path, tmp_path: Path, **more: str) -> subprocess.CompletedPr
 def test_relative_mode_fails_a_commit_that_idles_more(repo: Path, tmp_path: Path) -> None:
     (repo / "job" / "train.py").write_text(JOB.format(tests=str(ROOT / "tests"), idle=0.55), encoding="utf-8")
     _git(repo, "commit", "-q", "-am", "the job now idles at 55%")
-    result = _relative(repo, tmp_path)
+    result = _relative(repo, tmp_path, STALLSCOPE_PAIRS="3")
     assert result.returncode == 1, result.stdout + result.stderr
     # runs 1-3 wobble by +1, -1, +0.5 points on both sides: every pair differs by exactly 35 points
     head = "REGRESSION: accelerator idle 55.2% on the head commit vs 20.2% on the base, paired over 3 runs"
