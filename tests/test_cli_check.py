@@ -246,3 +246,35 @@ def test_render_verdict_into_a_console(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("delta", "text"), [(0.35, "+35.0 pp"), (-0.0001, "+0.0 pp"), (-0.021, "-2.1 pp")])
 def test_points(delta: float, text: str) -> None:
     assert points(delta) == text
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--false-alarm", "0"], "must be above 0 and at most 0.5"),
+        (["--false-alarm", "60%"], "must be above 0 and at most 0.5"),
+        (["--paired"], "as many head runs as base runs, got 3 and 1"),
+        ([], "holds 3 reports; give one run to check"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    runs = _folder(tmp_path, "runs", (0.30, 0.32, 0.34))
+    base = write(tmp_path, "b", make_report(0.3))
+    assert main(["check", runs, "--baseline", base, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1
+    assert words in err
+
+
+def test_false_alarm_option_moves_the_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """30, 32, 34%: at 1% the bound is 48.1%; at 10%, 0.32 + t(0.90, 2) 1.886 * 0.02 * 1.1547 = 36.4%."""
+    base = _folder(tmp_path, "baselines", (0.30, 0.32, 0.34))
+    cur = write(tmp_path, "c", make_report(0.40))
+    assert main(["check", cur, "--baseline", base]) == 0
+    capsys.readouterr()
+    assert main(["check", cur, "--baseline", base, "--false-alarm", "10%"]) == 1
+    out = capsys.readouterr().out
+    assert "90% prediction bound for a healthy run" in out
+    assert "= 32.0% + 1.89 x 2.0 pp x 1.15 = 36.4%" in out
