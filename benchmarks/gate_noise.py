@@ -25,7 +25,7 @@ Then every verdict is made with the gate's own code (``compare`` / ``compare_pai
   round.
 
     .venv/bin/python benchmarks/gate_noise.py [--runs 12] [--markdown FILE]
-    .venv/bin/python benchmarks/gate_noise.py --done-when     # the issue's check by hand
+    .venv/bin/python benchmarks/gate_noise.py --done-when [--steps 96]   # the issue's check by hand
 
 Timing-based: the numbers depend on what else the machine is doing (report it with them).
 """
@@ -43,7 +43,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -266,10 +266,10 @@ def evaluate(name: str, runs: dict[str, list[Report]]) -> dict[str, Any]:
     return {"healthy": idle_line(healthy), "planted": planted, "modes": modes}
 
 
-def done_when(out: Path) -> int:
+def done_when(out: Path, steps: int) -> int:
     """The issue's check by hand, through the command line: a 3-run baseline of the noisy job with
-    two workers, three more healthy runs, then the same job with ``num_workers=0``."""
-    job = JOBS["noisy"]
+    two workers (``steps`` steps a run), three more healthy runs, then ``num_workers=0``."""
+    job = replace(JOBS["noisy"], batches=steps)
     base = out / "baselines"
     for i in range(3):
         run_job(job, out / f"healthy-{i}", workers=2)
@@ -305,11 +305,12 @@ def main() -> int:
     parser.add_argument("--jobs", nargs="+", choices=sorted(JOBS), default=list(JOBS), help="jobs to run")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--done-when", action="store_true", help="run the issue's check by hand instead")
+    parser.add_argument("--steps", type=int, default=96, help="--done-when: steps per run (default 96)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message=".*worker processes in total.*")  # more workers than cores: meant
     with tempfile.TemporaryDirectory(prefix="gate-noise-") as tmp:
         if args.done_when:
-            return done_when(Path(tmp))
+            return done_when(Path(tmp), args.steps)
         started = time.perf_counter()
         results = {name: evaluate(name, measure(name, JOBS[name], args.runs, Path(tmp))) for name in args.jobs}
         text = table(results)
