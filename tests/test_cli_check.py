@@ -53,23 +53,87 @@ def test_max_increase_option(tmp_path: Path) -> None:
     assert main(["check", cur, "--baseline", base, "--max-increase", "30%"]) == 1
 
 
-def test_within_noise_passes_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = write(tmp_path, "b", make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1)))
-    cur = write(tmp_path, "c", make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2)))
+def _folder(tmp_path: Path, name: str, idle: tuple[float, ...]) -> str:
+    """A folder of baseline runs, one report file each."""
+    folder = tmp_path / name
+    for i, v in enumerate(idle):
+        write(folder, f"run{i}", make_report(v, window_idle=windows(v, 10, seed=i)))
+        (folder / f"run{i}" / "report.json").rename(folder / f"run{i}.json")
+        (folder / f"run{i}").rmdir()
+    return str(folder)
+
+
+def test_within_the_healthy_runs_spread_passes_and_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """30, 32, 34%: mean 32%, sd 2.0 pp, bound 32 + 6.96 * 2.0 * 1.15 = 48.1%; 47% passes, closely."""
+    base = _folder(tmp_path, "baselines", (0.30, 0.32, 0.34))
+    cur = write(tmp_path, "c", make_report(0.47, window_idle=windows(0.47, 10, seed=7)))
     assert main(["check", cur, "--baseline", base]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("OK:")
-    assert "includes zero, so the increase is within run-to-run noise" in out
+    assert out.startswith("OK: accelerator idle 47.0% vs baseline 32.0% (mean of 3 runs) (+15.0 pp, allowed +16.1 pp)")
+    assert "  baseline runs: 30.0%, 32.0%, 34.0% idle; mean 32.0%, spread (sd) 2.0 pp\n" in out
+    assert (
+        "99% prediction bound for a healthy run = mean + t x sd x sqrt(1+1/3) = 32.0% + 6.96 x 2.0 pp x 1.15 = 48.1%"
+        in out
+    )
+    assert "the current run's 47.0% is within the bound" in out
+    assert "close: the increase +15.0 pp is 1.1 pp short of the allowed +16.1 pp" in out
+    assert f"baseline {base}: 3 runs of 160 steps" in out
 
 
-def test_few_windows_says_threshold_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = write(tmp_path, "b", make_report(0.40, window_idle=windows(0.40, 5, sd=0.1, seed=1)))
-    cur = write(tmp_path, "c", make_report(0.43, window_idle=windows(0.43, 5, sd=0.1, seed=2)))
+def test_beyond_the_healthy_runs_spread_fails_with_the_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    b = [
+        write(tmp_path, f"b{i}", make_report(v, window_idle=windows(v, 10, seed=i)))
+        for i, v in enumerate((0.30, 0.32, 0.34))
+    ]
+    cur = write(tmp_path, "c", make_report(0.55, window_idle=windows(0.55, 10, seed=7), findings=[data_workers(0.35)]))
+    assert main(["check", cur, "--baseline", b[0], "--baseline", b[1], "--baseline", b[2]]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "REGRESSION: accelerator idle 55.0% vs baseline 32.0% (mean of 3 runs) (+23.0 pp, allowed +16.1 pp)"
+    )
+    assert "spread (sd) 2.0 pp" in out
+    assert "= 48.1%" in out
+    assert "the current run's 55.0% is above the bound: beyond what healthy runs scatter" in out
+    assert "1. data.workers" in out
+    assert "close:" not in out
+
+
+def test_one_baseline_says_the_noise_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write(tmp_path, "b", make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1)))
+    cur = write(tmp_path, "c", make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2)))
     assert main(["check", cur, "--baseline", base]) == 1
     out = capsys.readouterr().out
-    assert "too few idle windows for the noise check (5 in the current run, 5 in the baseline" in out
-    assert main(["check", cur, "--baseline", base, "--min-windows", "5"]) == 0  # the noise check runs
-    assert "within run-to-run noise" in capsys.readouterr().out
+    assert "between-run noise unknown with 1 baseline run" in out
+    assert "record 3 or more healthy runs of the reference job (stallscope baseline add REPORT --dir DIR)" in out
+    assert "block-bootstrap interval" in out
+    assert "includes zero, so the windows alone cannot tell" in out
+
+
+def test_paired_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Differences 10, 11, 9 points: mean +10.0, sd 1.0, bound 6.96 * 1.0 / 1.73 = +4.0 pp."""
+    heads = [write(tmp_path, f"head-{i}", make_report(v)) for i, v in enumerate((0.50, 0.51, 0.49), start=1)]
+    bases = [write(tmp_path, f"base-{i}", make_report(v)) for i, v in enumerate((0.40, 0.40, 0.40), start=1)]
+    argv = ["check", "--paired", *heads]
+    for b in bases:
+        argv += ["--baseline", b]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "REGRESSION: accelerator idle 50.0% on the head commit vs 40.0% on the base, paired over 3 runs each "
+        "(+10.0 pp, allowed +4.0 pp)"
+    )
+    assert "pairs (base -> head): 40.0% -> 50.0%, 40.0% -> 51.0%, 40.0% -> 49.0%; mean difference +10.0 pp" in out
+    assert "6.96 x 1.0 pp / 1.73 = +4.0 pp" in out
+    assert main(["check", "--paired", *heads, "--baseline", bases[0]]) == 2
+    assert "as many head runs as base runs, got 3 and 1" in capsys.readouterr().err
+
+
+def test_several_reports_need_paired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write(tmp_path, "a", make_report(0.3))
+    assert main(["check", a, a, "--baseline", a]) == 2
+    assert "several are head runs only with --paired" in capsys.readouterr().err
 
 
 def test_max_idle_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,16 +160,21 @@ def test_json_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     data = json.loads(capsys.readouterr().out)
     assert data["verdict"] == "regression"
     assert data["exit_code"] == 1
-    assert data["method"] == "bootstrap"
+    assert data["method"] == "threshold"
     assert data["increase"] == pytest.approx(0.35)
     assert data["current"]["path"] == cur
+    assert data["current"]["runs"][0]["steps"] == 160
     assert data["baseline"]["gpu_idle_fraction"] == 0.2
+    assert data["allowed_increase"] == 0.02
+    assert data["spread"]["n"] == 1
+    assert data["spread"]["bound"] is None
+    assert data["over_bound"] is None
     assert data["interval"]["above_zero"] is True
     assert data["interval"]["low"] > 0
     assert data["phase_deltas"][0] == {"phase": "data", "baseline": 0.2, "current": 0.55, "delta": pytest.approx(0.35)}
     assert data["findings"][0]["id"] == "data.workers"
     assert data["findings"][0]["suggestion"] == {"num_workers": 4}
-    assert data["format_version"] == 1
+    assert data["format_version"] == 2
 
     assert main(["check", cur, "--baseline", cur, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "pass"
@@ -159,7 +228,7 @@ def test_unwritable_summary_is_a_warning(
 def test_help_explains_the_statistics(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--help"]) == 0
     out = capsys.readouterr().out
-    for words in ("bootstrap", "95%", "--min-windows", "threshold", "exit status", "2000", "seed"):
+    for words in ("prediction bound", "t x sd x sqrt(1 + 1/n)", "--paired", "moving-block bootstrap", "exit status"):
         assert words in out
 
 
@@ -211,3 +280,35 @@ def test_json_deltas_carry_no_float_noise() -> None:
     assert out["interval"] is not None
     assert out["interval"]["low"] == round(out["interval"]["low"], 6)
     assert out["interval"]["high"] == round(out["interval"]["high"], 6)
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--false-alarm", "0"], "must be above 0 and at most 0.5"),
+        (["--false-alarm", "60%"], "must be above 0 and at most 0.5"),
+        (["--paired"], "as many head runs as base runs, got 3 and 1"),
+        ([], "holds 3 reports; give one run to check"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    runs = _folder(tmp_path, "runs", (0.30, 0.32, 0.34))
+    base = write(tmp_path, "b", make_report(0.3))
+    assert main(["check", runs, "--baseline", base, *extra]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1
+    assert words in err
+
+
+def test_false_alarm_option_moves_the_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """30, 32, 34%: at 1% the bound is 48.1%; at 10%, 0.32 + t(0.90, 2) 1.886 * 0.02 * 1.1547 = 36.4%."""
+    base = _folder(tmp_path, "baselines", (0.30, 0.32, 0.34))
+    cur = write(tmp_path, "c", make_report(0.40))
+    assert main(["check", cur, "--baseline", base]) == 0
+    capsys.readouterr()
+    assert main(["check", cur, "--baseline", base, "--false-alarm", "10%"]) == 1
+    out = capsys.readouterr().out
+    assert "90% prediction bound for a healthy run" in out
+    assert "= 32.0% + 1.89 x 2.0 pp x 1.15 = 36.4%" in out

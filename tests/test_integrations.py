@@ -133,6 +133,115 @@ def test_gate_refuses_a_stale_report(workdir: Path) -> None:
     assert "was not rewritten by the reference command" in result.stderr
 
 
+# -- relative mode: the base and the head commit, interleaved, in pairs ------------------------
+
+#: a tiny reference job in a git repository: its idle fraction is IDLE (changed by a commit),
+#: plus a small wobble by run number, the same on both sides; it logs the order it ran in
+JOB = """\
+import os, sys
+sys.path.insert(0, {tests!r})
+from gate_reports import data_workers, make_report, windows
+from stallscope.report.io import write_report
+
+IDLE = {idle}
+run = int(os.environ["STALLSCOPE_RUN"])
+idle = IDLE + [0.0, 0.01, -0.01, 0.005][run % 4]
+with open(os.environ["ORDER_LOG"], "a", encoding="utf-8") as log:
+    log.write(os.environ["STALLSCOPE_SIDE"] + str(run) + " " + os.getcwd() + "\\n")
+findings = [data_workers(0.3)] if idle > 0.3 else []
+write_report(make_report(idle, window_idle=windows(idle, 10, seed=run), findings=findings), "runs/ci/report.json")
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(repo),
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository whose first commit runs a job at 20% idle."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    repo = tmp_path / "repo"
+    (repo / "job").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "job" / "train.py").write_text(JOB.format(tests=str(ROOT / "tests"), idle=0.20), encoding="utf-8")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "a job at 20% idle")
+    return repo
+
+
+def _relative(repo: Path, tmp_path: Path, **more: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "STALLSCOPE_MODE": "relative",
+        "STALLSCOPE_BASE_REF": "HEAD~1",
+        "STALLSCOPE_COMMAND": f"{sys.executable} train.py",
+        "STALLSCOPE_REPORT": "runs/ci/report.json",
+        "ORDER_LOG": str(tmp_path / "order.log"),
+        **more,
+    }
+    return _gate(repo / "job", env)
+
+
+def test_relative_mode_fails_a_commit_that_idles_more(repo: Path, tmp_path: Path) -> None:
+    (repo / "job" / "train.py").write_text(JOB.format(tests=str(ROOT / "tests"), idle=0.55), encoding="utf-8")
+    _git(repo, "commit", "-q", "-am", "the job now idles at 55%")
+    result = _relative(repo, tmp_path, STALLSCOPE_PAIRS="3")
+    assert result.returncode == 1, result.stdout + result.stderr
+    # runs 1-3 wobble by +1, -1, +0.5 points on both sides: every pair differs by exactly 35 points
+    head = "REGRESSION: accelerator idle 55.2% on the head commit vs 20.2% on the base, paired over 3 runs"
+    assert head in result.stdout
+    assert "pairs (base -> head): 21.0% -> 56.0%, 19.0% -> 54.0%, 20.5% -> 55.5%" in result.stdout
+    assert "data.workers" in result.stdout
+    log = (tmp_path / "order.log").read_text(encoding="utf-8").splitlines()
+    assert [line.split()[0] for line in log] == ["base1", "head1", "head2", "base2", "base3", "head3"]
+    base_dirs = {line.split()[1] for line in log if line.startswith("base")}
+    assert len(base_dirs) == 1
+    assert base_dirs != {str(repo / "job")}  # the base ran in its own checkout ...
+    assert not Path(base_dirs.pop()).exists()  # ... which is gone afterwards
+    assert _git(repo, "worktree", "list").count("\n") == 0  # and git forgot it
+    kept = sorted(p.name for p in (repo / "job" / "stallscope-relative").iterdir())
+    assert kept == ["base-1", "base-2", "base-3", "head-1", "head-2", "head-3"]
+
+
+def test_relative_mode_passes_a_commit_that_does_not_touch_the_job(repo: Path, tmp_path: Path) -> None:
+    (repo / "README").write_text("docs only\n", encoding="utf-8")
+    _git(repo, "add", "README")
+    _git(repo, "commit", "-q", "-m", "docs")
+    result = _relative(repo, tmp_path, STALLSCOPE_PAIRS="4")
+    assert result.returncode == 0, result.stdout + result.stderr
+    head = "OK: accelerator idle 20.1% on the head commit vs 20.1% on the base, paired over 4 runs each"
+    assert head in result.stdout
+    assert len((tmp_path / "order.log").read_text(encoding="utf-8").splitlines()) == 8
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"STALLSCOPE_BASE_REF": ""}, "relative mode needs STALLSCOPE_BASE_REF"),
+        ({"STALLSCOPE_BASE_REF": "no-such-branch"}, "base commit no-such-branch not found"),
+        ({"STALLSCOPE_PAIRS": "0"}, "STALLSCOPE_PAIRS must be a whole number >= 1"),
+        ({"STALLSCOPE_MODE": "sideways"}, "STALLSCOPE_MODE must be baseline or relative"),
+    ],
+)
+def test_relative_mode_errors_exit_2(repo: Path, tmp_path: Path, change: dict[str, str], words: str) -> None:
+    (repo / "README").write_text("docs only\n", encoding="utf-8")
+    _git(repo, "add", "README")
+    _git(repo, "commit", "-q", "-m", "docs")
+    result = _relative(repo, tmp_path, **change)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert words in result.stderr
+
+
 # -- the GitHub action and the GitLab template call the script as tested above ---------------
 
 
@@ -157,8 +266,11 @@ def test_action_runs_the_script_like_github_does(workdir: Path) -> None:
     context = {f"inputs.{k}": v for k, v in inputs.items()}
     context["github.action_path"] = str(ACTION.parent)
 
+    def expression(text: str) -> str:  # `a || b`: the first that is not empty
+        return next((v for part in text.split("||") if (v := context.get(part.strip(), ""))), "")
+
     def resolve(value: str) -> str:
-        return re.sub(r"\$\{\{\s*([\w.-]+)\s*\}\}", lambda m: context[m.group(1)], str(value))
+        return re.sub(r"\$\{\{\s*([\w.\-| ]+?)\s*\}\}", lambda m: expression(m.group(1)), str(value))
 
     env = {k: resolve(v) for k, v in step["env"].items()}
     env |= {"PATH": os.environ.get("PATH", ""), "GITHUB_STEP_SUMMARY": str(workdir / "summary.md")}

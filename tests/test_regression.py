@@ -1,4 +1,5 @@
-"""The CI gate's verdict (stallscope.analysis.regression) on synthetic window lists."""
+"""The CI gate's verdict (stallscope.analysis.regression) on synthetic reports; the expected
+verdicts come from numbers worked out by hand in each test's docstring."""
 
 from __future__ import annotations
 
@@ -10,72 +11,19 @@ from gate_reports import data_workers, logging_frequency, make_report, windows
 from stallscope._exceptions import ComparisonError, ReportError
 from stallscope.analysis.regression import (
     GateSettings,
-    Window,
-    bootstrap_increase,
     compare,
+    compare_paired,
     comparison_problem,
     explaining_findings,
     phase_deltas,
     phase_of,
-    weighted_mean,
     windows_of,
 )
+from stallscope.report.schema import Report
 
 
-def _w(values: list[float]) -> list[Window]:
-    return [Window(v, 1.0) for v in values]
-
-
-# -- bootstrap -------------------------------------------------------------------------------
-
-
-def test_same_distribution_interval_includes_zero() -> None:
-    iv = bootstrap_increase(_w(windows(0.4, 20, sd=0.08, seed=1)), _w(windows(0.4, 20, sd=0.08, seed=2)))
-    assert iv.low < 0 < iv.high
-    assert not iv.above_zero
-    assert (iv.current_windows, iv.baseline_windows) == (20, 20)
-
-
-def test_shifted_distribution_interval_above_zero() -> None:
-    iv = bootstrap_increase(_w(windows(0.5, 20, sd=0.08, seed=1)), _w(windows(0.4, 20, sd=0.08, seed=2)))
-    assert iv.above_zero
-    assert 0.0 < iv.low < 0.1 < iv.high < 0.2
-
-
-def test_bootstrap_is_deterministic_for_a_seed() -> None:
-    cur, base = _w(windows(0.45, 12, seed=3)), _w(windows(0.4, 12, seed=4))
-    assert bootstrap_increase(cur, base, seed=7) == bootstrap_increase(cur, base, seed=7)
-    assert bootstrap_increase(cur, base, seed=7) != bootstrap_increase(cur, base, seed=8)
-
-
-def test_interval_narrows_with_more_windows() -> None:
-    few = bootstrap_increase(_w(windows(0.4, 8, seed=1)), _w(windows(0.4, 8, seed=2)))
-    many = bootstrap_increase(_w(windows(0.4, 200, seed=1)), _w(windows(0.4, 200, seed=2)))
-    assert many.high - many.low < few.high - few.low
-
-
-def test_interval_coverage_matches_confidence() -> None:
-    """Across many same-distribution pairs, a 90% interval misses zero about 10% of the time."""
-    misses = 0
-    for seed in range(100):
-        iv = bootstrap_increase(
-            _w(windows(0.4, 16, sd=0.05, seed=2 * seed)),
-            _w(windows(0.4, 16, sd=0.05, seed=2 * seed + 1)),
-            confidence=0.90,
-            resamples=500,
-        )
-        misses += not iv.low <= 0 <= iv.high
-    assert 2 <= misses <= 25
-
-
-def test_weighted_mean_uses_wall_time() -> None:
-    assert weighted_mean([Window(1.0, 3.0), Window(0.0, 1.0)]) == pytest.approx(0.75)
-    assert weighted_mean([]) == 0.0
-
-
-def test_bootstrap_needs_windows() -> None:
-    with pytest.raises(ValueError, match="at least one window"):
-        bootstrap_increase([], _w([0.1]))
+def _runs(*idle: float, **kw: object) -> list[Report]:
+    return [make_report(v, window_idle=windows(v, 10, seed=i), **kw) for i, v in enumerate(idle)]  # type: ignore[arg-type]
 
 
 def test_windows_of_checks_values_and_falls_back_to_equal_weights() -> None:
@@ -88,68 +36,165 @@ def test_windows_of_checks_values_and_falls_back_to_equal_weights() -> None:
         windows_of(broken)
 
 
-# -- the verdict -----------------------------------------------------------------------------
+# -- three or more baseline runs: the healthy runs' prediction bound ----------------------------
+# 30%, 32%, 34% idle: mean 32%, sd 2 points, 99% bound 0.32 + 6.9646 * 0.02 * sqrt(4/3) = 48.08%.
 
 
-def test_same_distribution_passes_even_above_threshold() -> None:
-    """+3 points with noisy windows: over the 2-point threshold, but the interval includes zero."""
-    base = make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1))
-    cur = make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2))
-    v = compare(cur, base)
-    assert v.method == "bootstrap"
+def test_increase_within_the_healthy_runs_bound_passes() -> None:
+    v = compare(make_report(0.47, window_idle=windows(0.47, 10, seed=9)), _runs(0.30, 0.32, 0.34))
+    assert v.method == "prediction"
+    assert v.increase == pytest.approx(0.15)
     assert v.over_threshold
-    assert v.interval is not None
-    assert not v.interval.above_zero
+    assert v.over_bound is False
     assert v.within_noise
+    assert v.spread is not None
+    assert v.spread.bound == pytest.approx(0.48084, abs=1e-4)
+    assert v.allowed_increase == pytest.approx(0.16084, abs=1e-4)
     assert not v.regressed
-    assert v.exit_code == 0
+    assert v.close  # +15 of the allowed +16.1 points
+
+
+def test_increase_beyond_the_bound_fails() -> None:
+    v = compare(make_report(0.49, findings=[data_workers()]), _runs(0.30, 0.32, 0.34))
+    assert v.over_bound is True
+    assert v.regressed
+    assert v.exit_code == 1
+    assert v.explanations[0].finding.id == "data.workers"
+    assert v.explanations[0].new
+
+
+def test_the_threshold_still_applies_when_the_runs_agree_closely() -> None:
+    """30.0/30.1/30.2%: bound 30.1 + 8.042 * 0.1 = 30.90%. 31.5% is above it but only +1.4 points."""
+    bases = _runs(0.300, 0.301, 0.302)
+    small = compare(make_report(0.315), bases)
+    assert small.over_bound is True
+    assert not small.over_threshold
+    assert not small.regressed
+    assert small.allowed_increase == pytest.approx(0.02)
+    assert compare(make_report(0.322), bases).regressed  # +2.1 points, above the bound too
+
+
+def test_the_issue_s_noisy_healthy_runs() -> None:
+    """77.1, 70.1, 68.8% (one noisy job, three healthy runs): mean 72.0%, sd 4.464 points, bound
+    72.0 + 8.042 * 4.464 = 107.9%: a healthy rerun 8 points up passes, and the output says that
+    such a spread can only catch increases above +35.9 points."""
+    v = compare(make_report(0.80), _runs(0.771, 0.701, 0.688))
+    assert v.spread is not None
+    assert v.spread.sd == pytest.approx(0.044643, abs=1e-5)
+    assert v.spread.bound == pytest.approx(1.0790, abs=1e-3)
+    assert not v.regressed
+    assert any("only an increase above +35.9 points can fail" in n for n in v.notes)
+
+
+def test_a_bursty_regression_is_not_called_noise() -> None:
+    """Idle time in a few windows (a validation three times a run instead of once; window means
+    40% and 60%). The windows alone cannot tell it from noise; the run-level numbers do: 39, 40,
+    41% -> bound 0.40 + 8.042 * 0.01 = 48.04%, and the run is at 60%."""
+    once = [0.9] + [0.3] * 5  # a validation in one window of six
+    thrice = [0.9, 0.9, 0.3, 0.3, 0.3, 0.9]
+    bases = [make_report(v, window_idle=once) for v in (0.39, 0.40, 0.41)]
+    cur = make_report(0.60, window_idle=thrice)
+    v = compare(cur, bases, GateSettings(min_windows=6))
+    assert v.interval is not None
+    assert not v.interval.above_zero  # the windows would have called it noise
+    assert v.over_bound is True
+    assert v.regressed
+
+
+def test_several_baselines_report_means_and_name_the_odd_one_out() -> None:
+    bases = _runs(0.30, 0.32, 0.34)
+    bases[1] = replace(bases[1], run=replace(bases[1].run, device=replace(bases[1].run.device, kind="cuda")))
+    with pytest.raises(ComparisonError, match="b2.json ran on cuda"):
+        compare(make_report(0.3), bases, baseline_names=["b1.json", "b2.json", "b3.json"])
+    phases = phase_deltas(make_report(0.5).summary, [b.summary for b in _runs(0.2, 0.4)])
+    assert phases[0].phase == "data"
+    assert phases[0].baseline == pytest.approx(0.3)
+
+
+def test_the_same_baseline_twice_counts_once() -> None:
+    a, b = _runs(0.30, 0.34)
+    v = compare(make_report(0.31), [a, b, a], baseline_names=["a", "b", "a again"])
+    assert v.method == "threshold"
+    assert len(v.baseline) == 2
+    assert any("a again is the same run as a: counted once" in n for n in v.notes)
+
+
+# -- one or two baseline runs: the threshold alone, and a note ---------------------------------
+
+
+def test_one_baseline_run_decides_on_the_threshold_and_says_noise_is_unknown() -> None:
+    base = make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1))
+    v = compare(make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2)), base)
+    assert v.method == "threshold"
+    assert v.over_bound is None
+    assert v.regressed  # +3 points over the allowed 2, whatever the windows say
+    assert any("between-run noise unknown: only 1 baseline run" in n and "baseline add" in n for n in v.notes)
+    assert not compare(make_report(0.415), base).regressed
+
+
+def test_two_baseline_runs_show_their_values() -> None:
+    v = compare(make_report(0.33), _runs(0.30, 0.34))
+    assert v.method == "threshold"
+    assert v.increase == pytest.approx(0.01)
+    assert any("only 2 baseline runs (30.0% and 34.0% idle)" in n for n in v.notes)
 
 
 def test_shifted_distribution_fails() -> None:
     base = make_report(0.20, window_idle=windows(0.20, 10, seed=1))
     cur = make_report(0.35, window_idle=windows(0.35, 10, seed=2), findings=[data_workers()])
     v = compare(cur, base)
-    assert v.method == "bootstrap"
     assert v.regressed
-    assert v.exit_code == 1
     assert v.increase == pytest.approx(0.15)
+    assert v.interval is not None
+    assert v.interval.above_zero
     assert [d.phase for d in v.grown_phases] == ["data"]
-    assert v.explanations[0].finding.id == "data.workers"
-    assert v.explanations[0].new
     assert v.explanations[0].grown_phase == "data"
 
 
-def test_significant_but_small_increase_passes() -> None:
-    """Tight windows make +1 point significant, but it is under the threshold."""
-    base = make_report(0.20, window_idle=windows(0.20, 50, sd=0.002, seed=1))
-    cur = make_report(0.21, window_idle=windows(0.21, 50, sd=0.002, seed=2))
-    v = compare(cur, base)
-    assert v.interval is not None
-    assert v.interval.above_zero
-    assert not v.over_threshold
-    assert not v.regressed
-
-
-def test_few_windows_falls_back_to_threshold() -> None:
+def test_few_windows_skip_the_within_run_evidence() -> None:
     base = make_report(0.40, window_idle=windows(0.40, 5, sd=0.1, seed=1))
-    cur = make_report(0.43, window_idle=windows(0.43, 5, sd=0.1, seed=2))
+    cur = make_report(0.41, window_idle=windows(0.41, 5, sd=0.1, seed=2))
     v = compare(cur, base)
-    assert v.method == "threshold"
     assert v.interval is None
-    assert v.regressed  # the same numbers pass with enough windows (above)
-    assert any("too few idle windows" in n and "threshold alone" in n for n in v.notes)
+    assert any("too few idle windows for the within-run evidence" in n for n in v.notes)
+    assert compare(cur, base, GateSettings(min_windows=4)).interval is not None
 
 
-def test_few_windows_under_threshold_passes() -> None:
-    v = compare(make_report(0.41, window_idle=[0.41]), make_report(0.40, window_idle=[0.40]))
-    assert v.method == "threshold"
+# -- paired runs of the base and the head commit -----------------------------------------------
+
+
+def test_paired_regression() -> None:
+    """Differences 10, 11, 9 points: mean 10, sd 1; bound 4.021 * 0.01 = +4.02 points."""
+    heads = [make_report(v, findings=[data_workers()]) for v in (0.50, 0.52, 0.49)]
+    bases = [make_report(v) for v in (0.40, 0.41, 0.40)]
+    v = compare_paired(heads, bases)
+    assert v.paired
+    assert v.method == "paired"
+    assert v.increase == pytest.approx(0.10)
+    assert v.spread is not None
+    assert v.spread.bound == pytest.approx(0.04021, abs=1e-4)
+    assert v.current_idle == pytest.approx(0.50333, abs=1e-4)
+    assert v.regressed
+    assert v.explanations[0].finding.id == "data.workers"
+
+
+def test_paired_scatter_passes() -> None:
+    """Differences 10, -2, 4 points: mean +4, sd 6; bound 4.021 * 0.06 = +24.1 points."""
+    heads = [make_report(v) for v in (0.50, 0.39, 0.44)]
+    bases = [make_report(v) for v in (0.40, 0.41, 0.40)]
+    v = compare_paired(heads, bases)
+    assert v.over_threshold
+    assert v.over_bound is False
     assert not v.regressed
 
 
-def test_min_windows_is_a_setting() -> None:
-    base = make_report(0.40, window_idle=windows(0.40, 5, sd=0.1, seed=1))
-    cur = make_report(0.43, window_idle=windows(0.43, 5, sd=0.1, seed=2))
-    assert compare(cur, base, GateSettings(min_windows=4)).method == "bootstrap"
+def test_paired_needs_matching_sides() -> None:
+    with pytest.raises(ValueError, match="as many head runs as base runs"):
+        compare_paired([make_report(0.3)], [make_report(0.3), make_report(0.3)])
+    one = compare_paired([make_report(0.35)], [make_report(0.30)])
+    assert one.method == "threshold"
+    assert one.regressed
+    assert any("only 1 pair" in n for n in one.notes)
 
 
 def test_max_increase_is_respected() -> None:
@@ -229,6 +274,8 @@ def test_incomplete_reports_are_noted() -> None:
         {"max_increase": 1.5},
         {"max_idle": 2.0},
         {"min_windows": 1},
+        {"false_alarm": 0.0},
+        {"false_alarm": 0.6},
         {"resamples": 10},
         {"confidence": 1.0},
         {"max_step_ratio": 0.5},

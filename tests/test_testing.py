@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gate_reports import data_workers, make_report, regressed_pair, windows, write
+from gate_reports import data_workers, make_report, regressed_pair, write
 
 from stallscope import testing
 from stallscope._exceptions import ComparisonError, ReportError
@@ -56,9 +56,22 @@ def test_assert_no_regression_passes(tmp_path: Path) -> None:
     cur, base = regressed_pair(tmp_path)
     assert testing.assert_no_regression(cur, cur).regressed is False
     assert testing.assert_no_regression(cur, base, max_increase=0.5).increase == pytest.approx(0.35)
-    same = make_report(0.43, window_idle=windows(0.43, 10, sd=0.1, seed=2))
-    noisy_base = make_report(0.40, window_idle=windows(0.40, 10, sd=0.1, seed=1))
-    assert testing.assert_no_regression(same, noisy_base).within_noise
+
+
+
+def test_assert_no_regression_takes_several_baselines(tmp_path: Path) -> None:
+    """30, 32, 34%: bound 0.32 + 6.9646 * 0.02 * sqrt(4/3) = 48.08%. 47% passes, 49% fails."""
+    paths = [write(tmp_path / "base", f"run{i}", make_report(v)) for i, v in enumerate((0.30, 0.32, 0.34))]
+    verdict = testing.assert_no_regression(make_report(0.47), paths)
+    assert verdict.method == "prediction"
+    assert verdict.within_noise
+    assert testing.assert_no_regression(make_report(0.47), tmp_path / "base").within_noise  # the folder
+    objects = [make_report(v) for v in (0.30, 0.32, 0.34)]
+    with pytest.raises(AssertionError, match=r"vs baseline 32.0% \(mean of 3 runs\)") as info:
+        testing.assert_no_regression(make_report(0.49, findings=[data_workers()]), objects)
+    assert "48.1%" in str(info.value)
+    with pytest.raises(ValueError, match="at least one report"):
+        testing.assert_no_regression(make_report(0.3), [])
 
 
 def test_assert_no_regression_max_idle(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ https://docs.github.com/actions/reference/workflow-commands-for-github-actions
 from __future__ import annotations
 
 from stallscope.analysis.regression import Verdict
-from stallscope.cli.verdict import headline, noise_line, pct, points
+from stallscope.cli.verdict import Paths, close_line, headline, noise_line, pct, points, spread_lines
 
 TITLE = "StallScope: accelerator idle time regressed"
 ERROR_TITLE = "StallScope check could not run"
@@ -48,16 +48,22 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def format_step_summary(verdict: Verdict, *, current_path: str | None = None, baseline_path: str | None = None) -> str:
+def _paths(paths: Paths) -> str | None:
+    if paths is None or isinstance(paths, str):
+        return paths
+    return ", ".join(paths)
+
+
+def format_step_summary(verdict: Verdict, *, current_path: Paths = None, baseline_path: Paths = None) -> str:
     """Markdown for ``$GITHUB_STEP_SUMMARY``."""
     mark = "❌ regression" if verdict.regressed else "✅ passed"
     lines = [f"### StallScope check: {mark}", "", _cell(headline(verdict)), ""]
-    if verdict.baseline is not None and verdict.increase is not None:
+    if verdict.baseline_idle is not None and verdict.increase is not None:
         lines += [
             "| | baseline | current | change |",
             "|---|---:|---:|---:|",
-            f"| **accelerator idle** | {pct(verdict.baseline.idle_fraction)} | "
-            f"{pct(verdict.current.idle_fraction)} | {points(verdict.increase)} |",
+            f"| **accelerator idle** | {pct(verdict.baseline_idle)} | "
+            f"{pct(verdict.current_idle)} | {points(verdict.increase)} |",
         ]
         lines += [
             f"| {_cell(d.phase)} | {pct(d.baseline)} | {pct(d.current)} | {points(d.delta)} |"
@@ -65,8 +71,12 @@ def format_step_summary(verdict: Verdict, *, current_path: str | None = None, ba
             if d.baseline >= 0.0005 or d.current >= 0.0005
         ]
         lines.append("")
+    if spread := spread_lines(verdict):
+        lines += [*(f"{_cell(line)}  " for line in spread), ""]
+    if (close := close_line(verdict)) is not None:
+        lines += [f"**{_cell(close)}**", ""]
     if (noise := noise_line(verdict)) is not None:
-        lines += [f"Noise check: {_cell(noise)}.", ""]
+        lines += [f"Windows (within-run evidence): {_cell(noise)}.", ""]
     if verdict.explanations and verdict.regressed:
         lines += ["**Findings in the current run** (about a phase that grew first, then best first)", ""]
         for rank, e in enumerate(verdict.explanations, start=1):
@@ -75,9 +85,10 @@ def format_step_summary(verdict: Verdict, *, current_path: str | None = None, ba
             lines.append(f"{rank}. `{f.id}`: x{f.est_speedup:.2f} faster{new}. {_cell(f.fix)}")
         lines.append("")
     lines += [f"> {_cell(n)}" for n in verdict.notes]
-    where = [f"current `{current_path}`"] if current_path else []
-    if baseline_path:
-        where.append(f"baseline `{baseline_path}`")
+    cur, base = _paths(current_path), _paths(baseline_path)
+    where = [f"current `{cur}`"] if cur else []
+    if base:
+        where.append(f"baseline `{base}`")
     if where:
         lines += ["", "Reports: " + ", ".join(where)]
     return "\n".join(lines).rstrip() + "\n\n"
