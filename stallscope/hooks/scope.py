@@ -63,7 +63,10 @@ class StallScope(LightningCallbacks):
     """Watches a training loop and tells why the accelerator waits.
 
     ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
-    sample_interval_s=0.2, recent_steps=4096)``; bad values raise ``ValueError`` naming them.
+    sample_interval_s=0.2, recent_steps=4096, print_interval_s=10.0)``; bad values raise
+    ``ValueError`` naming them. ``print_interval_s``: an epoch's diagnosis is printed when at
+    least this many seconds passed since the last printed one (the first epoch's, and the run's
+    at the end, always are); ``0`` prints every epoch's.
     The same object is a Lightning callback: ``Trainer(callbacks=[StallScope()])``
     (``hooks/lightning.py``), where each ``fit`` is one run.
     """
@@ -77,6 +80,7 @@ class StallScope(LightningCallbacks):
         min_saving: float = 0.02,
         sample_interval_s: float = 0.2,
         recent_steps: int = 4096,
+        print_interval_s: float = 10.0,
     ) -> None:
         self._config = ScopeConfig.create(
             report_dir,
@@ -85,6 +89,7 @@ class StallScope(LightningCallbacks):
             min_saving=min_saving,
             sample_interval_s=sample_interval_s,
             recent_steps=recent_steps,
+            print_interval_s=print_interval_s,
         )
         self._reset()
         self._quiet_hooks()

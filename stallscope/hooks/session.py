@@ -2,11 +2,20 @@
 
 The hooks (plain loop, Lightning) drive a ``Session``; it is the only place where recording
 meets analysis, and it runs only at epoch ends and at the end of the run.
+
+An epoch end costs about the same however short the epoch, so the parts of it that need not
+happen every epoch happen in proportion to the run (docs/overhead.md, "Many short epochs"):
+every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
+only when ``print_interval_s`` passed since the previous one, and its report is handed to a
+``ReportWriter``, which writes it at once or, while writes would take more than 1% of the run,
+a little later. The final report and panel are always written in full.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -19,9 +28,10 @@ from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
-from stallscope.report.io import REPORT_NAME, write_report
+from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import print_diagnosis
 from stallscope.report.schema import EpochReport, Report, RunInfo, Summary
+from stallscope.report.writer import ReportWriter
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
@@ -31,6 +41,25 @@ from stallscope.timeline.stats import SpanStats
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
+
+
+class _ReportJob:
+    """A report built when first asked for (by the writer's thread, or by ``scope.report``), once."""
+
+    __slots__ = ("_build", "_lock", "_report")
+
+    def __init__(self, build: Callable[[], Report] | None, report: Report | None = None) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self._report = report
+
+    def report(self) -> Report:
+        with self._lock:
+            if self._report is None:
+                assert self._build is not None
+                self._report = self._build()
+                self._build = None
+            return self._report
 
 
 class Session:
@@ -46,6 +75,7 @@ class Session:
     ) -> None:
         self.config = config
         self.framework: Framework = framework
+        self._clock = clock
         self.timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=config.recent_steps)
         self.host: HostInfo = host_info()
         #: the training precision when the framework says (Lightning: ``str(trainer.precision)``)
@@ -64,9 +94,16 @@ class Session:
         self.batch_tensors: int | None = None
         self.epochs: list[EpochReport] = []
         self.notes: list[str] = []
-        self.report: Report | None = None
+        #: the latest report: the last epoch end's, then the final one
+        self._latest: _ReportJob | None = None
+        self._writer = (
+            ReportWriter(config.report_dir / REPORT_NAME, clock=clock) if config.report_dir is not None else None
+        )
         self._started_at = ""
         self._epoch_index = 0
+        #: when the last epoch panel was printed (a clock reading), and epochs ended since
+        self._last_panel: int | None = None
+        self._unprinted = 0
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -116,6 +153,12 @@ class Session:
         finally:
             self.timeline.resume()
 
+    @property
+    def report(self) -> Report | None:
+        """The latest report: the one of the last epoch end (built now if no one asked for it
+        yet), or the final one once the run finished."""
+        return self._latest.report() if self._latest is not None else None
+
     def _close_epoch(self, stats: SpanStats) -> EpochReport:
         index = self._epoch_index
         self._epoch_index += 1
@@ -129,19 +172,38 @@ class Session:
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
-        self.report = self.build_report(complete=False)
         if stats.steps > 0:
-            self.print(f"epoch {index}", epoch.summary, epoch.findings)
-        self.write(durable=False)
+            self._print_epoch(index, epoch)
+        job = self._latest = self._report_job(complete=False)
+        if self._writer is not None:
+            self._writer.submit(job.report)
         return epoch
+
+    def _print_epoch(self, index: int, epoch: EpochReport) -> None:
+        """Print the epoch's panel if ``print_interval_s`` passed since the last one (the first
+        epoch's always); a panel says how many epochs ended unprinted before it."""
+        if self._console is None:
+            return
+        now = self._clock()
+        if self._last_panel is not None and now - self._last_panel < self.config.print_interval_s * 1e9:
+            self._unprinted += 1
+            return
+        title = f"epoch {index}"
+        if self._unprinted:
+            title += f" ({self._unprinted} more since the last panel)"
+        self.print(title, epoch.summary, epoch.findings)
+        self._last_panel = now
+        self._unprinted = 0
 
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self.signals.stop()
+        if self._writer is not None:
+            self._writer.close()  # no mid-run report is written after this
         report = self.build_report(complete=True)
-        self.report = report
+        self._latest = _ReportJob(None, report)
         if print_run:
-            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, report.notes)
+            self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, report.notes)
         self.write()
         return report
 
@@ -174,31 +236,47 @@ class Session:
         return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml_fields(signals.nvml))
 
     def build_report(self, *, complete: bool) -> Report:
+        """The report of the run so far, built now."""
+        return self._report_job(complete=complete).report()
+
+    def _report_job(self, *, complete: bool) -> _ReportJob:
+        """The report of the run as of now, to build later, on any thread: what only the training
+        thread may read (the timeline, the signals, torch's device and threads) is read now,
+        cheaply; the sorting, the diagnosis and the JSON wait until the report is asked for."""
         self.start_clock()  # a run that never reached its first step: an empty report, not an error
-        run_stats = self.timeline.run_stats()
+        snapshot = self.timeline.run_snapshot()
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)
-        return Report(
-            run=RunInfo(
-                started_at=self._started_at,
-                host=self.host.name,
-                torch_version=torch_version(),
-                device=current_device(),
-                dataloader=self.loader.to_dict() if self.loader is not None else None,
-                stallscope_version=__version__,
-                framework=self.framework,
-                usable_cores=self.host.usable_cores,
-            ),
-            summary=self.summarize(run_stats, signals),
-            epochs=tuple(self.epochs),
-            findings=tuple(self.diagnose(run_stats, signals)),
-            notes=tuple(self.notes),
-            complete=complete,
+        run = RunInfo(
+            started_at=self._started_at,
+            host=self.host.name,
+            torch_version=torch_version(),
+            device=current_device(),
+            dataloader=self.loader.to_dict() if self.loader is not None else None,
+            stallscope_version=__version__,
+            framework=self.framework,
+            usable_cores=self.host.usable_cores,
         )
+        context = self.context(snapshot.span, signals)
+        epochs = tuple(self.epochs)
+        notes = tuple(self.notes)
+
+        def build() -> Report:
+            span = snapshot.stats()
+            return Report(
+                run=run,
+                summary=self.summarize(span, signals),
+                epochs=epochs,
+                findings=tuple(diagnose(dataclasses.replace(context, span=span))),
+                notes=notes,
+                complete=complete,
+            )
+
+        return _ReportJob(build)
 
     def print(
         self,
@@ -210,10 +288,12 @@ class Session:
         if self._console is not None:
             print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
 
-    def write(self, *, durable: bool = True) -> None:
-        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""
-        if self.report is not None and self.config.report_dir is not None:
-            write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
+    def write(self) -> None:
+        """Write the latest report now, durably, and no mid-run one after it (the final report,
+        or the last one when StallScope turns itself off)."""
+        report = self.report
+        if report is not None and self._writer is not None:
+            self._writer.write_final(report)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""

@@ -42,7 +42,7 @@ from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
-from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
+from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, RunSnapshot, SpanStats
 
 Clock = Callable[[], int]
 T = TypeVar("T")
@@ -107,6 +107,8 @@ NATIVE_MODULE = _native
 #: a push that records nothing (after ``stop``), in C: ``deque(maxlen=0)`` drops what it is given
 _SINK: deque[int] = deque(maxlen=0)
 _DISCARD: Callable[[tuple[int, ...]], None] = _SINK.extend
+#: a ``RunSnapshot``'s span holds this until ``stats()`` sorts the recent steps
+_UNSORTED = Distribution.of(())
 
 
 def _nothing() -> None:
@@ -795,6 +797,13 @@ class Timeline:
 
     def run_stats(self) -> SpanStats:
         """Statistics of the whole run so far (closes nothing)."""
+        return self.run_snapshot().stats()
+
+    def run_snapshot(self) -> RunSnapshot:
+        """What ``run_stats`` returns, with the sorting for its percentiles left to
+        ``RunSnapshot.stats()``: the recent steps are copied (two ``memcpy``), so the statistics
+        can be taken later, on any thread, as of now. An epoch end takes one for the report that
+        may be written later (``report/writer.py``)."""
         now = self._flush()
         flat = self._windows
         built_from, built_len, built = self._built_windows
@@ -802,26 +811,27 @@ class Timeline:
             start = built_len if built_from is flat and built_len <= len(flat) else 0
             built = (built if start else ()) + tuple(IdleWindow(*flat[i : i + 3]) for i in range(start, len(flat), 3))
             self._built_windows = (flat, len(flat), built)
-        windows = list(built)
+        windows = built
         if self._win_steps * 2 >= self._window_steps:
             busy = self._totals[_COMPUTE]
-            windows.append(IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
-        return SpanStats(
+            windows = (*built, IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
+        span = SpanStats(
             wall_ns=now - self._start_ns,
             steps=self._steps,
             epochs=self._epochs,
             step_total_ns=self._step_total,
             phase_ns=self._diff(self._totals, [0] * len(self._totals)),
             phase_counts=self._diff(self._counts, [0] * len(self._counts)),
-            step=self._distribution(0, self._steps),
-            data_wait=self._distribution(1, self._steps),
+            step=_UNSORTED,
+            data_wait=_UNSORTED,
             data_cpu_ns=self._scaled_data_cpu(self._data_cpu_total, self._data_cpu_wall, self._totals[_DATA])
             if self._data_cpu_valid_run
             else None,
             process_cpu_ns=self._cpu_clock() - self._cpu_start,
             boundaries=tuple(self._boundaries),
-            windows=tuple(windows),
+            windows=windows,
         )
+        return RunSnapshot(span, self._recent_values(0, self._steps), self._recent_values(1, self._steps))
 
     # -- for samplers (off the hot path) --------------------------------------------------
 
@@ -936,21 +946,28 @@ class Timeline:
 
     def _distribution(self, which: int, count: int) -> Distribution:
         """The distribution of the last ``count`` values of a ring (0: step times, 1: waits)."""
+        found = self._recent_values(which, count)
+        if isinstance(found, Distribution):
+            return found
+        key = (which, self._steps, min(count, self._ring_size))
+        if len(self._distributions) >= 8:
+            self._distributions.clear()
+        distribution = self._distributions[key] = Distribution.of(found)
+        return distribution
+
+    def _recent_values(self, which: int, count: int) -> Distribution | array[int]:
+        """The distribution of the last ``count`` values of a ring when it was already taken,
+        else a copy of those values (in ring order: the statistics do not depend on it)."""
         key = (which, self._steps, min(count, self._ring_size))
         found = self._distributions.get(key)
-        if found is None:
-            if len(self._distributions) >= 8:
-                self._distributions.clear()
-            ring = self._ring_step if which == 0 else self._ring_wait
-            found = self._distributions[key] = Distribution.of(self._recent(ring, count))
-        return found
-
-    def _recent(self, ring: array[int], count: int) -> list[int]:
+        if found is not None:
+            return found
+        ring = self._ring_step if which == 0 else self._ring_wait
         count = min(count, self._ring_size)
         end = self._ring_pos
         if count <= end:
-            return list(ring[end - count : end])
-        return list(ring[self._ring_size - (count - end) :]) + list(ring[:end])
+            return ring[end - count : end]
+        return ring[self._ring_size - (count - end) :] + ring[:end]
 
 
 def _apply_phases(events: list[int], cur: int, mark: int, totals: list[int], stack: list[int]) -> tuple[int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,23 @@ class SpanStats:
         if self.wall_ns <= 0:
             return 0.0
         return self.phase_ns.get(name, 0) / self.wall_ns
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """The run's statistics as of one instant, before the sorting that its percentiles need:
+    ``Timeline.run_snapshot`` takes it cheaply on the training thread, ``stats()`` finishes it
+    later, on any thread (the report writer's)."""
+
+    #: the run's statistics, with placeholders for ``step`` and ``data_wait``
+    span: SpanStats
+    #: the recent steps' wall times (ns), or their distribution when it was already taken
+    step: Distribution | Sequence[int]
+    #: the recent steps' waits for data (ns), likewise
+    data_wait: Distribution | Sequence[int]
+
+    def stats(self) -> SpanStats:
+        """The run's ``SpanStats`` as of the snapshot."""
+        step = self.step if isinstance(self.step, Distribution) else Distribution.of(self.step)
+        wait = self.data_wait if isinstance(self.data_wait, Distribution) else Distribution.of(self.data_wait)
+        return replace(self.span, step=step, data_wait=wait)
