@@ -657,10 +657,10 @@ def test_simple_profiler_output_is_unchanged(tmp_path: Path) -> None:
 
 def test_prints_each_epoch_and_writes_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``print_interval_s=0`` every epoch's panel is printed; with no wait between writes
-    (``max_age_s=0``) every epoch's report is on disk when the next callback's epoch end runs."""
+    (``max_interval_s=0``) every epoch's report is on disk when the next callback's epoch end runs."""
     from stallscope.hooks import session as session_module
 
-    monkeypatch.setattr(session_module, "ReportWriter", functools.partial(ReportWriter, max_age_s=0.0))
+    monkeypatch.setattr(session_module, "ReportWriter", functools.partial(ReportWriter, max_interval_s=0.0))
     pl = import_pl("lightning")
     out = Console(file=io.StringIO(), width=100)
     seen: list[tuple[int, bool, int]] = []

@@ -59,8 +59,11 @@ def test_writes_at_once_while_writes_take_under_one_percent(tmp_path: Path, cloc
     built: list[int] = []
     writer.submit(_builder(1, built))  # the first is due at once; it takes 2 ms, so the next waits 200 ms
     clock.advance_ms(199)
+    assert writer.wants_report()  # nothing pending yet
     writer.submit(_builder(2, built))  # 199 ms after the first ended: kept for later
+    assert not writer.wants_report()  # one is pending and no write is due: skip the snapshot
     clock.advance_ms(1)
+    assert writer.wants_report()  # a write is due
     writer.submit(_builder(3, built))  # 200 ms: written now, and the pending one (2) is dropped
     writer.close()
     assert disk.writes == [(1, False), (3, False)]
@@ -83,11 +86,11 @@ def test_a_report_that_waits_is_written_by_the_thread_once_its_time_comes(tmp_pa
     assert built == [1, 3]
 
 
-def test_the_wait_is_never_longer_than_max_age(tmp_path: Path, clock: FakeClock) -> None:
+def test_the_wait_is_never_longer_than_max_interval(tmp_path: Path, clock: FakeClock) -> None:
     disk = Disk(clock, cost_ms=1000)  # a write on a very slow disk: 1% would mean 100 s between writes
-    writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk, max_age_s=10.0)
+    writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk, max_interval_s=5.0)
     writer.submit(_builder(1, []))
-    clock.advance_ms(9_999)
+    clock.advance_ms(4_999)
     writer.submit(_builder(2, []))
     clock.advance_ms(1)
     writer.submit(_builder(3, []))

@@ -580,7 +580,7 @@ def _one_stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("method", ["_fold", "stream", "data_begin", "data_end", "begin_epoch", "end_epoch"])
+@pytest.mark.parametrize("method", ["_fold", "stream", "data_begin", "data_end", "begin_epoch", "end_epoch_snapshot"])
 def test_an_internal_error_turns_the_scope_off_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
 ) -> None:

@@ -8,7 +8,8 @@ happen every epoch happen in proportion to the run (docs/overhead.md, "Many shor
 every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
 only when ``print_interval_s`` passed since the previous one, and its report is handed to a
 ``ReportWriter``, which writes it at once or, while writes would take more than 1% of the run,
-a little later. The final report and panel are always written in full.
+a little later (and while one waits, later epoch ends skip taking theirs). The final report and
+panel are always written in full.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from rich.console import Console
 
@@ -37,29 +39,33 @@ from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.recorder import Timeline
-from stallscope.timeline.stats import SpanStats
+from stallscope.timeline.stats import SpanSnapshot, SpanStats
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
 
 
-class _ReportJob:
-    """A report built when first asked for (by the writer's thread, or by ``scope.report``), once."""
+T = TypeVar("T")
 
-    __slots__ = ("_build", "_lock", "_report")
 
-    def __init__(self, build: Callable[[], Report] | None, report: Report | None = None) -> None:
-        self._build = build
+class Later(Generic[T]):
+    """A value made when first asked for (on the training thread, or the report writer's), once:
+    an epoch's report, or the run's. ``make`` may only read what the epoch end captured."""
+
+    __slots__ = ("_make", "_lock", "_value")
+
+    def __init__(self, make: Callable[[], T] | None, value: T | None = None) -> None:
+        self._make = make
         self._lock = threading.Lock()
-        self._report = report
+        self._value = value
 
-    def report(self) -> Report:
+    def get(self) -> T:
         with self._lock:
-            if self._report is None:
-                assert self._build is not None
-                self._report = self._build()
-                self._build = None
-            return self._report
+            if self._value is None:
+                assert self._make is not None
+                self._value = self._make()
+                self._make = None  # what it captured can go
+            return self._value
 
 
 class Session:
@@ -92,10 +98,12 @@ class Session:
         self.batches_per_epoch: int | None = None
         #: tensors per batch, counted in the first batch of each pass
         self.batch_tensors: int | None = None
-        self.epochs: list[EpochReport] = []
+        #: each epoch's report, made when first needed (a panel, a logger, a report write): made
+        #: together at a report write, a few dozen short epochs cost less than one at a time
+        self.epochs: list[Later[EpochReport]] = []
         self.notes: list[str] = []
         #: the latest report: the last epoch end's, then the final one
-        self._latest: _ReportJob | None = None
+        self._latest: Later[Report] | None = None
         self._writer = (
             ReportWriter(config.report_dir / REPORT_NAME, clock=clock) if config.report_dir is not None else None
         )
@@ -141,45 +149,57 @@ class Session:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
         self.signals.note_batch(batch)
 
-    def end_epoch(self) -> EpochReport | None:
-        """Close the epoch: diagnose it, print it, write the report. None for an empty epoch."""
-        stats = self.timeline.end_epoch()
-        if stats.steps == 0 and stats.epochs == 0:
+    def end_epoch(self) -> Later[EpochReport] | None:
+        """Close the epoch: print it, write the report (on their budgets); its report, made when
+        asked for. None for an empty epoch."""
+        snapshot = self.timeline.end_epoch_snapshot()
+        if snapshot.span.steps == 0 and snapshot.span.epochs == 0:
             return None
         # the diagnosis, the print and the report write are StallScope's time, not the run's
         self.timeline.pause()
         try:
-            return self._close_epoch(stats)
+            return self._close_epoch(snapshot)
         finally:
             self.timeline.resume()
 
     @property
     def report(self) -> Report | None:
-        """The latest report: the one of the last epoch end (built now if no one asked for it
-        yet), or the final one once the run finished."""
-        return self._latest.report() if self._latest is not None else None
+        """The latest report: the final one once the run finished; else the run so far, as of the
+        last epoch end (or, after an epoch end whose report the writer did not want, as of now)."""
+        if self._latest is None and self.epochs:
+            self._latest = self._report_job(complete=False)
+        return self._latest.get() if self._latest is not None else None
 
-    def _close_epoch(self, stats: SpanStats) -> EpochReport:
+    def _close_epoch(self, snapshot: SpanSnapshot) -> Later[EpochReport]:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
-        epoch = EpochReport(
-            index=index,
-            summary=self.summarize(stats, signals),
-            findings=tuple(self.diagnose(stats, signals)),
-        )
+        context = self.context(snapshot.span, signals)
+
+        def make() -> EpochReport:
+            stats = snapshot.stats()
+            return EpochReport(
+                index=index,
+                summary=self.summarize(stats, signals),
+                findings=tuple(diagnose(dataclasses.replace(context, span=stats))),
+            )
+
+        epoch = Later(make)
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
-        if stats.steps > 0:
+        if snapshot.span.steps > 0:
             self._print_epoch(index, epoch)
-        job = self._latest = self._report_job(complete=False)
-        if self._writer is not None:
-            self._writer.submit(job.report)
+        writer = self._writer
+        if writer is not None and writer.wants_report():
+            job = self._latest = self._report_job(complete=False)
+            writer.submit(job.get)
+        else:
+            self._latest = None  # taken when asked for (``report``)
         return epoch
 
-    def _print_epoch(self, index: int, epoch: EpochReport) -> None:
+    def _print_epoch(self, index: int, later: Later[EpochReport]) -> None:
         """Print the epoch's panel if ``print_interval_s`` passed since the last one (the first
         epoch's always); a panel says how many epochs ended unprinted before it."""
         if self._console is None:
@@ -188,6 +208,7 @@ class Session:
         if self._last_panel is not None and now - self._last_panel < self.config.print_interval_s * 1e9:
             self._unprinted += 1
             return
+        epoch = later.get()
         title = f"epoch {index}"
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
@@ -201,7 +222,7 @@ class Session:
         if self._writer is not None:
             self._writer.close()  # no mid-run report is written after this
         report = self.build_report(complete=True)
-        self._latest = _ReportJob(None, report)
+        self._latest = Later(None, report)
         if print_run:
             self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, report.notes)
         self.write()
@@ -237,9 +258,9 @@ class Session:
 
     def build_report(self, *, complete: bool) -> Report:
         """The report of the run so far, built now."""
-        return self._report_job(complete=complete).report()
+        return self._report_job(complete=complete).get()
 
-    def _report_job(self, *, complete: bool) -> _ReportJob:
+    def _report_job(self, *, complete: bool) -> Later[Report]:
         """The report of the run as of now, to build later, on any thread: what only the training
         thread may read (the timeline, the signals, torch's device and threads) is read now,
         cheaply; the sorting, the diagnosis and the JSON wait until the report is asked for."""
@@ -270,13 +291,13 @@ class Session:
             return Report(
                 run=run,
                 summary=self.summarize(span, signals),
-                epochs=epochs,
+                epochs=tuple(epoch.get() for epoch in epochs),
                 findings=tuple(diagnose(dataclasses.replace(context, span=span))),
                 notes=notes,
                 complete=complete,
             )
 
-        return _ReportJob(build)
+        return Later(build)
 
     def print(
         self,

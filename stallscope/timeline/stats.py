@@ -123,20 +123,19 @@ class SpanStats:
 
 
 @dataclass(frozen=True)
-class RunSnapshot:
-    """The run's statistics as of one instant, before the sorting that its percentiles need:
-    ``Timeline.run_snapshot`` takes it cheaply on the training thread, ``stats()`` finishes it
-    later, on any thread (the report writer's)."""
+class SpanSnapshot:
+    """A span's statistics (an epoch's, or the run's so far) before the sorting that their
+    percentiles need: the timeline takes it cheaply on the training thread at an epoch end
+    (``Timeline.end_epoch_snapshot``, ``Timeline.run_snapshot``), ``stats()`` finishes it later,
+    on any thread (the report writer's)."""
 
-    #: the run's statistics, with placeholders for ``step`` and ``data_wait``
+    #: the span's statistics, with placeholders for ``step`` and ``data_wait``
     span: SpanStats
-    #: the recent steps' wall times (ns), or their distribution when it was already taken
-    step: Distribution | Sequence[int]
-    #: the recent steps' waits for data (ns), likewise
-    data_wait: Distribution | Sequence[int]
+    #: the span's recent steps' wall times (ns; at most the recent-steps window)
+    step: Sequence[int]
+    #: their waits for data (ns)
+    data_wait: Sequence[int]
 
     def stats(self) -> SpanStats:
-        """The run's ``SpanStats`` as of the snapshot."""
-        step = self.step if isinstance(self.step, Distribution) else Distribution.of(self.step)
-        wait = self.data_wait if isinstance(self.data_wait, Distribution) else Distribution.of(self.data_wait)
-        return replace(self.span, step=step, data_wait=wait)
+        """The span's ``SpanStats``."""
+        return replace(self.span, step=Distribution.of(self.step), data_wait=Distribution.of(self.data_wait))
