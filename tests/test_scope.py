@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from stallscope import StallScope
 from stallscope.hooks import scope as scope_module
 from stallscope.hooks import session as session_module
-from stallscope.hooks.session import MAX_EPOCHS_IN_REPORT, Session
+from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.schema import report_to_dict
@@ -429,6 +429,33 @@ def test_the_final_report_has_every_epoch_whatever_was_written_mid_run(
     assert [e["summary"]["steps"] for e in epochs] == [1 + i % 3 for i in range(300)]
     slow_logging = [e["index"] for e in epochs if any(f["id"] == "logging.frequency" for f in e["findings"])]
     assert slow_logging == [7, 57, 107, 157, 207, 257]
+
+
+def test_a_short_epoch_is_diagnosed_when_needed_a_long_one_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, clocked: FakeClock
+) -> None:
+    """A short epoch's report is made when something needs it (here ``scope.report``), with
+    the others waiting; an epoch of ``MAKE_AT_ONCE_STEPS`` steps or more has it made at its end
+    (its snapshot's copy of the step times is not kept waiting)."""
+    diagnosed: list[int] = []
+    real = session_module.diagnose
+
+    def counting(context: Any) -> Any:
+        diagnosed.append(context.span.steps)
+        return real(context)
+
+    monkeypatch.setattr(session_module, "diagnose", counting)
+    with StallScope(None, console=False) as scope:
+        for _ in scope.iter(range(10)):
+            clocked.advance_ms(1)
+        assert diagnosed == []
+        for _ in scope.iter(range(MAKE_AT_ONCE_STEPS)):
+            clocked.advance_ms(1)
+        assert diagnosed == [MAKE_AT_ONCE_STEPS]
+        report = scope.report
+        assert report is not None
+        assert diagnosed == [MAKE_AT_ONCE_STEPS, 10, 10 + MAKE_AT_ONCE_STEPS]  # the short epoch, then the run
+        assert [e.summary.steps for e in report.epochs] == [10, MAKE_AT_ONCE_STEPS]
 
 
 # -- the user's exceptions pass through unchanged --------------------------------------------

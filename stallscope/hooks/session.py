@@ -43,6 +43,10 @@ from stallscope.timeline.stats import SpanSnapshot, SpanStats
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
+#: an epoch of at least this many steps has its report made at its end: making it costs little
+#: next to the epoch, and its snapshot holds 16 bytes a step until then (this bounds what the
+#: epochs waiting for a report write hold to 8 MB)
+MAKE_AT_ONCE_STEPS = 1024
 
 
 T = TypeVar("T")
@@ -185,6 +189,8 @@ class Session:
             )
 
         epoch = Later(make)
+        if snapshot.span.steps >= MAKE_AT_ONCE_STEPS:
+            epoch.get()
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
