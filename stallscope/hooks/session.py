@@ -159,7 +159,7 @@ class Session:
         snapshot = self.timeline.end_epoch_snapshot()
         if snapshot.span.steps == 0 and snapshot.span.epochs == 0:
             return None
-        # the diagnosis, the print and the report write are StallScope's time, not the run's
+        # the work below (and a report write or a panel, when due) is StallScope's time, not the run's
         self.timeline.pause()
         try:
             return self._close_epoch(snapshot)
