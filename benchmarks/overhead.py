@@ -4,6 +4,8 @@ Loops:
   (a) tiny plain loop, ~150 us steps        target watched/bare <= 1.02
   (b) plain loop with ~5 ms steps           target <= 1.005
   (c) tiny Lightning fit                     target <= 1.02 (against Lightning without StallScope)
+  (d) many short epochs: 100 epochs of 30 steps of loop (a), and a Lightning fit of 50 epochs
+      of 30 steps                             target <= 1.05, in process CPU time and wall time
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
 each after a full garbage collection; the ratio reported is the median over pairs.
@@ -14,6 +16,11 @@ diagnosis, the printed panel (to a null console) and the report write.
     .venv/bin/python benchmarks/overhead.py [--pairs 15] [--processes 1] [--only a b c] [--memory]
                                             [--no-profiler] [--comparisons-everywhere]
                                             [--markdown FILE]
+
+Loop (d) is about the work at each epoch end (the diagnosis, the panel, the report), which a
+30-step epoch pays as often as a 30,000-step one; each of its pairs also reads the process's CPU
+time (``time.process_time``: all threads, StallScope's report writer included), which a busy
+neighbour disturbs less than the wall time. See docs/overhead.md, "Many short epochs".
 
 A ratio can differ more between processes than between pairs in one process, hence
 ``--processes``. On a shared VM a neighbour's burst slows a whole run by up to 40%, so whole-run
@@ -46,11 +53,15 @@ from torch import nn  # noqa: E402
 
 from stallscope import StallScope  # noqa: E402
 
-TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02}
+TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02, "d": 1.05}
 #: steps per run: a watched run pays its fixed costs (epoch-end diagnosis, report writes) once
 TINY_STEPS = 20_000
 MEDIUM_STEPS = 500
 LIGHTNING_STEPS = 3000
+#: loop (d): epochs of EPOCH_STEPS steps, plain and Lightning
+SHORT_EPOCHS = 100
+LIGHTNING_SHORT_EPOCHS = 50
+EPOCH_STEPS = 30
 #: the memory check: a no-op step this many times
 MEMORY_STEPS = 1_000_000
 
@@ -111,6 +122,29 @@ class PlainLoop:
                         loss.item()
         return time.perf_counter() - t0
 
+    def bare_epochs(self, epochs: int) -> float:
+        """Loop (d), bare: ``epochs`` passes over the batches."""
+        t0 = time.perf_counter()
+        for _ in range(epochs):
+            for step, (x, y) in enumerate(self.batches):
+                loss = self.train_step(x, y)
+                if step % 50 == 0:
+                    loss.item()
+        return time.perf_counter() - t0
+
+    def watched_epochs(self, epochs: int, report_dir: str) -> float:
+        """Loop (d), watched: one scope, ``epochs`` passes, the console on (to memory)."""
+        t0 = time.perf_counter()
+        with StallScope(report_dir, console=null_console()) as scope:
+            for _ in range(epochs):
+                for step, (x, y) in enumerate(scope.iter(self.batches)):
+                    with scope.phase("compute"):
+                        loss = self.train_step(x, y)
+                    if step % 50 == 0:
+                        with scope.phase("logging"):
+                            loss.item()
+        return time.perf_counter() - t0
+
     def torch_profiled(self) -> float:
         from torch.profiler import ProfilerActivity, profile
 
@@ -124,9 +158,10 @@ class PlainLoop:
         return time.perf_counter() - t0
 
 
-def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
-    """A tiny Lightning fit; mode: bare, watched, simple (SimpleProfiler), empty (a Callback that
-    overrides nothing: what Lightning's own dispatch costs for any callback)."""
+def lightning_fit(mode: str, steps: int, report_dir: str, epochs: int = 1) -> float:
+    """A tiny Lightning fit of ``epochs`` epochs of ``steps`` steps; mode: bare, watched, simple
+    (SimpleProfiler), empty (a Callback that overrides nothing: what Lightning's own dispatch
+    costs for any callback)."""
     import lightning.pytorch as pl
     from lightning.pytorch.profilers import SimpleProfiler
 
@@ -137,16 +172,22 @@ def lightning_fit(mode: str, steps: int, report_dir: str) -> float:
         callbacks = [pl.Callback()]
     # its summary goes to a file in report_dir, not to the console
     profiler = SimpleProfiler(dirpath=report_dir, filename="simple-profiler") if mode == "simple" else None
-    trainer, model, data = lightning_parts(steps, callbacks, profiler=profiler)
+    trainer, model, data = lightning_parts(steps, callbacks, profiler=profiler, epochs=epochs)
     t0 = time.perf_counter()
     trainer.fit(model, data)
     return time.perf_counter() - t0
 
 
 def lightning_parts(
-    steps: int, callbacks: list[Any], *, profiler: Any = None, on_step: Callable[[int], None] | None = None
+    steps: int,
+    callbacks: list[Any],
+    *,
+    profiler: Any = None,
+    on_step: Callable[[int], None] | None = None,
+    epochs: int = 1,
 ) -> tuple[Any, Any, Any]:
-    """Loop (c): (trainer, model, train loader) of a tiny fit of ``steps`` steps, one epoch.
+    """Loop (c): (trainer, model, train loader) of a tiny fit of ``steps`` steps an epoch, one
+    epoch (loop (d): ``epochs``).
     ``on_step(batch_idx)`` runs at the start of each training step (``lightning_segments.py``
     and ``instructions.py`` mark steps with it)."""
     import lightning.pytorch as pl
@@ -171,7 +212,7 @@ def lightning_parts(
     torch.manual_seed(0)
     data = DataLoader(TensorDataset(torch.randn(steps * 8, 32), torch.randn(steps * 8, 1)), batch_size=8)
     trainer = pl.Trainer(
-        max_epochs=1,
+        max_epochs=epochs,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -228,6 +269,29 @@ def pairs(bare: Callable[[], float], other: Callable[[], float], n: int) -> tupl
     return statistics.median(ratios), statistics.median(b_times), statistics.median(o_times)
 
 
+def _timed(run: Callable[[], float]) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of ``_clean(run)``."""
+    cpu = time.process_time()
+    wall = _clean(run)
+    return wall, time.process_time() - cpu
+
+
+def pairs_cpu(bare: Callable[[], float], other: Callable[[], float], n: int) -> tuple[float, float, float]:
+    """Like ``pairs``, in both clocks: (median wall ratio, median CPU ratio, median bare wall)."""
+    walls, cpus, b_times = [], [], []
+    _timed(bare)
+    _timed(other)  # warm-up
+    for i in range(n):
+        if i % 2:
+            o, b = _timed(other), _timed(bare)
+        else:
+            b, o = _timed(bare), _timed(other)
+        walls.append(o[0] / b[0])
+        cpus.append(o[1] / b[1])
+        b_times.append(b[0])
+    return statistics.median(walls), statistics.median(cpus), statistics.median(b_times)
+
+
 Row = tuple[str, str, str, float, float, float | None]
 
 
@@ -241,7 +305,9 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
         "b": ("~5 ms plain loop", PlainLoop(features=256, hidden=1024, batch=256, steps=MEDIUM_STEPS, repeat=2)),
     }
     for key in args.only or sorted(TARGETS):
-        if key in loops:
+        if key == "d":
+            rows.extend(short_epochs(args, tmp))
+        elif key in loops:
             label, loop = loops[key]
             ratio, b, w = pairs(loop.bare, lambda loop=loop: loop.watched(tmp), args.pairs)
             steps = len(loop.batches)
@@ -269,6 +335,33 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
     return rows
 
 
+def short_epochs(args: argparse.Namespace, tmp: str) -> list[Row]:
+    """Loop (d): many short epochs, plain and Lightning, in wall time and in CPU time."""
+    rows: list[Row] = []
+    loop = tiny_loop(EPOCH_STEPS)
+    steps = SHORT_EPOCHS * EPOCH_STEPS
+    label = f"{SHORT_EPOCHS} plain epochs of {EPOCH_STEPS} steps"
+    wall, cpu, b = pairs_cpu(
+        lambda: loop.bare_epochs(SHORT_EPOCHS), lambda: loop.watched_epochs(SHORT_EPOCHS, tmp), args.pairs
+    )
+    rows.append(("d", label, "StallScope, CPU time", cpu, b / steps, TARGETS["d"]))
+    rows.append(("d", label, "StallScope, wall time", wall, b / steps, TARGETS["d"]))
+
+    def fit(mode: str) -> Callable[[], float]:
+        return lambda: lightning_fit(mode, EPOCH_STEPS, tmp, epochs=LIGHTNING_SHORT_EPOCHS)
+
+    label = f"{LIGHTNING_SHORT_EPOCHS} Lightning epochs of {EPOCH_STEPS} steps"
+    try:
+        wall, cpu, b = pairs_cpu(fit("bare"), fit("watched"), args.pairs)
+    except Exception as exc:  # Lightning missing
+        print(f"(d) Lightning skipped: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return rows
+    steps = LIGHTNING_SHORT_EPOCHS * EPOCH_STEPS
+    rows.append(("d", label, "StallScope, CPU time", cpu, b / steps, TARGETS["d"]))
+    rows.append(("d", label, "StallScope, wall time", wall, b / steps, TARGETS["d"]))
+    return rows
+
+
 def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float | None, float | None]]:
     """Run the measurement in ``args.processes`` fresh processes, one after the other. A ratio
     measured in one process can sit several percent off another's (where the allocator put the
@@ -289,10 +382,10 @@ def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Ro
             print(f"process {i + 1}/{args.processes} ...", file=sys.stderr, flush=True)
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
             runs.append([tuple(row) for row in json.loads(Path(out.name).read_text(encoding="utf-8"))])
-    by_row: dict[tuple[str, str], list[Row]] = {}
+    by_row: dict[tuple[str, str, str], list[Row]] = {}
     for rows in runs:
         for row in rows:
-            by_row.setdefault((row[0], row[2]), []).append(row)
+            by_row.setdefault((row[0], row[1], row[2]), []).append(row)
     combined: list[tuple[Row, float | None, float | None]] = []
     for same in by_row.values():
         ratios = [row[3] for row in same]

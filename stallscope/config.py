@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -51,6 +52,10 @@ class ScopeConfig:
     sample_interval_s: float = 0.2
     #: steps kept for percentiles
     recent_steps: int = 4096
+    #: an epoch's panel is printed when this many seconds passed since the last one (the first
+    #: epoch's and the run's always are); 0 prints every epoch's; None (the default) prints every
+    #: epoch's unless the panels would take more than 1% of the run (many very short epochs)
+    print_interval_s: float | None = None
 
     @classmethod
     def create(
@@ -62,6 +67,7 @@ class ScopeConfig:
         min_saving: float = 0.02,
         sample_interval_s: float = 0.2,
         recent_steps: int = 4096,
+        print_interval_s: float | None = None,
     ) -> ScopeConfig:
         if report_dir is not None and not isinstance(report_dir, (str, os.PathLike)):
             raise ValueError(f"report_dir must be a path or None, got {report_dir!r}")
@@ -85,6 +91,12 @@ class ScopeConfig:
             or not 16 <= recent_steps <= MAX_RECENT_STEPS
         ):
             raise ValueError(f"recent_steps must be an int in [16, {MAX_RECENT_STEPS}], got {recent_steps!r}")
+        if print_interval_s is not None and (
+            isinstance(print_interval_s, bool)
+            or not isinstance(print_interval_s, (int, float))
+            or not 0 <= print_interval_s < math.inf  # rejects nan, inf and negatives
+        ):
+            raise ValueError(f"print_interval_s must be None or a number of seconds >= 0, got {print_interval_s!r}")
         return cls(
             # resolved now, so a chdir during training does not move the report
             report_dir=Path(report_dir).resolve() if report_dir is not None else None,
@@ -93,4 +105,5 @@ class ScopeConfig:
             min_saving=float(min_saving),
             sample_interval_s=float(sample_interval_s),
             recent_steps=recent_steps,
+            print_interval_s=None if print_interval_s is None else float(print_interval_s),
         )

@@ -115,6 +115,23 @@ def test_bad_recent_steps(value: Any) -> None:
     _raises_naming(value, recent_steps=value)
 
 
+@pytest.mark.parametrize("value", [0, 0.5, 10, 3600.0])
+def test_valid_print_interval(value: float) -> None:
+    interval = ScopeConfig.create(print_interval_s=value).print_interval_s
+    assert interval == value
+    assert isinstance(interval, float)
+
+
+def test_print_interval_defaults_to_the_time_budget() -> None:
+    assert ScopeConfig.create().print_interval_s is None
+    assert ScopeConfig.create(print_interval_s=None).print_interval_s is None
+
+
+@pytest.mark.parametrize("value", [-1, -0.001, math.nan, math.inf, True, "10", [1]])
+def test_bad_print_interval(value: Any) -> None:
+    _raises_naming(value, print_interval_s=value)
+
+
 def test_relative_report_dir_is_fixed_at_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A chdir during training must not move where the report goes."""
     monkeypatch.chdir(tmp_path)

@@ -34,6 +34,7 @@ from stallscope.hooks import lightning as lightning_hooks
 from stallscope.hooks.lightning import attach_fetch_probe, attach_step_probe, call_after, call_before
 from stallscope.hooks.session import Session
 from stallscope.report.io import REPORT_NAME
+from stallscope.report.writer import ReportWriter
 from stallscope.timeline import recorder
 from stallscope.timeline.recorder import Timeline
 
@@ -654,7 +655,12 @@ def test_simple_profiler_output_is_unchanged(tmp_path: Path) -> None:
 # -- diagnosis, printing, reports, loggers ------------------------------------------------------
 
 
-def test_prints_each_epoch_and_writes_reports(tmp_path: Path) -> None:
+def test_prints_each_epoch_and_writes_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``print_interval_s=0`` every epoch's panel is printed; with no wait between writes
+    (``max_interval_s=0``) every epoch's report is on disk when the next callback's epoch end runs."""
+    from stallscope.hooks import session as session_module
+
+    monkeypatch.setattr(session_module, "ReportWriter", functools.partial(ReportWriter, max_interval_s=0.0))
     pl = import_pl("lightning")
     out = Console(file=io.StringIO(), width=100)
     seen: list[tuple[int, bool, int]] = []
@@ -665,7 +671,7 @@ def test_prints_each_epoch_and_writes_reports(tmp_path: Path) -> None:
             seen.append((trainer.current_epoch, data["complete"], len(data["epochs"])))
 
     costs = Costs()
-    scope = scope_for(tmp_path, console=out)
+    scope = scope_for(tmp_path, console=out, print_interval_s=0)
     tr = trainer(pl, tmp_path, [scope, ReadsReport()], max_epochs=2)
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     text = out.file.getvalue()
@@ -682,7 +688,7 @@ def test_prints_each_epoch_and_writes_reports(tmp_path: Path) -> None:
 def test_prints_through_progress_bars(tmp_path: Path, capsys: pytest.CaptureFixture[str], bar: str) -> None:
     pl = import_pl("lightning")
     costs = Costs()
-    scope = scope_for(tmp_path, console=True)
+    scope = scope_for(tmp_path, console=True, print_interval_s=0)
     tr = trainer(pl, tmp_path, [scope, getattr(pl.callbacks, bar)()], enable_progress_bar=True, max_epochs=2)
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     out = capsys.readouterr().out
@@ -725,6 +731,27 @@ def test_headline_numbers_reach_the_loggers(pl: ModuleType, tmp_path: Path) -> N
     assert tr.callback_metrics["stallscope/gpu_idle_fraction"] == pytest.approx(
         scope.report.epochs[-1].summary.gpu_idle_fraction, abs=1e-6
     )
+
+
+def test_many_short_epochs_keep_every_epoch_and_log_once_per_epoch(pl: ModuleType, tmp_path: Path) -> None:
+    """Thirty epochs of four tiny steps with the default budget: whatever was printed or written
+    mid-run, the loggers get the headline numbers once per epoch and the final report has every
+    epoch, each with its summary."""
+    epochs = 30
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    csv_logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run")
+    tr = trainer(pl, tmp_path, [scope], max_epochs=epochs, logger=csv_logger, log_every_n_steps=50)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    with open(Path(csv_logger.log_dir) / "metrics.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    headline = [r for r in rows if r.get("stallscope/gpu_idle_fraction")]
+    assert [int(r["epoch"]) for r in headline] == list(range(epochs))
+    final = on_disk(tmp_path)
+    assert final["complete"] is True
+    assert [e["index"] for e in final["epochs"]] == list(range(epochs))
+    assert all(e["summary"]["steps"] == 4 for e in final["epochs"])
+    assert final["summary"]["steps"] == 4 * epochs
 
 
 def test_a_subclass_hook_still_runs_and_the_step_is_still_timed(

@@ -15,7 +15,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope import StallScope
 from stallscope.hooks import scope as scope_module
-from stallscope.hooks.session import Session
+from stallscope.hooks import session as session_module
+from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
+from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.schema import report_to_dict
 from stallscope.timeline.recorder import FOLD_AT, Timeline
@@ -343,9 +345,9 @@ def test_console_false_prints_nothing(tmp_path: Path, clocked: FakeClock, capsys
     assert (tmp_path / REPORT_NAME).is_file()
 
 
-def test_the_diagnosis_is_printed_at_each_epoch_end(tmp_path: Path, clocked: FakeClock) -> None:
+def test_the_diagnosis_is_printed_at_each_epoch_end_when_asked(tmp_path: Path, clocked: FakeClock) -> None:
     out = io.StringIO()
-    with StallScope(tmp_path, console=Console(file=out, width=100)) as scope:
+    with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=0) as scope:
         for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
             _train_step(scope, clocked)
         assert "StallScope · epoch 0: CPU (no GPU): training idle" in out.getvalue()  # no CUDA here
@@ -354,6 +356,150 @@ def test_the_diagnosis_is_printed_at_each_epoch_end(tmp_path: Path, clocked: Fak
             _train_step(scope, clocked)
         assert "StallScope · epoch 1:" in out.getvalue()
     assert "StallScope · run (2 epochs):" in out.getvalue()
+
+
+def test_by_default_a_panel_waits_print_interval_s_after_the_last(tmp_path: Path, clocked: FakeClock) -> None:
+    """Epochs of 24 ms on the fake clock, panels at least 0.1 s apart: epoch 0's, then the first
+    epoch ending 0.1 s or more after it (epoch 5, which says 4 went unprinted), then epoch 10's."""
+    out = io.StringIO()
+    with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=0.1) as scope:
+        for _ in range(12):
+            for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=0)):
+                _train_step(scope, clocked)
+    titles = [line.split(":")[0] for line in out.getvalue().splitlines() if line.startswith("StallScope · ")]
+    assert titles == [
+        "StallScope · epoch 0",
+        "StallScope · epoch 5 (4 more since the last panel)",
+        "StallScope · epoch 10 (4 more since the last panel)",
+        "StallScope · run (12 epochs)",
+    ]
+    assert len(_read(tmp_path)["epochs"]) == 12  # every epoch is in the report all the same
+
+
+class _Costly:
+    """Replaces the report write and the panel print: counts them, and makes each take time on the
+    fake clock (a write 2 ms, a panel 1 ms), as they do for real."""
+
+    def __init__(self, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.clock = clock
+        self.writes: list[bool] = []  # ``durable`` of each write
+        self.panels: list[str] = []
+        self._write = writer_module.write_report
+        self._print = session_module.print_diagnosis
+        monkeypatch.setattr(writer_module, "write_report", self.write)
+        monkeypatch.setattr(session_module, "print_diagnosis", self.print)
+
+    def write(self, report: Any, path: Path, *, durable: bool) -> Any:
+        self.clock.advance_ms(2)
+        self.writes.append(durable)
+        return self._write(report, path, durable=durable)
+
+    def print(self, console: Console, title: str, *args: Any, **kwargs: Any) -> None:
+        self.clock.advance_ms(1)
+        self.panels.append(title)
+        self._print(console, title, *args, **kwargs)
+
+
+def test_a_thousand_instant_epochs_keep_to_the_budget(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 epochs of one 1 ms step: printing a panel and writing the report at each would take
+    three times the training. Mid-run writes take at most 1% of the time (give or take the one
+    in progress), panels come at most every ``print_interval_s``, and the final report and panel
+    are still written."""
+    costly = _Costly(clocked, monkeypatch)
+    start = clocked.now
+    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100), print_interval_s=0.5) as scope:
+        for _ in range(1000):
+            for _ in scope.iter(range(1)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(1)
+    elapsed_ms = (clocked.now - start) / 1e6
+    *mid_run, final = costly.writes
+    assert final is True  # the final report: durable
+    assert not any(mid_run)  # no fsync mid-run
+    assert 1 <= len(mid_run) <= 0.01 * elapsed_ms / 2 + 1
+    assert len(mid_run) < 10  # instead of 1,000
+    *epoch_panels, run_panel = costly.panels
+    assert run_panel == "run (1000 epochs)"
+    assert epoch_panels[0] == "epoch 0"
+    assert 2 <= len(epoch_panels) <= 1 + elapsed_ms / 500
+    data = _read(tmp_path)
+    assert data["complete"] is True
+    assert len(data["epochs"]) == MAX_EPOCHS_IN_REPORT  # bounded as always: the first ten, the latest
+    assert data["epochs"][-1]["index"] == 999
+
+
+@pytest.mark.parametrize(("epoch_ms", "epochs"), [(150, 6), (1, 1000)])
+def test_by_default_panels_take_at_most_one_percent_of_the_run(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, epoch_ms: int, epochs: int
+) -> None:
+    """A panel costs 1 ms here. Epochs of 150 ms: every epoch's is printed (1 ms against 150).
+    Epochs of 1 ms: one at most every 100 ms of the run (1% of it), not 1,000."""
+    costly = _Costly(clocked, monkeypatch)
+    start = clocked.now
+    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(epochs):
+            for _ in scope.iter(range(1)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(epoch_ms)
+    elapsed_ms = (clocked.now - start) / 1e6
+    *epoch_panels, run_panel = costly.panels
+    assert run_panel == f"run ({epochs} epochs)"
+    assert epoch_panels[0] == "epoch 0"
+    if epoch_ms == 150:
+        assert epoch_panels == [f"epoch {i}" for i in range(epochs)]
+    else:
+        assert 2 <= len(epoch_panels) <= 1 + 0.01 * elapsed_ms
+        assert epoch_panels[1].endswith("more since the last panel)")
+
+
+def test_the_final_report_has_every_epoch_whatever_was_written_mid_run(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 short epochs, most of whose reports are never written mid-run: the final report still
+    has each epoch's summary and findings (every 50th epoch logs slowly: logging.frequency)."""
+    costly = _Costly(clocked, monkeypatch)
+    with StallScope(tmp_path, console=False) as scope:
+        for i in range(300):
+            for _ in scope.iter(range(1 + i % 3)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(1)
+                with scope.phase("logging"):
+                    clocked.advance_ms(5 if i % 50 == 7 else 0)
+    assert len(costly.writes) < 50  # most epochs' reports were skipped
+    epochs = _read(tmp_path)["epochs"]
+    assert [e["index"] for e in epochs] == list(range(300))
+    assert [e["summary"]["steps"] for e in epochs] == [1 + i % 3 for i in range(300)]
+    slow_logging = [e["index"] for e in epochs if any(f["id"] == "logging.frequency" for f in e["findings"])]
+    assert slow_logging == [7, 57, 107, 157, 207, 257]
+
+
+def test_a_short_epoch_is_diagnosed_when_needed_a_long_one_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, clocked: FakeClock
+) -> None:
+    """A short epoch's report is made when something needs it (here ``scope.report``), with
+    the others waiting; an epoch of ``MAKE_AT_ONCE_STEPS`` steps or more has it made at its end
+    (its snapshot's copy of the step times is not kept waiting)."""
+    diagnosed: list[int] = []
+    real = session_module.diagnose
+
+    def counting(context: Any) -> Any:
+        diagnosed.append(context.span.steps)
+        return real(context)
+
+    monkeypatch.setattr(session_module, "diagnose", counting)
+    with StallScope(None, console=False) as scope:
+        for _ in scope.iter(range(10)):
+            clocked.advance_ms(1)
+        assert diagnosed == []
+        for _ in scope.iter(range(MAKE_AT_ONCE_STEPS)):
+            clocked.advance_ms(1)
+        assert diagnosed == [MAKE_AT_ONCE_STEPS]
+        report = scope.report
+        assert report is not None
+        assert diagnosed == [MAKE_AT_ONCE_STEPS, 10, 10 + MAKE_AT_ONCE_STEPS]  # the short epoch, then the run
+        assert [e.summary.steps for e in report.epochs] == [10, MAKE_AT_ONCE_STEPS]
 
 
 # -- the user's exceptions pass through unchanged --------------------------------------------
@@ -505,7 +651,7 @@ def _one_stderr_line(capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("method", ["_fold", "stream", "data_begin", "data_end", "begin_epoch", "end_epoch"])
+@pytest.mark.parametrize("method", ["_fold", "stream", "data_begin", "data_end", "begin_epoch", "end_epoch_snapshot"])
 def test_an_internal_error_turns_the_scope_off_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str
 ) -> None:
@@ -579,9 +725,9 @@ def test_an_internal_error_after_some_steps_keeps_every_item(
 def test_a_report_that_cannot_be_written_does_not_stop_training(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stallscope.hooks import session as session_module
+    from stallscope.report import writer as writer_module
 
-    monkeypatch.setattr(session_module, "write_report", _planted)
+    monkeypatch.setattr(writer_module, "write_report", _planted)
     with StallScope(tmp_path, console=False) as scope:
         totals = [sum(scope.iter(range(5))) for _ in range(3)]
     assert totals == [10, 10, 10]
@@ -724,15 +870,15 @@ def test_stallscope_own_epoch_end_work_is_not_counted(
 ) -> None:
     """The diagnosis, print and report write at an epoch end take StallScope's time, not the run's:
     they must not show up as ``other`` (idle) in the next epoch or in the run."""
-    from stallscope.hooks import session as session_module
+    from stallscope.report import writer as writer_module
 
-    real_write = session_module.write_report
+    real_write = writer_module.write_report
 
     def slow_write(*args: Any, **kwargs: Any) -> Any:
         clocked.advance_ms(500)  # an fsync on a slow disk
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(session_module, "write_report", slow_write)
+    monkeypatch.setattr(writer_module, "write_report", slow_write)
     with StallScope(tmp_path, console=False) as scope:
         for _ in range(3):
             for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=2)):

@@ -64,7 +64,7 @@ def test_a_cpu_run_samples_the_host_only_and_says_nothing_about_nvml(
     epoch = session.end_epoch()
     report = session.finish(print_run=False)
     assert epoch is not None
-    assert epoch.summary.idle_source == "host_phases"
+    assert epoch.get().summary.idle_source == "host_phases"
     assert session.signals.nvml is None
     assert report.summary.nvml is None
     assert report.notes == ()
@@ -115,8 +115,8 @@ def test_on_cuda_the_compute_phase_is_timed_with_events(
     device.done_until = 1e12
     epoch = session.end_epoch()
     assert epoch is not None
-    assert epoch.summary.idle_source == "cuda_events"
-    assert epoch.summary.gpu_idle_fraction == pytest.approx(1 - 200 / 550, abs=1e-6)
+    assert epoch.get().summary.idle_source == "cuda_events"
+    assert epoch.get().summary.gpu_idle_fraction == pytest.approx(1 - 200 / 550, abs=1e-6)
     ctx = session.context(tl.run_stats(), session.signals.run_window())
     assert ctx.cuda is not None
     assert (ctx.cuda.batches_checked, ctx.cuda.pageable_batches) == (1, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import sys
 from datetime import datetime, timezone
@@ -27,7 +28,9 @@ def torch_version() -> str:
         return ""
 
 
+@functools.cache
 def _cpu_name() -> str:
+    """The CPU's model name (read once: every report asks for it, and /proc/cpuinfo is slow)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:

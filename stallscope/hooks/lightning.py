@@ -748,7 +748,7 @@ class _FitRun:
         epoch = self.session.end_epoch()
         self.flush_console(during_training=True)
         if epoch is not None and pl_module is not None and self._headline_wanted():
-            self.log_headline(pl_module, epoch)
+            self.log_headline(pl_module, epoch.get())
 
     def _headline_wanted(self) -> bool:
         """The Trainer has a logger, or a callback monitors a ``stallscope/`` number (an

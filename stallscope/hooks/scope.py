@@ -63,7 +63,12 @@ class StallScope(LightningCallbacks):
     """Watches a training loop and tells why the accelerator waits.
 
     ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
-    sample_interval_s=0.2, recent_steps=4096)``; bad values raise ``ValueError`` naming them.
+    sample_interval_s=0.2, recent_steps=4096, print_interval_s=None)``; bad values raise
+    ``ValueError`` naming them. ``print_interval_s``: by default every epoch's diagnosis is
+    printed unless the panels would take more than 1% of the run (many very short epochs: then
+    they are spaced out, and a panel says how many epochs it skipped); a number prints one when at
+    least that many seconds passed since the last printed one; ``0`` prints every epoch's. The
+    first epoch's, and the run's at the end, are always printed.
     The same object is a Lightning callback: ``Trainer(callbacks=[StallScope()])``
     (``hooks/lightning.py``), where each ``fit`` is one run.
     """
@@ -77,6 +82,7 @@ class StallScope(LightningCallbacks):
         min_saving: float = 0.02,
         sample_interval_s: float = 0.2,
         recent_steps: int = 4096,
+        print_interval_s: float | None = None,
     ) -> None:
         self._config = ScopeConfig.create(
             report_dir,
@@ -85,6 +91,7 @@ class StallScope(LightningCallbacks):
             min_saving=min_saving,
             sample_interval_s=sample_interval_s,
             recent_steps=recent_steps,
+            print_interval_s=print_interval_s,
         )
         self._reset()
         self._quiet_hooks()

@@ -2,14 +2,25 @@
 
 The hooks (plain loop, Lightning) drive a ``Session``; it is the only place where recording
 meets analysis, and it runs only at epoch ends and at the end of the run.
+
+An epoch end costs about the same however short the epoch, so the parts of it that need not
+happen every epoch happen in proportion to the run (docs/overhead.md, "Many short epochs"):
+every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
+only while panels take at most 1% of the run (or, with ``print_interval_s``, when that many
+seconds passed since the previous one), and its report is handed to a
+``ReportWriter``, which writes it at once or, while writes would take more than 1% of the run,
+a little later (and while one waits, later epoch ends skip taking theirs). The final report and
+panel are always written in full.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from typing import Generic, TypeVar
 
 from rich.console import Console
 
@@ -22,21 +33,53 @@ from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
-from stallscope.report.io import REPORT_NAME, write_report
+from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import print_diagnosis
 from stallscope.report.schema import EpochReport, RankEntry, Report, RunInfo, Summary
+from stallscope.report.writer import ReportWriter
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig, probe_batch_s
+from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
 from stallscope.timeline.recorder import Timeline
-from stallscope.timeline.stats import SpanStats
+from stallscope.timeline.stats import SpanSnapshot, SpanStats
 
 #: a tail at least this long (and 1% of the run) gets a note
 TAIL_NOTE_NS = 100_000_000
 
+#: by default, epoch panels take at most about this share of the run (``_print_epoch``)
+PRINT_SHARE = 0.01
+
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
+#: an epoch of at least this many steps has its report made at its end: making it costs little
+#: next to the epoch, and its snapshot holds 16 bytes a step until then (this bounds what the
+#: epochs waiting for a report write hold to 8 MB)
+MAKE_AT_ONCE_STEPS = 1024
+
+
+T = TypeVar("T")
+
+
+class Later(Generic[T]):
+    """A value made when first asked for (on the training thread, or the report writer's), once:
+    an epoch's report, or the run's. ``make`` may only read what the epoch end captured."""
+
+    __slots__ = ("_make", "_lock", "_value")
+
+    def __init__(self, make: Callable[[], T] | None, value: T | None = None) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._value = value
+
+    def get(self) -> T:
+        with self._lock:
+            if self._value is None:
+                assert self._make is not None
+                self._value = self._make()
+                self._make = None  # what it captured can go
+            return self._value
 
 
 class Session:
@@ -52,6 +95,7 @@ class Session:
     ) -> None:
         self.config = config
         self.framework: Framework = framework
+        self._clock = clock
         self.timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=config.recent_steps)
         self.host: HostInfo = host_info()
         #: the training precision when the framework says (Lightning: ``str(trainer.precision)``)
@@ -68,26 +112,39 @@ class Session:
         self.batches_per_epoch: int | None = None
         #: tensors per batch, counted in the first batch of each pass, and their bytes
         self.batch_tensors: int | None = None
+        self.batch_bytes: int | None = None
+        #: seconds to build one batch in this process, timed once while workers build them
+        self.in_process_batch_s: float | None = None
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
         self.epoch_steps: int | None = None
-        self.batch_bytes: int | None = None
-        #: seconds to build one batch in this process, timed once while workers build them
-        self.in_process_batch_s: float | None = None
-        self.epochs: list[EpochReport] = []
         #: the time after the last epoch's end, set when the run finishes
         self.tail: Summary | None = None
-        self.notes: list[str] = []
-        self.report: Report | None = None
         #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
         self.job: Job | None = None
         #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
         self.data_parallel_devices: int | None = None
         #: ranks of the job on this host, where the framework says (Lightning: processes per node)
         self.local_ranks: int | None = None
+        #: each epoch's report, made when first needed (a panel, a logger, a report write): made
+        #: together at a report write, a few dozen short epochs cost less than one at a time
+        self.epochs: list[Later[EpochReport]] = []
+        self.notes: list[str] = []
+        #: the latest report: the last epoch end's, then the final one
+        self._latest: Later[Report] | None = None
+        self._writer = (
+            ReportWriter(config.report_dir / REPORT_NAME, clock=clock) if config.report_dir is not None else None
+        )
         self._started_at = ""
         self._epoch_index = 0
+        #: when the last epoch panel was printed (a clock reading), and epochs ended since
+        self._last_panel: int | None = None
+        self._unprinted = 0
+        #: what the last epoch panel took to make and print (ns)
+        self._panel_cost_ns = 0
+        #: the run's device kind (``cpu``, ``cuda``...), read at the first print
+        self._device_kind: str | None = None
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -150,51 +207,142 @@ class Session:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
         self.signals.note_batch(batch)
 
-    def end_epoch(self) -> EpochReport | None:
-        """Close the epoch: diagnose it, print it, write the report. None for an empty epoch."""
-        stats = self.timeline.end_epoch()
-        if stats.steps == 0 and stats.epochs == 0:
+    def end_epoch(self) -> Later[EpochReport] | None:
+        """Close the epoch: print it, write the report (on their budgets); its report, made when
+        asked for. None for an empty epoch."""
+        snapshot = self.timeline.end_epoch_snapshot()
+        if snapshot.span.steps == 0 and snapshot.span.epochs == 0:
             return None
-        # the diagnosis, the print and the report write are StallScope's time, not the run's
+        # the work below (and a report write or a panel, when due) is StallScope's time, not the run's
         self.timeline.pause()
         try:
-            return self._close_epoch(stats)
+            return self._close_epoch(snapshot)
         finally:
             self.timeline.resume()
 
-    def _close_epoch(self, stats: SpanStats) -> EpochReport:
+    @property
+    def report(self) -> Report | None:
+        """The latest report: the final one once the run finished; else the run so far, as of the
+        last epoch end (or, after an epoch end whose report the writer did not want, as of now)."""
+        if self._latest is None and self.epochs:
+            self._latest = self._report_job(complete=False)
+        return self._latest.get() if self._latest is not None else None
+
+    def _close_epoch(self, snapshot: SpanSnapshot) -> Later[EpochReport]:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
-        if stats.steps > 0:
-            self.epoch_steps = max(self.epoch_steps or 0, stats.steps)
-        epoch = self._epoch_report(stats, signals, self.timeline.steps - stats.steps, index)
-        if index == 0 and (self.job is None or self.job.exchange is None):
-            self._join_job()  # torch.distributed may have come up inside the ``with`` block
+        steps = snapshot.span.steps
+        if steps > 0:
+            self.epoch_steps = max(self.epoch_steps or 0, steps)
+        # where the epoch lies in the run, and the run so far: the frequency rules take a phase's
+        # cost from it, so only an epoch that ran such a phase pays for its snapshot
+        pooled = any(snapshot.span.phase_counts.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
+        run_so_far = self.timeline.run_snapshot() if pooled else None
+        context = self.context(snapshot.span, signals, steps_before=self.timeline.steps - steps, first_epoch=index)
+
+        def make() -> EpochReport:
+            stats = snapshot.stats()
+            run_span = run_so_far.stats() if run_so_far is not None else None
+            return EpochReport(
+                index=index,
+                summary=self.summarize(stats, signals),
+                findings=tuple(diagnose(dataclasses.replace(context, span=stats, run_span=run_span))),
+            )
+
+        epoch = Later(make)
+        if steps >= MAKE_AT_ONCE_STEPS:
+            epoch.get()
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
-        self.report = self.build_report(complete=False)
-        shown: EpochReport = epoch
-        ranks: tuple[RankEntry, ...] = ()
-        if self.job is not None:  # rank 0: the job's epoch and report from here on
-            if self.job.leader:  # the others write theirs in ``write``
-                self.job.write_own(self.report, self.config.report_dir, durable=False)
-            shown, report, ranks = self.job.close_epoch(epoch, self.report)
-            self.report = replace(report, notes=tuple(self.notes))
-        if stats.steps > 0:
-            short = too_short(stats)
-            self.print(f"epoch {index}", shown.summary, shown.findings, (short,) if short else (), ranks=ranks)
-        self.write(durable=False)
-        return shown
+        if index == 0 and (self.job is None or self.job.exchange is None):
+            self._join_job()  # torch.distributed may have come up inside the ``with`` block
+        if self.job is not None:  # rank 0 speaks for the job; the others write their own file
+            return self._close_job_epoch(index, epoch, snapshot.span)
+        if steps > 0:
+            self._print_epoch(index, epoch, snapshot.span)
+        writer = self._writer
+        if writer is not None and writer.wants_report():
+            job = self._latest = self._report_job(complete=False)
+            writer.submit(job.get)
+        else:
+            self._latest = None  # taken when asked for (``report``)
+        return epoch
 
-    def _epoch_report(self, stats: SpanStats, signals: Signals, steps_before: int, index: int) -> EpochReport:
-        # where the epoch lies in the run, and the run so far (the frequency rules pool from it)
-        context = self.context(
-            stats, signals, steps_before=steps_before, first_epoch=index, run_span=self.timeline.run_stats()
-        )
-        return EpochReport(index=index, summary=self.summarize(stats, signals), findings=tuple(diagnose(context)))
+    def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanStats) -> Later[EpochReport]:
+        """An epoch end of a distributed job: this rank's epoch and report are made now (the
+        ranks exchange them); rank 0 prints and writes the job's, the others write their own
+        ``ranks/rank-<R>.json``."""
+        job = self.job
+        assert job is not None
+        own = self.build_report(complete=False)
+        if job.leader:
+            job.write_own(own, self.config.report_dir, durable=False)
+        shown, report, ranks = job.close_epoch(epoch.get(), own)
+        if job.leader:
+            report = dataclasses.replace(report, notes=tuple(self.notes))
+        self._latest = Later(None, report)
+        shown_later = Later(None, shown)
+        if span.steps > 0:
+            self._print_epoch(index, shown_later, span, ranks=ranks)
+        if not job.leader:
+            job.write_own(report, self.config.report_dir, durable=False)
+        elif self._writer is not None and self._writer.wants_report():
+            self._writer.submit(lambda: report)
+        return shown_later
+
+    def _print_epoch(
+        self, index: int, later: Later[EpochReport], span: SpanStats, *, ranks: tuple[RankEntry, ...] = ()
+    ) -> None:
+        """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
+        epochs ended unprinted before it. Due: by default when the time since the last panel is at
+        least ``1 / PRINT_SHARE`` times what that panel took (every epoch, unless epochs are so short
+        that their panels would take more than 1% of the run); with ``print_interval_s``, when that
+        many seconds passed since the last one (0: every epoch)."""
+        if self._console is None:
+            return
+        now = self._clock()
+        if self._last_panel is not None:
+            interval = self.config.print_interval_s
+            wait_ns = self._panel_cost_ns / PRINT_SHARE if interval is None else interval * 1e9
+            if now - self._last_panel < wait_ns:
+                self._unprinted += 1
+                return
+        epoch = later.get()
+        title = f"epoch {index}"
+        if self._unprinted:
+            title += f" ({self._unprinted} more since the last panel)"
+        short = too_short(span)
+        self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=ranks)
+        end = self._clock()
+        self._panel_cost_ns = end - now
+        self._last_panel = now if self.config.print_interval_s is not None else end
+        self._unprinted = 0
+
+    def finish(self, *, print_run: bool) -> Report:
+        """The run is over: build, print (when asked) and write the final report."""
+        self.signals.stop()
+        if self._writer is not None:
+            self._writer.close()  # no mid-run report is written after this
+        self._close_tail()
+        report = self.build_report(complete=True)
+        ranks: tuple[RankEntry, ...] = ()
+        if self.job is not None:
+            if self.job.leader:
+                self.job.write_own(report, self.config.report_dir, durable=True)
+            report, ranks = self.job.finish(report)
+            report = dataclasses.replace(report, notes=tuple(self.notes))
+        self._latest = Later(None, report)
+        if print_run:
+            # the printed diagnosis says when the run was too short to judge (the findings say it
+            # with their confidence)
+            short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
+            notes = report.notes + ((short,) if short else ())
+            self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
+        self.write()
+        return report
 
     def _close_tail(self) -> None:
         """The time after the last epoch's end (a validation or a save after the last pass, the
@@ -214,27 +362,6 @@ class Session:
                 f"{tail.wall_s:.2f} s ({tail.wall_ns / run_ns:.0%} of the run, mostly {top}) came after the last"
                 " epoch's end: it is in the run's time and in the report's tail, not in an epoch"
             )
-
-    def finish(self, *, print_run: bool) -> Report:
-        """The run is over: build, print (when asked) and write the final report."""
-        self.signals.stop()
-        self._close_tail()
-        report = self.build_report(complete=True)
-        ranks: tuple[RankEntry, ...] = ()
-        if self.job is not None:
-            if self.job.leader:
-                self.job.write_own(report, self.config.report_dir, durable=True)
-            report, ranks = self.job.finish(report)
-            report = replace(report, notes=tuple(self.notes))
-        self.report = report
-        if print_run:
-            # the printed diagnosis says when the run was too short to judge (the findings say it
-            # with their confidence)
-            short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
-            notes = report.notes + ((short,) if short else ())
-            self.print(f"run ({len(self.epochs)} epochs)", report.summary, report.findings, notes, ranks=ranks)
-        self.write()
-        return report
 
     # -- pieces --------------------------------------------------------------------------
 
@@ -290,8 +417,15 @@ class Session:
         return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml_fields(signals.nvml))
 
     def build_report(self, *, complete: bool) -> Report:
+        """The report of the run so far, built now."""
+        return self._report_job(complete=complete).get()
+
+    def _report_job(self, *, complete: bool) -> Later[Report]:
+        """The report of the run as of now, to build later, on any thread: what only the training
+        thread may read (the timeline, the signals, torch's device and threads) is read now,
+        cheaply; the sorting, the diagnosis and the JSON wait until the report is asked for."""
         self.start_clock()  # a run that never reached its first step: an empty report, not an error
-        run_stats = self.timeline.run_stats()
+        snapshot = self.timeline.run_snapshot()
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)
@@ -301,27 +435,37 @@ class Session:
         busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
         if busy is not None:
             self.note(busy)
-        return Report(
-            run=RunInfo(
-                started_at=self._started_at,
-                host=self.host.name,
-                torch_version=torch_version(),
-                device=current_device(),
-                dataloader=self.loader.to_dict() if self.loader is not None else None,
-                stallscope_version=__version__,
-                framework=self.framework,
-                usable_cores=self.host.usable_cores,
-                rank=self.job.info.rank if self.job is not None else None,
-                world_size=self.job.info.world_size if self.job is not None else None,
-                local_rank=self.job.info.local_rank if self.job is not None else None,
-            ),
-            summary=self.summarize(run_stats, signals),
-            epochs=tuple(self.epochs),
-            findings=tuple(self.diagnose(run_stats, signals)),
-            notes=tuple(self.notes),
-            complete=complete,
-            tail=self.tail,
+        run = RunInfo(
+            started_at=self._started_at,
+            host=self.host.name,
+            torch_version=torch_version(),
+            device=current_device(),
+            dataloader=self.loader.to_dict() if self.loader is not None else None,
+            stallscope_version=__version__,
+            framework=self.framework,
+            usable_cores=self.host.usable_cores,
+            rank=self.job.info.rank if self.job is not None else None,
+            world_size=self.job.info.world_size if self.job is not None else None,
+            local_rank=self.job.info.local_rank if self.job is not None else None,
         )
+        context = self.context(snapshot.span, signals)
+        epochs = tuple(self.epochs)
+        notes = tuple(self.notes)
+        tail = self.tail
+
+        def build() -> Report:
+            span = snapshot.stats()
+            return Report(
+                run=run,
+                summary=self.summarize(span, signals),
+                epochs=tuple(epoch.get() for epoch in epochs),
+                findings=tuple(diagnose(dataclasses.replace(context, span=span))),
+                notes=notes,
+                complete=complete,
+                tail=tail,
+            )
+
+        return Later(build)
 
     def print(
         self,
@@ -333,22 +477,32 @@ class Session:
         ranks: tuple[RankEntry, ...] = (),
     ) -> None:
         if self._console is not None:
-            device = self.report.run.device.kind if self.report is not None else None
+            if self._device_kind is None:  # what the accelerator is, named in the headline
+                self._device_kind = current_device().kind
             if ranks and self.job is not None:
                 title = f"{title} · job of {self.job.info.world_size} ranks"
             print_diagnosis(
-                self._console, title, summary, findings, notes, self.config.min_saving, device=device, ranks=ranks
+                self._console,
+                title,
+                summary,
+                findings,
+                notes,
+                self.config.min_saving,
+                device=self._device_kind,
+                ranks=ranks,
             )
 
-    def write(self, *, durable: bool = True) -> None:
-        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's).
-        A rank other than 0 of a distributed job writes its own file, never ``report.json``."""
-        if self.report is None or self.config.report_dir is None:
+    def write(self) -> None:
+        """Write the latest report now, durably, and no mid-run one after it (the final report,
+        or the last one when StallScope turns itself off). A rank other than 0 of a distributed
+        job writes its own file, never ``report.json``."""
+        report = self.report
+        if report is None:
             return
         if self.job is not None and not self.job.leader:
-            self.job.write_own(self.report, self.config.report_dir, durable=durable)
-        else:
-            write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
+            self.job.write_own(report, self.config.report_dir, durable=True)
+        elif self._writer is not None:
+            self._writer.write_final(report)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""

@@ -42,7 +42,7 @@ from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
-from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
+from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanSnapshot, SpanStats
 
 Clock = Callable[[], int]
 T = TypeVar("T")
@@ -107,6 +107,8 @@ NATIVE_MODULE = _native
 #: a push that records nothing (after ``stop``), in C: ``deque(maxlen=0)`` drops what it is given
 _SINK: deque[int] = deque(maxlen=0)
 _DISCARD: Callable[[tuple[int, ...]], None] = _SINK.extend
+#: a ``SpanSnapshot``'s span holds this until ``stats()`` sorts the recent steps
+_UNSORTED = Distribution.of(())
 
 
 def _nothing() -> None:
@@ -211,7 +213,6 @@ class Timeline:
         "_max_windows",
         "_windows",
         "_built_windows",
-        "_distributions",
         "_win_steps",
         "_win_start",
         "_win_busy",
@@ -311,9 +312,6 @@ class Timeline:
         self._windows: list[int] = []
         #: (the flat list, its length, its windows built): ``run_stats`` builds only what is new
         self._built_windows: tuple[list[int], int, tuple[IdleWindow, ...]] = ([], 0, ())
-        #: (ring, steps so far, count) -> its ``Distribution``: an epoch end and the reports after
-        #: it ask for the same ones while no step ran in between (each is a sort of the ring)
-        self._distributions: dict[tuple[int, int, int], Distribution] = {}
         self._win_steps = 0
         self._win_start = 0
         self._win_busy = 0
@@ -757,6 +755,11 @@ class Timeline:
         The epoch spans from the end of the previous one (or ``start``) to now, so the epochs'
         wall times add up to the run's.
         """
+        return self.end_epoch_snapshot().stats()
+
+    def end_epoch_snapshot(self) -> SpanSnapshot:
+        """``end_epoch``, with the sorting for the epoch's percentiles left to
+        ``SpanSnapshot.stats()`` (its steps are copied: two short ``memcpy``)."""
         now = self._flush()
         if self._in_step:
             self._log.extend((END, now))
@@ -770,8 +773,8 @@ class Timeline:
             step_total_ns=self._step_total - self._ep_step_total,
             phase_ns=self._diff(self._totals, self._ep_totals),
             phase_counts=self._diff(self._counts, self._ep_counts),
-            step=self._distribution(0, ep_steps),
-            data_wait=self._distribution(1, ep_steps),
+            step=_UNSORTED,
+            data_wait=_UNSORTED,
             data_cpu_ns=self._scaled_data_cpu(
                 self._data_cpu_total - self._ep_data_cpu,
                 self._data_cpu_wall - self._ep_data_cpu_wall,
@@ -782,6 +785,7 @@ class Timeline:
             process_cpu_ns=cpu - self._ep_cpu,
             boundaries=tuple(self._ep_boundaries),
         )
+        snapshot = SpanSnapshot(stats, self._recent_values(0, ep_steps), self._recent_values(1, ep_steps))
         self._ep_start_ns = now
         self._ep_totals = list(self._totals)
         self._ep_counts = list(self._counts)
@@ -793,10 +797,17 @@ class Timeline:
         self._ep_boundaries = []
         self._data_cpu_valid_epoch = True
         self._cpu_due = _NEVER
-        return stats
+        return snapshot
 
     def run_stats(self) -> SpanStats:
         """Statistics of the whole run so far (closes nothing)."""
+        return self.run_snapshot().stats()
+
+    def run_snapshot(self) -> SpanSnapshot:
+        """What ``run_stats`` returns, with the sorting for its percentiles left to
+        ``SpanSnapshot.stats()``: the recent steps are copied (two ``memcpy``), so the statistics
+        can be taken later, on any thread, as of now. An epoch end takes one for the report that
+        may be written later (``report/writer.py``)."""
         now = self._flush()
         flat = self._windows
         built_from, built_len, built = self._built_windows
@@ -804,26 +815,27 @@ class Timeline:
             start = built_len if built_from is flat and built_len <= len(flat) else 0
             built = (built if start else ()) + tuple(IdleWindow(*flat[i : i + 3]) for i in range(start, len(flat), 3))
             self._built_windows = (flat, len(flat), built)
-        windows = list(built)
+        windows = built
         if self._win_steps * 2 >= self._window_steps:
             busy = self._totals[_COMPUTE]
-            windows.append(IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
-        return SpanStats(
+            windows = (*built, IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
+        span = SpanStats(
             wall_ns=now - self._start_ns,
             steps=self._steps,
             epochs=self._epochs,
             step_total_ns=self._step_total,
             phase_ns=self._diff(self._totals, [0] * len(self._totals)),
             phase_counts=self._diff(self._counts, [0] * len(self._counts)),
-            step=self._distribution(0, self._steps),
-            data_wait=self._distribution(1, self._steps),
+            step=_UNSORTED,
+            data_wait=_UNSORTED,
             data_cpu_ns=self._scaled_data_cpu(self._data_cpu_total, self._data_cpu_wall, self._totals[_DATA])
             if self._data_cpu_valid_run
             else None,
             process_cpu_ns=self._cpu_clock() - self._cpu_start,
             boundaries=tuple(self._boundaries),
-            windows=tuple(windows),
+            windows=windows,
         )
+        return SpanSnapshot(span, self._recent_values(0, self._steps), self._recent_values(1, self._steps))
 
     # -- for samplers (off the hot path) --------------------------------------------------
 
@@ -936,23 +948,15 @@ class Timeline:
                 out[self._names[i]] = now[i] - then[i]
         return out
 
-    def _distribution(self, which: int, count: int) -> Distribution:
-        """The distribution of the last ``count`` values of a ring (0: step times, 1: waits)."""
-        key = (which, self._steps, min(count, self._ring_size))
-        found = self._distributions.get(key)
-        if found is None:
-            if len(self._distributions) >= 8:
-                self._distributions.clear()
-            ring = self._ring_step if which == 0 else self._ring_wait
-            found = self._distributions[key] = Distribution.of(self._recent(ring, count))
-        return found
-
-    def _recent(self, ring: array[int], count: int) -> list[int]:
+    def _recent_values(self, which: int, count: int) -> array[int]:
+        """A copy of the last ``count`` values of a ring (0: step times, 1: waits), in ring order
+        (their statistics do not depend on it)."""
+        ring = self._ring_step if which == 0 else self._ring_wait
         count = min(count, self._ring_size)
         end = self._ring_pos
         if count <= end:
-            return list(ring[end - count : end])
-        return list(ring[self._ring_size - (count - end) :]) + list(ring[:end])
+            return ring[end - count : end]
+        return ring[self._ring_size - (count - end) :] + ring[:end]
 
 
 def _apply_phases(events: list[int], cur: int, mark: int, totals: list[int], stack: list[int]) -> tuple[int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,22 @@ class SpanStats:
         if self.wall_ns <= 0:
             return 0.0
         return self.phase_ns.get(name, 0) / self.wall_ns
+
+
+@dataclass(frozen=True)
+class SpanSnapshot:
+    """A span's statistics (an epoch's, or the run's so far) before the sorting that their
+    percentiles need: the timeline takes it cheaply on the training thread at an epoch end
+    (``Timeline.end_epoch_snapshot``, ``Timeline.run_snapshot``), ``stats()`` finishes it later,
+    on any thread (the report writer's)."""
+
+    #: the span's statistics, with placeholders for ``step`` and ``data_wait``
+    span: SpanStats
+    #: the span's recent steps' wall times (ns; at most the recent-steps window)
+    step: Sequence[int]
+    #: their waits for data (ns)
+    data_wait: Sequence[int]
+
+    def stats(self) -> SpanStats:
+        """The span's ``SpanStats``."""
+        return replace(self.span, step=Distribution.of(self.step), data_wait=Distribution.of(self.data_wait))
