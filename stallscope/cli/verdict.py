@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stallscope.analysis.regression import Explanation, Verdict
+from stallscope.report.render import plain
 
 #: version of the ``--format json`` object; bumped when a field changes meaning or goes away
 VERDICT_FORMAT_VERSION = 1
@@ -120,7 +121,7 @@ def format_verdict(verdict: Verdict, *, current_path: str | None = None, baselin
 
 def render_verdict(verdict: Verdict, *, current_path: str | None = None, baseline_path: str | None = None) -> Text:
     """The same lines, the headline coloured for terminals."""
-    lines = verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path)
+    lines = [plain(line) for line in verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path)]
     text = Text(lines[0], style="bold red" if verdict.regressed else "bold green")
     for line in lines[1:]:
         text.append("\n")

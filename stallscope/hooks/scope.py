@@ -13,6 +13,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -21,13 +22,16 @@ from rich.console import Console
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
-from stallscope.hooks.session import Session
+from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
 from stallscope.timeline.phases import BUILTIN_PHASES, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
+
+#: where the report goes unless told
+DEFAULT_REPORT_DIR = Path("stallscope")
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
@@ -86,8 +90,19 @@ class StallScope(LightningCallbacks):
             sample_interval_s=sample_interval_s,
             recent_steps=recent_steps,
         )
+        self._keyed()
         self._reset()
         self._quiet_hooks()
+
+    def _keyed(self) -> None:
+        """Lightning's ``state_key``, one per report folder: a Trainer refuses two stateful
+        callbacks with the same key, and two scopes writing to two folders must both work. The
+        default folder keeps the plain class name (it labels every hook in a profiler's output)."""
+        folder = self._config.report_dir
+        key = type(self).state_key
+        if folder != DEFAULT_REPORT_DIR.resolve():
+            key = self._generate_state_key(report_dir=None if folder is None else str(folder))
+        self.state_key = key
 
     def _reset(self, session: Session | None = None) -> None:
         """Fresh, unstarted recording state: ``session``, or a new one for ``self._config``."""
@@ -116,14 +131,10 @@ class StallScope(LightningCallbacks):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None and not issubclass(exc_type, Exception):
+        if exc is not None:  # the note never raises: never replace the user's exception
+            self._session.note(ending_note(exc))
+        elif exc_type is not None:
             self._session.note(f"the run was interrupted ({exc_type.__name__})")
-        elif exc is not None:
-            try:  # str() runs the user's code, which may itself raise: never replace their exception
-                detail = f"{type(exc).__name__}: {exc}"
-            except Exception:
-                detail = type(exc).__name__
-            self._session.note(f"the run ended with an exception ({detail})")
         self.close()
         # never suppress: the user's exception propagates unchanged
 
@@ -332,5 +343,6 @@ class StallScope(LightningCallbacks):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._config = state["config"]
+        self._keyed()
         self._reset()
         self._quiet_hooks()

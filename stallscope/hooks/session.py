@@ -6,6 +6,7 @@ meets analysis, and it runs only at epoch ends and at the end of the run.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +32,24 @@ from stallscope.timeline.stats import SpanStats
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
+
+
+def ending_note(exc: BaseException, what: str = "run") -> str:
+    """The report's note on how a run (``what``: ``run``, ``fit``) ended early: an exception,
+    ``sys.exit``, or an interrupt. Never raises (``str()`` runs the exception's own code)."""
+    if isinstance(exc, SystemExit):
+        try:
+            code = repr(exc.code)
+        except Exception:
+            code = "?"
+        return f"the {what} stopped at sys.exit({code})"
+    try:
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else type(exc).__name__
+    except Exception:
+        detail = type(exc).__name__
+    if isinstance(exc, Exception):
+        return f"the {what} ended with an exception ({detail})"
+    return f"the {what} was interrupted ({detail})"
 
 
 class Session:
@@ -67,6 +86,8 @@ class Session:
         self.report: Report | None = None
         self._started_at = ""
         self._epoch_index = 0
+        #: a write of report.json failed (noted once; later epoch ends try again)
+        self._write_failed = False
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -211,9 +232,27 @@ class Session:
             print_diagnosis(self._console, title, summary, findings, notes, self.config.min_saving)
 
     def write(self, *, durable: bool = True) -> None:
-        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's)."""
-        if self.report is not None and self.config.report_dir is not None:
-            write_report(self.report, self.config.report_dir / REPORT_NAME, durable=durable)
+        """Write the report; ``durable``: wait for the disk (the final report, not each epoch's).
+
+        A file system that refuses the write (permissions, read-only, full, a path under a file)
+        loses only the file: the first failure is noted (in the report and once on stderr), the
+        diagnosis goes on, and the next epoch end writes the whole report again."""
+        if self.report is None or self.config.report_dir is None:
+            return
+        path = self.config.report_dir / REPORT_NAME
+        try:
+            write_report(self.report, path, durable=durable)
+        except OSError as exc:
+            if self._write_failed:
+                return
+            self._write_failed = True
+            text = (
+                f"{path} could not be written ({type(exc).__name__}: {exc.strerror or exc}); "
+                "the diagnosis goes on and each later epoch end tries again"
+            )
+            self.note(text)
+            self.report = dataclasses.replace(self.report, notes=tuple(self.notes))
+            print(f"stallscope: {text}", file=sys.stderr)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""

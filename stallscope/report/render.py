@@ -6,6 +6,7 @@ write it anywhere (``print_diagnosis``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
@@ -20,6 +21,21 @@ from stallscope.report.schema import Summary
 _BAR = 28
 _MAX_FINDINGS = 5
 
+#: terminal escape sequences (CSI, OSC) and the other control characters but tab and newline
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: str) -> str:
+    """``text`` safe to print: escape sequences and control characters (a report's strings come
+    from the user's code, or from a file) removed, and a lone surrogate (``os.fsdecode`` of a
+    file name that is not UTF-8) written as its escape, which any terminal encoding can print."""
+    text = _CONTROL.sub("", text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
 
 def _phases_by_share(summary: Summary) -> list[tuple[str, float]]:
     items = [(n, f) for n, f in summary.phase_fractions.items() if f >= 0.0005]
@@ -28,7 +44,7 @@ def _phases_by_share(summary: Summary) -> list[tuple[str, float]]:
 
 def _headline(summary: Summary) -> str:
     return (
-        f"accelerator idle {summary.gpu_idle_fraction:.0%} ({summary.idle_source})  ·  "
+        f"accelerator idle {summary.gpu_idle_fraction:.0%} ({plain(summary.idle_source)})  ·  "
         f"{summary.steps} steps in {summary.wall_s:.2f} s ({summary.steps_per_s:.1f} steps/s)"
     )
 
@@ -49,7 +65,7 @@ def render_panel(
         filled = round(share * _BAR)
         style = "red" if name == "data" else "green" if name == "compute" else "yellow"
         bars.add_row(
-            name,
+            plain(name),
             Text("█" * filled, style=style) + Text("░" * (_BAR - filled), style="dim"),
             f"{share:6.1%}",
         )
@@ -66,21 +82,21 @@ def render_panel(
             parts.append(
                 Text.assemble(
                     f" {rank}. ",
-                    (f.id, "bold cyan"),
+                    (plain(f.id), "bold cyan"),
                     f"  {_gain(f)}",
                 )
             )
             # the confidence goes with the evidence line, so the headline fits 80 columns; padded
             # blocks keep their indent when a long line wraps
-            parts.append(Padding(Text(f"{f.title} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
-            parts.append(Padding(Text(f.fix), (0, 0, 0, 4)))
+            parts.append(Padding(Text(f"{plain(f.title)} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
+            parts.append(Padding(Text(plain(f.fix)), (0, 0, 0, 4)))
             if f.snippet:
-                for line in f.snippet.splitlines():
+                for line in plain(f.snippet).splitlines():
                     parts.append(Text(f"      {line}", style="magenta"))
     else:
         parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(Text(f"note: {plain(note)}", style="dim"))
     return Panel(Group(*parts), title=f"StallScope · {title}", title_align="left", expand=False)
 
 
@@ -91,17 +107,17 @@ def format_text(
     lines = [f"StallScope · {title}: {_headline(summary)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
-        lines.append(f"    {name:<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
+        lines.append(f"    {plain(name):<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
     if findings:
         lines.append("  fixes, best first:")
         for rank, f in enumerate(findings[:_MAX_FINDINGS], start=1):
-            lines.append(f"    {rank}. {f.id}  {_gain(f)}  confidence {f.confidence}")
-            lines.append(f"       {f.title}")
-            lines.append(f"       {f.fix}")
-            lines.extend(f"         {line}" for line in f.snippet.splitlines())
+            lines.append(f"    {rank}. {plain(f.id)}  {_gain(f)}  confidence {f.confidence}")
+            lines.append(f"       {plain(f.title)}")
+            lines.append(f"       {plain(f.fix)}")
+            lines.extend(f"         {line}" for line in plain(f.snippet).splitlines())
     else:
         lines.append(f"  no fix predicted to save {min_saving:.0%} or more of wall time")
-    lines.extend(f"  note: {note}" for note in notes)
+    lines.extend(f"  note: {plain(note)}" for note in notes)
     return "\n".join(lines)
 
 

@@ -542,6 +542,13 @@ class Timeline:
             self._cpu_due = now + DATA_CPU_INTERVAL_NS
             self._data_cpu_mark = self._cpu_clock()
 
+    def drop_step(self) -> None:
+        """The step in progress never ran: a batch was logged as arrived, but the loader raised
+        instead (Lightning's probe after ``next()`` runs either way). It is not counted; its time
+        stays where it was logged."""
+        self._fold()
+        self._in_step = False
+
     def data_end(self, *, got_item: bool, then: int | None = None) -> int:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns.
         ``then``: enter this phase at the same instant (Lightning's h2d, every step)."""
