@@ -65,7 +65,7 @@ def render_panel(
         filled = round(share * _BAR)
         style = "red" if name == "data" else "green" if name == "compute" else "yellow"
         bars.add_row(
-            plain(name),
+            Text(plain(name)),  # not rich markup: a phase name is the user's text
             Text("█" * filled, style=style) + Text("░" * (_BAR - filled), style="dim"),
             f"{share:6.1%}",
         )
