@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.stallscope-installed
-PYTHON_TWIN_TESTS := tests/test_timeline_recorder.py tests/test_scope.py tests/test_bounded_memory.py tests/test_native.py tests/test_hooks_lightning.py
+PYTHON_TWIN_TESTS := tests/test_timeline_recorder.py tests/test_scope.py tests/test_bounded_memory.py tests/test_native.py tests/test_hooks_lightning.py tests/faults
 
 .PHONY: demo test lint typecheck unit benchmarks clean
 
