@@ -260,7 +260,9 @@ class PeriodicSampler(Generic[S, R]):
         return False
 
     def _with_lock(self, read: Callable[[], T]) -> T | None:
-        """``read()`` with the lock held, or None when the lock could not be had in time."""
+        """``read()`` with the lock held, or None when the lock could not be had in time. (A
+        summary is where a sample stuck on the thread is found: the sampler then turns off.)"""
+        self.check_stuck()
         if not self._locked():
             return None
         try:
