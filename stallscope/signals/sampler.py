@@ -76,7 +76,8 @@ class Sampler(Protocol[S_co]):
 
 
 class PeriodicSampler(Generic[S, R]):
-    """Base of a sampler driven by a daemon thread: ``while not stop.wait(interval): sample_once()``.
+    """Base of a sampler driven by a daemon thread: one sample every ``interval_s``, or at once
+    when an epoch end asks for one (``_fresh``), until ``stop``.
 
     Subclasses implement ``_setup`` (runs first, on the thread), ``_tick(now_ns)`` (one sample: it
     reads without the lock, then holds ``self._lock`` only while it adds what it read to the

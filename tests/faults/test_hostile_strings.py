@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ def _body(scope_box: list[StallScope]) -> Any:
         if scope is not None:
             for name in NAMES:
                 with scope.phase(name):
-                    pass
+                    if name.startswith("["):
+                        time.sleep(0.002)  # a share large enough to be shown
         if item == 20:
             raise OSError(f"cannot open {SURROGATES}: {ESCAPES}")
 

@@ -137,7 +137,7 @@ def test_a_killed_train_loader_worker(pl: ModuleType, tmp_path: Path) -> None:
     scoped = _fit(pl, tmp_path, [StallScope(tmp_path / "r", console=False)], loader=loader())
     assert bare[1] is not None
     assert scoped[1] is not None
-    assert {bare[1][0], scoped[1][0]} <= {"RuntimeError", "ConnectionResetError"}  # torch's timing picks
+    assert {bare[1][0], scoped[1][0]} <= {"RuntimeError", "ConnectionResetError", "EOFError"}  # torch's timing picks
     report = valid_report(tmp_path / "r")
     assert report.summary.steps == len(scoped[0])  # no step for the batch that never came
 

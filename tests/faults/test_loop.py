@@ -95,9 +95,9 @@ def test_a_dataloader_worker_that_raises(tmp_path: Path) -> None:
     assert report.complete
 
 
-#: how torch reports a worker that died: which of the two comes first depends on timing, with or
-#: without StallScope (the SIGCHLD handler, or the broken pipe to the worker)
-LOST_WORKER = ("RuntimeError", "ConnectionResetError")
+#: how torch reports a worker that died: which comes first depends on timing, with or without
+#: StallScope (the SIGCHLD handler, the broken pipe to the worker, or its end of the queue)
+LOST_WORKER = ("RuntimeError", "ConnectionResetError", "EOFError")
 
 
 def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
