@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import EpochReport
@@ -746,6 +747,8 @@ class _FitRun:
             for name, value in values.items():
                 pl_module.log(f"stallscope/{name}", float(value), on_step=False, on_epoch=True, prog_bar=False)
         except Exception as exc:  # e.g. Trainer(barebones=True) forbids self.log: a note, not a failure
+            if from_signal_handler(exc):
+                raise
             self.session.note(f"headline numbers not logged to the Trainer's loggers ({type(exc).__name__}: {exc})")
 
     def train_end(self) -> None:

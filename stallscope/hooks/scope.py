@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
@@ -316,7 +317,10 @@ class StallScope(LightningCallbacks):
         return self._active
 
     def _fail(self, exc: BaseException) -> None:
-        """Contain an internal error: turn off once, note it, let training go on."""
+        """Contain an internal error: turn off once, note it, let training go on. An exception a
+        signal handler raised while StallScope's code ran is the user's: it goes on up, unchanged."""
+        if from_signal_handler(exc):
+            raise exc
         if not self._active:
             return
         self._active = False

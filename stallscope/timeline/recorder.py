@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
 
@@ -632,7 +633,10 @@ class Timeline:
             self._on_watch_leave()
 
     def _failed(self, exc: Exception) -> None:
-        """StallScope's own failure on the hot path: stop recording, hand the error on."""
+        """StallScope's own failure on the hot path: stop recording, hand the error on. (An
+        exception a signal handler raised meanwhile is the user's: it goes on up, unchanged.)"""
+        if from_signal_handler(exc):
+            raise exc
         self.stop()
         self.on_error(exc)
 

@@ -140,3 +140,37 @@ def test_sigterm_with_a_handler_that_exits(tmp_path: Path) -> None:
     assert report.complete
     assert "the run stopped at sys.exit(143)" in report.notes
     assert report.summary.steps == 19  # the signal came while waiting for item 19: no step for it
+
+
+def test_a_signal_handlers_exception_while_stallscope_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Python signal handler runs between any two bytecodes, StallScope's too: torch's SIGCHLD
+    handler raises ``RuntimeError`` when a worker dies. Raised at an epoch end, inside
+    StallScope's diagnosis, it reaches the loop unchanged, and StallScope does not take it for
+    a failure of its own."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        scope = StallScope(tmp_path, console=False)
+        real = scope._session.diagnose
+        calls: list[int] = []
+
+        def diagnose(*args: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 3:  # the second epoch's end (the epoch, then the run, each end)
+                signal.raise_signal(signal.SIGUSR1)
+            return real(*args)
+
+        monkeypatch.setattr(scope._session, "diagnose", diagnose)
+        scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=4, scope=scope)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert scoped.error == ("RuntimeError", "DataLoader worker (pid N) is killed by signal: Killed.")
+    assert len(scoped.items) == 16  # the second epoch's items were all handed out
+    report = valid_report(tmp_path)
+    assert not any("turned itself off" in n for n in report.notes)
+    assert "the run ended with an exception (RuntimeError: DataLoader worker (pid 1) is killed by signal: Killed.)" in (
+        report.notes
+    )
