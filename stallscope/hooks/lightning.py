@@ -981,8 +981,10 @@ class LightningCallbacks(_HookBase):
             run.finish(exception)
         except Exception as exc:
             run.closed = True
-            self._fail(exc)
-            run.detach()
+            try:
+                self._fail(exc)  # raises it again when it is the user's (a signal handler's)
+            finally:
+                run.detach()
 
     def _scope(self) -> StallScope:
         return cast("StallScope", self)

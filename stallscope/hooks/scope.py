@@ -172,15 +172,26 @@ class StallScope(LightningCallbacks):
             return
         self._finished = True
         self._generation += 1
+        users: Exception | None = None
         try:
-            if self._active and self._in_epoch:
-                self._end_epoch()
-            print_run = self._active and len(self._session.epochs) > 1
-            self._session.finish(print_run=print_run)
-        except Exception as exc:
-            self._fail(exc)
-        self._active = False
-        self._session.timeline.stop()
+            for _ in range(2):
+                try:
+                    if self._active and self._in_epoch:
+                        self._end_epoch()
+                    print_run = self._active and len(self._session.epochs) > 1
+                    self._session.finish(print_run=print_run)
+                    break
+                except Exception as exc:
+                    if users is None and from_signal_handler(exc):
+                        users = exc  # the user's (a signal handler's): the final report first
+                        continue
+                    self._fail(exc)
+                    break
+        finally:
+            self._active = False
+            self._session.timeline.stop()
+        if users is not None:
+            raise users
 
     # -- recording -----------------------------------------------------------------------
 

@@ -142,11 +142,14 @@ def test_sigterm_with_a_handler_that_exits(tmp_path: Path) -> None:
     assert report.summary.steps == 19  # the signal came while waiting for item 19: no step for it
 
 
-def test_a_signal_handlers_exception_while_stallscope_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("at", "items"), [(3, 16), (9, 32)], ids=["epoch end", "final report"])
+def test_a_signal_handlers_exception_while_stallscope_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int, items: int
+) -> None:
     """A Python signal handler runs between any two bytecodes, StallScope's too: torch's SIGCHLD
-    handler raises ``RuntimeError`` when a worker dies. Raised at an epoch end, inside
-    StallScope's diagnosis, it reaches the loop unchanged, and StallScope does not take it for
-    a failure of its own."""
+    handler raises ``RuntimeError`` when a worker dies. Raised inside StallScope's analysis, at
+    an epoch end or while the final report is made, it reaches the loop unchanged, StallScope
+    does not take it for a failure of its own, and the final report is still written."""
 
     def handler(signum: int, frame: object) -> None:
         raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
@@ -159,7 +162,7 @@ def test_a_signal_handlers_exception_while_stallscope_runs(tmp_path: Path, monke
 
         def diagnose(*args: Any) -> Any:
             calls.append(1)
-            if len(calls) == 3:  # the second epoch's end (the epoch, then the run, each end)
+            if len(calls) == at:  # each epoch end diagnoses the epoch, then the run; then the end
                 signal.raise_signal(signal.SIGUSR1)
             return real(*args)
 
@@ -168,9 +171,8 @@ def test_a_signal_handlers_exception_while_stallscope_runs(tmp_path: Path, monke
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert scoped.error == ("RuntimeError", "DataLoader worker (pid N) is killed by signal: Killed.")
-    assert len(scoped.items) == 16  # the second epoch's items were all handed out
+    assert len(scoped.items) == items
     report = valid_report(tmp_path)
+    assert report.complete
+    assert report.summary.steps == items
     assert not any("turned itself off" in n for n in report.notes)
-    assert "the run ended with an exception (RuntimeError: DataLoader worker (pid 1) is killed by signal: Killed.)" in (
-        report.notes
-    )
