@@ -286,12 +286,13 @@ def test_callback_interface_matches_installed_callback(pl: ModuleType) -> None:
     assert "callable(fn)" in source
     for hook in DIRECT_HOOKS:
         assert f"callback.{hook}(" in inspect.getsource(pl.trainer.call), hook
-    assert scope.state_key == "StallScope"
+    assert scope.state_key == "StallScope{'report_dir': None}"  # one per report folder
+    assert StallScope(console=False).state_key == "StallScope"  # the default folder: the class name
 
     class MyScope(StallScope):
         pass
 
-    assert MyScope(None, console=False).state_key.endswith("<locals>.MyScope")
+    assert MyScope(None, console=False).state_key.endswith("<locals>.MyScope{'report_dir': None}")
     assert scope.state_dict() == {}
     with pytest.raises(AttributeError, match="no_such_attribute"):
         _ = scope.no_such_attribute
@@ -474,10 +475,11 @@ def test_lightning_does_not_dispatch_the_batch_hooks(tmp_path: Path) -> None:
     context is opened for them (SimpleProfiler lists every hook it timed)."""
     pl = import_pl("lightning")
     costs = Costs()
-    tr = trainer(pl, tmp_path, [scope_for(tmp_path)], profiler="simple")
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], profiler="simple")
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     timed = set(tr.profiler.recorded_durations)
-    assert "[Callback]StallScope.on_train_epoch_start" in timed  # the profiler sees our other hooks
+    assert f"[Callback]{scope.state_key}.on_train_epoch_start" in timed  # the profiler sees our other hooks
     assert not {name for name in timed if "StallScope.on_train_batch" in name}
 
 
@@ -495,7 +497,7 @@ def test_compute_is_timed_by_the_batch_hooks_where_the_step_probe_moved(
     assert scope.report is not None
     assert scope.report.summary.phase_seconds["compute"] == pytest.approx(4 * 0.003)
     assert any("timed by the batch hooks" in note and "9.9" in note for note in scope.report.notes)
-    assert "[Callback]StallScope.on_train_batch_start" in tr.profiler.recorded_durations
+    assert f"[Callback]{scope.state_key}.on_train_batch_start" in tr.profiler.recorded_durations
     assert probes_left(tr) == []
 
 

@@ -246,14 +246,14 @@ def test_fraction_out_of_range(tmp_path: Path, make_report: MakeReport) -> None:
 def test_nan_fraction_is_out_of_range(tmp_path: Path, make_report: MakeReport) -> None:
     text = _valid(make_report).replace('"gpu_idle_fraction": 0.6', '"gpu_idle_fraction": NaN', 1)
     assert "NaN" in text
-    assert "gpu_idle_fraction must be a fraction" in _load_error(_write(tmp_path, text))
+    assert "report.summary.gpu_idle_fraction is out of range (the number NaN)" in _load_error(_write(tmp_path, text))
 
 
 def test_unreadable_file(tmp_path: Path, make_report: MakeReport, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, _valid(make_report))
 
-    def refuse(self: Path) -> NoReturn:
-        raise PermissionError(13, "Permission denied", str(self))
+    def refuse(file: object, *args: object) -> NoReturn:
+        raise PermissionError(13, "Permission denied", str(file))
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     assert "cannot read (Permission denied)" in _load_error(path)

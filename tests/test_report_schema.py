@@ -217,7 +217,7 @@ def test_the_probe_documents_itself() -> None:
         (_set("findings.0.est_saving_fraction", 2), "report.findings[0].est_saving_fraction must be a fraction"),
         (_set("findings.0.id", "data.magic"), "unknown finding id 'data.magic'"),
         (_set("findings.0", "data.workers"), "report.findings[0] is not an object"),
-        (_set("epochs.0", 3), "report.epochs[0].index is missing"),
+        (_set("epochs.0", 3), "report.epochs[0] is not an object"),
         (_set("findings", {}), "report.findings must be a list, got dict"),
         (_set("summary.idle_windows", [1, 2]), "idle_windows must be a list of objects"),
     ],

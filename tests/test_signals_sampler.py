@@ -102,3 +102,66 @@ def test_summaries_do_not_wait_long_for_a_stuck_sample(monkeypatch: pytest.Monke
         s._lock.release()
     assert not s.enabled
     assert any("longer than" in n for n in s.notes())
+
+
+def test_a_summary_takes_the_lock_while_a_sample_reads() -> None:
+    """A sample's reads hold no lock: a summary never waits behind a read that hangs."""
+    s = Counting()
+    s.block = threading.Event()
+    s.start()
+    try:
+        assert s.entered.wait(timeout=30)
+        assert s._with_lock(lambda: "summary") == "summary"
+        assert s.enabled
+    finally:
+        s.block.set()
+        s.stop()
+
+
+def test_a_sample_stuck_too_long_turns_the_sampler_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Counting()
+    s.block = threading.Event()
+    s.start()
+    try:
+        assert s.entered.wait(timeout=30)
+        monkeypatch.setattr("stallscope.signals.sampler.STUCK_AFTER_S", 0.0)
+        assert s._with_lock(lambda: "summary") == "summary"
+        assert not s.enabled
+        assert any("has not returned" in n for n in s.notes())
+    finally:
+        s.block.set()
+
+
+class _CountingEvent(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def test_an_epoch_end_waits_only_for_a_thread_that_answers() -> None:
+    s = Counting()
+    served = _CountingEvent()
+    s._served = served
+    s.block = threading.Event()
+    s.start()
+    try:
+        assert s.entered.wait(timeout=30)
+        s._fresh()  # the thread is in a sample: not waited for
+        assert served.waits == 0
+    finally:
+        s.block.set()
+    s.block = None
+    assert s.three.wait(timeout=30)
+    for _ in range(100):  # between two samples (every 1 ms): asked, and waited for
+        if s._busy_since is None:
+            before = s.ticks
+            s._fresh()
+            if served.waits and s.ticks > before:
+                break
+    assert served.waits >= 1
+    s.stop()
+    assert not s._thread.is_alive()  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ from stallscope.analysis.finding import Finding
 from stallscope.analysis.regression import comparison_problem
 from stallscope.cli.verdict import pct, points, rounded
 from stallscope.report.io import load_report
+from stallscope.report.render import plain
 from stallscope.report.schema import Report
 
 HELP = "show two reports side by side: idle fraction, phase fractions, findings"
@@ -90,7 +91,7 @@ def format_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> s
         else:
             lines.append(f"  {r.label:<{width}}  {r.a:>{cols[0]}}  {r.b:>{cols[1]}}  {r.change}".rstrip())
     lines.extend(f"  note: {n}" for n in diff_notes(a, b))
-    return "\n".join(lines)
+    return plain("\n".join(lines))
 
 
 def render_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> RenderableType:
@@ -100,14 +101,14 @@ def render_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> R
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
     table.add_column("change", justify="right")
-    for r in diff_rows(a, b):
+    for r in diff_rows(a, b):  # Text, not str: a phase name from a report is not rich markup
         if r.section:
             table.add_section()
-            table.add_row(Text(r.label, style="bold"))
+            table.add_row(Text(plain(r.label), style="bold"))
         else:
             style = "red" if r.change.startswith("+") and r.label == "accelerator idle" else ""
-            table.add_row(r.label, r.a, r.b, Text(r.change, style=style))
-    notes = [Text(f"note: {n}", style="yellow") for n in diff_notes(a, b)]
+            table.add_row(Text(plain(r.label)), Text(plain(r.a)), Text(plain(r.b)), Text(r.change, style=style))
+    notes = [Text(f"note: {plain(n)}", style="yellow") for n in diff_notes(a, b)]
     return Group(table, *notes)
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stallscope.analysis.regression import Explanation, RunFacts, Verdict
+from stallscope.report.render import plain
 
 #: version of the ``--format json`` object; bumped when a field changes meaning or goes away
 VERDICT_FORMAT_VERSION = 2
@@ -227,7 +228,7 @@ def format_verdict(verdict: Verdict, *, current_path: Paths = None, baseline_pat
 
 def render_verdict(verdict: Verdict, *, current_path: Paths = None, baseline_path: Paths = None) -> Text:
     """The same lines, the headline coloured for terminals."""
-    lines = verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path)
+    lines = [plain(line) for line in verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path)]
     text = Text(lines[0], style="bold red" if verdict.regressed else "bold green")
     for line in lines[1:]:
         text.append("\n")

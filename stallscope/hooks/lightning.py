@@ -54,9 +54,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
-from stallscope.hooks.session import Session
+from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import inspect_loader
 from stallscope.timeline import recorder
@@ -339,6 +340,7 @@ class _FitRun:
         "_thread",
         "_start_profiler",
         "_stop_profiler",
+        "_fetch_end",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -375,6 +377,8 @@ class _FitRun:
         #: Lightning's own fetch hooks (they start and stop its profiler), set by the fetch probe
         self._start_profiler: Callable[[], None] = _nothing
         self._stop_profiler: Callable[[], None] = _nothing
+        #: what the fetch probe set in place of Lightning's ``_on_after_fetch``
+        self._fetch_end: Callable[[], None] | None = None
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -446,12 +450,16 @@ class _FitRun:
         self._start_profiler = start_profiler
         self._stop_profiler = stop_profiler
         native = recorder.NATIVE_MODULE
+        hooks: tuple[Callable[[], None], Callable[[], None]]
         if native is not None:
-            return (
+            hooks = (
                 self._native_hook(native.FETCH_BEGIN, start_profiler, self._fetch_began),
                 self._native_hook(native.FETCH_END, stop_profiler, self._fetch_ended),
             )
-        return self._on_fetch_begin, self._on_fetch_end
+        else:
+            hooks = (self._on_fetch_begin, self._on_fetch_end)
+        self._fetch_end = hooks[1]
+        return hooks
 
     def _step_wrappers(self) -> tuple[Wrap, Wrap]:
         """What ``attach_step_probe`` sets in place of Lightning's two methods."""
@@ -784,6 +792,8 @@ class _FitRun:
             for name, value in values.items():
                 pl_module.log(f"stallscope/{name}", float(value), on_step=False, on_epoch=True, prog_bar=False)
         except Exception as exc:  # e.g. Trainer(barebones=True) forbids self.log: a note, not a failure
+            if from_signal_handler(exc):
+                raise
             self.session.note(f"headline numbers not logged to the Trainer's loggers ({type(exc).__name__}: {exc})")
 
     def _log_job_headline(self, values: Mapping[str, float]) -> None:
@@ -807,21 +817,44 @@ class _FitRun:
             return
         try:
             if self.scope._active:
+                if (
+                    exception is not None
+                    and self._fetched
+                    and self._top == self.h2d
+                    and self._raised_in_fetch(exception)
+                ):
+                    # the train loader's next() raised: the probe after it saw a batch arrive,
+                    # but none did, and no step ran (as in the plain loop, it is not counted)
+                    self._fetched = False
+                    self.timeline.drop_step()
                 self._set_top(None)
                 if exception is not None and self._in_epoch:
                     self.epoch_end(None)
         finally:
             if exception is not None:
-                kind = "interrupted" if not isinstance(exception, Exception) else "ended with an exception"
-                try:  # str() runs the user's code, which may itself raise
-                    detail = f"{type(exception).__name__}: {exception}"
-                except Exception:
-                    detail = type(exception).__name__
-                self.session.note(f"the fit {kind} ({detail})")
+                self.session.note(ending_note(exception, "fit"))
             self.scope.close()
             self.closed = True
             self.detach()
             self.flush_console(during_training=False)
+
+    def _raised_in_fetch(self, exception: BaseException) -> bool:
+        """Whether ``exception`` came out of the train loader's ``next()``: its traceback passes
+        through the data fetcher that calls this run's fetch probe (Lightning's fetcher keeps it
+        as ``_stop_profiler``; another private name, read only on this failure path)."""
+        hook = self._fetch_end
+        if hook is None:
+            return False
+        try:
+            tb = exception.__traceback__
+            while tb is not None:
+                owner = tb.tb_frame.f_locals.get("self")
+                if owner is not None and getattr(owner, "_stop_profiler", None) == hook:
+                    return True
+                tb = tb.tb_next
+        except Exception:
+            return False
+        return False
 
     # -- output --------------------------------------------------------------------------
 
@@ -894,8 +927,9 @@ class LightningCallbacks(_HookBase):
 
     # -- identity, as Lightning reads it -------------------------------------------------
 
-    #: a plain class attribute, not a property: Lightning formats it into a profiler label on
-    #: every hook call, twice per step (a subclass gets its own name, ``__init_subclass__``)
+    #: a plain attribute, not a property: Lightning formats it into a profiler label on every
+    #: hook call, twice per step (a subclass gets its own name, ``__init_subclass__``). Each
+    #: ``StallScope`` sets its own, naming its report folder (``StallScope._keyed``)
     state_key: str = "StallScope"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -1006,8 +1040,10 @@ class LightningCallbacks(_HookBase):
             run.finish(exception)
         except Exception as exc:
             run.closed = True
-            self._fail(exc)
-            run.detach()
+            try:
+                self._fail(exc)  # raises it again when it is the user's (a signal handler's)
+            finally:
+                run.detach()
 
     def _scope(self) -> StallScope:
         return cast("StallScope", self)

@@ -13,21 +13,26 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from rich.console import Console
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
-from stallscope.hooks.session import Session
+from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import Report
 from stallscope.signals.loader import inspect_loader
 from stallscope.timeline.phases import BUILTIN_PHASES, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
+
+#: where the report goes unless told
+DEFAULT_REPORT_DIR = Path("stallscope")
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
@@ -93,8 +98,19 @@ class StallScope(LightningCallbacks):
             recent_steps=recent_steps,
             print_interval_s=print_interval_s,
         )
+        self._keyed()
         self._reset()
         self._quiet_hooks()
+
+    def _keyed(self) -> None:
+        """Lightning's ``state_key``, one per report folder: a Trainer refuses two stateful
+        callbacks with the same key, and two scopes writing to two folders must both work. The
+        default folder keeps the plain class name (it labels every hook in a profiler's output)."""
+        folder = self._config.report_dir
+        key = type(self).state_key
+        if folder != DEFAULT_REPORT_DIR.resolve():
+            key = self._generate_state_key(report_dir=None if folder is None else str(folder))
+        self.state_key = key
 
     def _reset(self, session: Session | None = None) -> None:
         """Fresh, unstarted recording state: ``session``, or a new one for ``self._config``."""
@@ -123,14 +139,10 @@ class StallScope(LightningCallbacks):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None and not issubclass(exc_type, Exception):
+        if exc is not None:  # the note never raises: never replace the user's exception
+            self._session.note(ending_note(exc))
+        elif exc_type is not None:
             self._session.note(f"the run was interrupted ({exc_type.__name__})")
-        elif exc is not None:
-            try:  # str() runs the user's code, which may itself raise: never replace their exception
-                detail = f"{type(exc).__name__}: {exc}"
-            except Exception:
-                detail = type(exc).__name__
-            self._session.note(f"the run ended with an exception ({detail})")
         self.close()
         # never suppress: the user's exception propagates unchanged
 
@@ -167,15 +179,26 @@ class StallScope(LightningCallbacks):
             return
         self._finished = True
         self._generation += 1
+        users: Exception | None = None
         try:
-            if self._active and self._in_epoch:
-                self._end_epoch()
-            print_run = self._active and len(self._session.epochs) > 1
-            self._session.finish(print_run=print_run)
-        except Exception as exc:
-            self._fail(exc)
-        self._active = False
-        self._session.timeline.stop()
+            for _ in range(2):
+                try:
+                    if self._active and self._in_epoch:
+                        self._end_epoch()
+                    print_run = self._active and len(self._session.epochs) > 1
+                    self._session.finish(print_run=print_run)
+                    break
+                except Exception as exc:
+                    if users is None and from_signal_handler(exc):
+                        users = exc  # the user's (a signal handler's): the final report first
+                        continue
+                    self._fail(exc)
+                    break
+        finally:
+            self._active = False
+            self._session.timeline.stop()
+        if users is not None:
+            raise users
 
     # -- recording -----------------------------------------------------------------------
 
@@ -321,7 +344,10 @@ class StallScope(LightningCallbacks):
         return self._active
 
     def _fail(self, exc: BaseException) -> None:
-        """Contain an internal error: turn off once, note it, let training go on."""
+        """Contain an internal error: turn off once, note it, let training go on. An exception a
+        signal handler raised while StallScope's code ran is the user's: it goes on up, unchanged."""
+        if from_signal_handler(exc):
+            raise exc
         if not self._active:
             return
         self._active = False
@@ -348,5 +374,6 @@ class StallScope(LightningCallbacks):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._config = state["config"]
+        self._keyed()
         self._reset()
         self._quiet_hooks()

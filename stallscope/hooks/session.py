@@ -82,6 +82,24 @@ class Later(Generic[T]):
             return self._value
 
 
+def ending_note(exc: BaseException, what: str = "run") -> str:
+    """The report's note on how a run (``what``: ``run``, ``fit``) ended early: an exception,
+    ``sys.exit``, or an interrupt. Never raises (``str()`` runs the exception's own code)."""
+    if isinstance(exc, SystemExit):
+        try:
+            code = repr(exc.code)
+        except Exception:
+            code = "?"
+        return f"the {what} stopped at sys.exit({code})"
+    try:
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else type(exc).__name__
+    except Exception:
+        detail = type(exc).__name__
+    if isinstance(exc, Exception):
+        return f"the {what} ended with an exception ({detail})"
+    return f"the {what} was interrupted ({detail})"
+
+
 class Session:
     """The state of one run between ``start`` and ``finish``."""
 
@@ -134,7 +152,9 @@ class Session:
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = (
-            ReportWriter(config.report_dir / REPORT_NAME, clock=clock) if config.report_dir is not None else None
+            ReportWriter(config.report_dir / REPORT_NAME, clock=clock, on_error=self._write_error)
+            if config.report_dir is not None
+            else None
         )
         self._started_at = ""
         self._epoch_index = 0
@@ -145,6 +165,8 @@ class Session:
         self._panel_cost_ns = 0
         #: the run's device kind (``cpu``, ``cuda``...), read at the first print
         self._device_kind: str | None = None
+        #: a write of report.json failed (noted once; later epoch ends try again)
+        self._write_failed = False
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -279,7 +301,7 @@ class Session:
         assert job is not None
         own = self.build_report(complete=False)
         if job.leader:
-            job.write_own(own, self.config.report_dir, durable=False)
+            self._write_own(own, durable=False)
         shown, report, ranks = job.close_epoch(epoch.get(), own)
         if job.leader:
             report = dataclasses.replace(report, notes=tuple(self.notes))
@@ -288,7 +310,7 @@ class Session:
         if span.steps > 0:
             self._print_epoch(index, shown_later, span, ranks=ranks)
         if not job.leader:
-            job.write_own(report, self.config.report_dir, durable=False)
+            self._write_own(report, durable=False)
         elif self._writer is not None and self._writer.wants_report():
             self._writer.submit(lambda: report)
         return shown_later
@@ -331,7 +353,7 @@ class Session:
         ranks: tuple[RankEntry, ...] = ()
         if self.job is not None:
             if self.job.leader:
-                self.job.write_own(report, self.config.report_dir, durable=True)
+                self._write_own(report, durable=True)
             report, ranks = self.job.finish(report)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
@@ -500,9 +522,34 @@ class Session:
         if report is None:
             return
         if self.job is not None and not self.job.leader:
-            self.job.write_own(report, self.config.report_dir, durable=True)
+            self._write_own(report, durable=True)
         elif self._writer is not None:
             self._writer.write_final(report)
+        if self._write_failed and report.notes != tuple(self.notes):  # the note is in the report
+            self._latest = Later(None, dataclasses.replace(report, notes=tuple(self.notes)))
+
+    def _write_own(self, report: Report, *, durable: bool) -> None:
+        """This rank's own file (``ranks/rank-<R>.json``) of a distributed job."""
+        assert self.job is not None
+        try:
+            self.job.write_own(report, self.config.report_dir, durable=durable)
+        except OSError as exc:
+            self._write_error(exc)
+
+    def _write_error(self, exc: OSError) -> None:
+        """A file system refused a write (permissions, read-only, full, a path under a file): only
+        the file is lost. The first failure is noted (in the report and once on stderr), the
+        diagnosis goes on, and each later epoch end writes the whole report again."""
+        if self._write_failed:
+            return
+        self._write_failed = True
+        where = self.config.report_dir if self.config.report_dir is not None else "the report folder"
+        text = (
+            f"{where} could not be written ({type(exc).__name__}: {exc.strerror or exc}); "
+            "the diagnosis goes on and each later epoch end tries again"
+        )
+        self.note(text)
+        print(f"stallscope: {text}", file=sys.stderr)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""

@@ -64,6 +64,7 @@ def nvml_fields(nvml: NvmlSummary | None) -> dict[str, Any] | None:
         "throttle": {k: _frac(v) for k, v in nvml.throttle.items()},
         "temperature_max_c": _r(nvml.temperature_max_c, 1),
         "device": {k: v for k, v in (("index", nvml.index), ("uuid", nvml.uuid), ("name", nvml.name)) if v is not None},
+        "util_partial": True if nvml.util_partial else None,
     }
     always = ("util_mean", "util_p10", "util_p50", "util_by_phase", "mem_used_max_bytes", "mem_total_bytes")
     return {k: v for k, v in fields.items() if k in always or (v is not None and v != {})}
@@ -72,10 +73,11 @@ def nvml_fields(nvml: NvmlSummary | None) -> dict[str, Any] | None:
 def device_idle(span: SpanStats, cuda: CudaSummary | None, nvml: NvmlSummary | None) -> tuple[float | None, str]:
     """The best measurement of the accelerator's idle fraction over ``span`` and its source:
     CUDA events (device-side busy time of the compute phase), else NVML utilization, else None
-    (``summarize`` then uses the host phases)."""
+    (``summarize`` then uses the host phases). NVML utilization that stopped part-way through
+    the span is not used: the headline covers the whole span from one source."""
     if cuda is not None and cuda.phases > 0 and span.wall_ns > 0:
         return min(1.0, max(0.0, 1.0 - cuda.busy_ns / span.wall_ns)), "cuda_events"
-    if nvml is not None and nvml.idle_fraction is not None:
+    if nvml is not None and nvml.idle_fraction is not None and not nvml.util_partial:
         return min(1.0, max(0.0, nvml.idle_fraction)), "nvml"
     return None, "host_phases"
 

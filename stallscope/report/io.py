@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -37,7 +39,10 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
     text = json.dumps(report_to_dict(report), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        # a lone surrogate (``os.fsdecode`` of a file name that is not UTF-8, in a phase name or an
+        # exception message) has no UTF-8 form: "backslashreplace" writes it as the JSON escape
+        # ``\udcff``, which reads back as the same string
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:
             fh.write(text)
             fh.write("\n")
             fh.flush()
@@ -52,27 +57,125 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:
-    """Read a report. A directory means its ``report.json``. Raises ``ReportError`` (one line)."""
+    """Read a report. A directory means its ``report.json``. Raises ``ReportError`` (one line).
+
+    Only a regular file of at most ``MAX_REPORT_BYTES`` is read (``/dev/zero`` or a named pipe is
+    refused before anything is read from it), and every number must be finite and of a sensible
+    size: the error names the field that is not."""
     p = Path(path)
     if p.is_dir():
         p = p / REPORT_NAME
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise ReportError(f"{p}: no such file") from None
-    except OSError as exc:
-        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    raw = _read_capped(p)
     if not raw.strip():
         raise ReportError(f"{p}: empty file, not a StallScope report")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportError(f"{p}: not UTF-8 text, not a StallScope report") from None
+    try:
+        data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_BadNumber)
     except json.JSONDecodeError as exc:
         raise ReportError(f"{p}: malformed JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     except RecursionError:
         raise ReportError(f"{p}: JSON nested too deeply, not a StallScope report") from None
+    except ValueError as exc:  # what the parser itself refuses (no field to name yet)
+        raise ReportError(f"{p}: malformed JSON ({' '.join(str(exc).split())[:120]})") from None
+    try:
+        bad = _bad_number(data, "report")
+    except RecursionError:
+        raise ReportError(f"{p}: JSON nested too deeply, not a StallScope report") from None
+    if bad is not None:
+        raise ReportError(f"{p}: {bad}")
     try:
         return report_from_dict(data)
     except ReportError as exc:
         raise ReportError(f"{p}: {exc}") from None
+
+
+#: the largest report file read, bytes (a report is kilobytes; 500 epochs of findings a few MB)
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _read_capped(p: Path) -> bytes:
+    """The bytes of regular file ``p``, at most ``MAX_REPORT_BYTES``; ``ReportError`` otherwise."""
+    try:
+        _check_regular(p, os.stat(p))
+        # O_NONBLOCK: a file swapped for a named pipe since the stat must not block the open
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise ReportError(f"{p}: no such file") from None
+    except OSError as exc:
+        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            _check_regular(p, os.fstat(fh.fileno()))
+            raw = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ReportError(f"{p}: larger than {MAX_REPORT_BYTES >> 20} MB, not a StallScope report")
+    return raw
+
+
+def _check_regular(p: Path, st: os.stat_result) -> None:
+    if stat.S_ISREG(st.st_mode):
+        if st.st_size > MAX_REPORT_BYTES:
+            raise ReportError(
+                f"{p}: {st.st_size / 2**20:.0f} MB, larger than {MAX_REPORT_BYTES >> 20} MB; not a StallScope report"
+            )
+        return
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+    raise ReportError(f"{p}: {kind}, not a StallScope report (a report is a regular file)")
+
+
+class _BadNumber:
+    """A number the parser will not turn into a float or an int (NaN, Infinity, 1e999, a
+    thousand digits); the check after parsing names the field that holds it."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        shown = self.text if len(self.text) <= 24 else f"{self.text[:12]}... ({len(self.text)} characters)"
+        return f"the number {shown}"
+
+
+#: longest integer literal read as a number (int64 has 19 digits)
+_MAX_INT_DIGITS = 20
+
+
+def _parse_int(text: str) -> int | _BadNumber:
+    return int(text) if len(text) <= _MAX_INT_DIGITS else _BadNumber(text)
+
+
+def _parse_float(text: str) -> float | _BadNumber:
+    if len(text) > 400:
+        return _BadNumber(text)
+    value = float(text)
+    return value if math.isfinite(value) else _BadNumber(text)
+
+
+def _bad_number(value: object, where: str) -> str | None:
+    """Where the first number out of range sits in ``value``, as an error message; None if none."""
+    if isinstance(value, _BadNumber):
+        return f"{where} is out of range ({value!r})"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_number(item, f"{where}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _bad_number(item, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None

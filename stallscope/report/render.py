@@ -6,6 +6,7 @@ write it anywhere (``print_diagnosis``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
@@ -20,6 +21,21 @@ from stallscope.report.schema import RankEntry, Summary
 _BAR = 28
 _MAX_FINDINGS = 5
 
+#: terminal escape sequences (CSI, OSC) and the other control characters but tab and newline
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: str) -> str:
+    """``text`` safe to print: escape sequences and control characters (a report's strings come
+    from the user's code, or from a file) removed, and a lone surrogate (``os.fsdecode`` of a
+    file name that is not UTF-8) written as its escape, which any terminal encoding can print."""
+    text = _CONTROL.sub("", text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
 
 def _phases_by_share(summary: Summary) -> list[tuple[str, float]]:
     items = [(n, f) for n, f in summary.phase_fractions.items() if f >= 0.0005]
@@ -30,7 +46,7 @@ def _headline(summary: Summary, device: str | None) -> str:
     # on a CPU-only run the CPU computes: its idle time is the training's, not an accelerator's
     what = "CPU (no GPU): training idle" if device == "cpu" else "accelerator idle"
     return (
-        f"{what} {summary.gpu_idle_fraction:.0%} ({summary.idle_source})  ·  "
+        f"{what} {summary.gpu_idle_fraction:.0%} ({plain(summary.idle_source)})  ·  "
         f"{summary.steps} steps in {summary.wall_s:.2f} s ({summary.steps_per_s:.1f} steps/s)"
     )
 
@@ -113,7 +129,7 @@ def render_panel(
         filled = round(share * _BAR)
         style = "red" if name == "data" else "green" if name == "compute" else "yellow"
         bars.add_row(
-            name,
+            Text(plain(name)),  # not rich markup: a phase name is the user's text
             Text("█" * filled, style=style) + Text("░" * (_BAR - filled), style="dim"),
             f"{share:6.1%}",
         )
@@ -132,21 +148,21 @@ def render_panel(
             parts.append(
                 Text.assemble(
                     f" {rank}. ",
-                    (f.id, "bold cyan"),
+                    (plain(f.id), "bold cyan"),
                     f"  {_gain(f)}",
                 )
             )
             # the confidence goes with the evidence line, so the headline fits 80 columns; padded
             # blocks keep their indent when a long line wraps
-            parts.append(Padding(Text(f"{f.title} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
-            parts.append(Padding(Text(f.fix), (0, 0, 0, 4)))
+            parts.append(Padding(Text(f"{plain(f.title)} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
+            parts.append(Padding(Text(plain(f.fix)), (0, 0, 0, 4)))
             if f.snippet:
-                for line in f.snippet.splitlines():
+                for line in plain(f.snippet).splitlines():
                     parts.append(Text(f"      {line}", style="magenta"))
     else:
         parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
-        parts.append(Text(f"note: {note}", style="dim"))
+        parts.append(Text(f"note: {plain(note)}", style="dim"))
     return Panel(Group(*parts), title=f"StallScope · {title}", title_align="left", expand=False)
 
 
@@ -164,20 +180,20 @@ def format_text(
     lines = [f"StallScope · {title}: {_headline(summary, device)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
-        lines.append(f"    {name:<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
+        lines.append(f"    {plain(name):<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
     if ranks:
         lines.append("  ranks:")
         lines.extend(f"    {line}" for line in format_ranks(ranks))
     if findings:
         lines.append("  fixes, best first:")
         for rank, f in enumerate(findings[:_MAX_FINDINGS], start=1):
-            lines.append(f"    {rank}. {f.id}  {_gain(f)}  confidence {f.confidence}")
-            lines.append(f"       {f.title}")
-            lines.append(f"       {f.fix}")
-            lines.extend(f"         {line}" for line in f.snippet.splitlines())
+            lines.append(f"    {rank}. {plain(f.id)}  {_gain(f)}  confidence {f.confidence}")
+            lines.append(f"       {plain(f.title)}")
+            lines.append(f"       {plain(f.fix)}")
+            lines.extend(f"         {line}" for line in plain(f.snippet).splitlines())
     else:
         lines.append(f"  no fix predicted to save {min_saving:.0%} or more of wall time")
-    lines.extend(f"  note: {note}" for note in notes)
+    lines.extend(f"  note: {plain(note)}" for note in notes)
     return "\n".join(lines)
 
 

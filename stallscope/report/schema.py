@@ -260,12 +260,49 @@ def report_to_dict(r: Report) -> dict[str, Any]:
 def _req(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, Mapping) or key not in obj:
         raise ReportError(f"{where}.{key} is missing")
-    value = obj[key]
-    if kind is float:
-        kind = (int, float)
-    if value is None or not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise ReportError(f"{where}.{key} has the wrong type ({type(value).__name__})")
+    return _typed(obj[key], kind, f"{where}.{key}")
+
+
+def _typed(value: Any, kind: type | tuple[type, ...], field: str) -> Any:
+    """``value`` when it is of JSON type ``kind`` (float: any number; bool is not a number)."""
+    wanted = (int, float) if kind is float else kind
+    if value is None or not isinstance(value, wanted) or (isinstance(value, bool) and kind is not bool):
+        raise ReportError(f"{field} has the wrong type ({type(value).__name__})")
     return value
+
+
+def _opt(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any) -> Any:
+    """An optional field: ``default`` when absent or null, ``ReportError`` when of another type."""
+    value = obj.get(key)
+    return default if value is None else _typed(value, kind, f"{where}.{key}")
+
+
+#: the largest count a report may hold (steps, cores, indices): far above any real run
+MAX_COUNT = 2**53
+
+
+def _count(obj: Mapping[str, Any], key: str, where: str, *, minimum: int = 0, default: int | None = None) -> int:
+    """A whole number in [minimum, MAX_COUNT]; required unless ``default`` is given."""
+    if default is not None and obj.get(key) is None:
+        return default
+    value = int(_req(obj, key, int, where))
+    if not minimum <= value <= MAX_COUNT:
+        raise ReportError(f"{where}.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _amount(value: Any, field: str) -> float:
+    """A number >= 0 (seconds, rates): the parser already turned non-finite ones away."""
+    number = float(_typed(value, float, field))
+    if not number >= 0.0:
+        raise ReportError(f"{field} must be >= 0, got {value!r}")
+    return number
+
+
+def _amounts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, float]:
+    """An optional object of numbers >= 0 (``phase_seconds``, ``step_time_s``...)."""
+    values = _opt_map(obj, key, where) or {}
+    return {str(k): _amount(v, f"{where}.{key}.{k}") for k, v in values.items()}
 
 
 def _fraction(obj: Mapping[str, Any], key: str, where: str) -> float:
@@ -298,19 +335,22 @@ def _opt_list(obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
 def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
-    confidence = d.get("confidence", "medium")
-    bound = d.get("est_speedup_bound", "estimate")  # reports written before it existed: estimates
+    confidence = _opt(d, "confidence", str, where, "medium")
+    speedup = float(_req(d, "est_speedup", float, where))
+    if not speedup > 0:
+        raise ReportError(f"{where}.est_speedup must be > 0, got {speedup!r}")
+    bound = _opt(d, "est_speedup_bound", str, where, "estimate")  # reports written before it: estimates
     try:
         return Finding(
             id=_req(d, "id", str, where),
-            title=str(d.get("title", "")),
+            title=_opt(d, "title", str, where, ""),
             est_saving_fraction=_fraction(d, "est_saving_fraction", where),
-            est_speedup=float(_req(d, "est_speedup", float, where)),
+            est_speedup=speedup,
             confidence=confidence if confidence in ("high", "medium", "low") else "medium",
             evidence=_opt_map(d, "evidence", where) or {},
-            fix=str(d.get("fix", "")),
+            fix=_opt(d, "fix", str, where, ""),
             suggestion=_opt_map(d, "suggestion", where) or {},
-            snippet=str(d.get("snippet", "")),
+            snippet=_opt(d, "snippet", str, where, ""),
             est_speedup_bound=bound,
         )
     except ValueError as exc:
@@ -334,16 +374,19 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
         idle = w.get("idle_fraction")
         if not isinstance(idle, (int, float)) or isinstance(idle, bool) or not 0.0 <= idle <= 1.0:
             raise ReportError(f"{where}.idle_windows[{i}].idle_fraction must be a fraction in [0, 1]")
+        _count(w, "steps", f"{where}.idle_windows[{i}]", default=0)
+        if w.get("wall_s") is not None:
+            _amount(w["wall_s"], f"{where}.idle_windows[{i}].wall_s")
     return Summary(
-        wall_s=float(_req(d, "wall_s", float, where)),
-        steps=int(_req(d, "steps", int, where)),
-        steps_per_s=float(_req(d, "steps_per_s", float, where)),
+        wall_s=_amount(_req(d, "wall_s", float, where), f"{where}.wall_s"),
+        steps=_count(d, "steps", where),
+        steps_per_s=_amount(_req(d, "steps_per_s", float, where), f"{where}.steps_per_s"),
         gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
         idle_source=source,
         phase_fractions={str(k): float(v) for k, v in fractions.items()},
-        phase_seconds=_opt_map(d, "phase_seconds", where) or {},
-        step_time_s=_opt_map(d, "step_time_s", where) or {},
-        data_wait_s=_opt_map(d, "data_wait_s", where) or {},
+        phase_seconds=_amounts(d, "phase_seconds", where),
+        step_time_s=_amounts(d, "step_time_s", where),
+        data_wait_s=_amounts(d, "data_wait_s", where),
         nvml=_opt_map(d, "nvml", where),
         idle_windows=tuple(dict(w) for w in windows),
     )
@@ -413,52 +456,55 @@ def report_from_dict(d: Any) -> Report:
         d = upgrade_dict(d, version)
         version = SCHEMA_VERSION
     run = _req(d, "run", Mapping, "report")
-    device = run.get("device") if isinstance(run.get("device"), Mapping) else {}
-    index = device.get("index")
-    dataloader = run.get("dataloader")
+    device = _opt(run, "device", Mapping, "report.run", {})
+    dataloader = _opt_map(run, "dataloader", "report.run")
     epochs = _opt_list(d, "epochs", "report")
     findings = _opt_list(d, "findings", "report")
-    usable_cores = run.get("usable_cores", 1)
-    if not isinstance(usable_cores, int) or isinstance(usable_cores, bool):
-        raise ReportError(f"report.run.usable_cores has the wrong type ({type(usable_cores).__name__})")
+    notes = _opt_list(d, "notes", "report")
+    for i, note in enumerate(notes):
+        _typed(note, str, f"report.notes[{i}]")
+    index = device.get("index")
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= MAX_COUNT):
+        raise ReportError(f"report.run.device.index must be null or an integer >= 0, got {index!r}")
     return Report(
         schema_version=version,
-        complete=bool(d.get("complete", True)),
+        complete=_opt(d, "complete", bool, "report", True),
         run=RunInfo(
-            started_at=str(run.get("started_at", "")),
-            host=str(run.get("host", "")),
-            torch_version=str(run.get("torch_version", "")),
+            started_at=_opt(run, "started_at", str, "report.run", ""),
+            host=_opt(run, "host", str, "report.run", ""),
+            torch_version=_opt(run, "torch_version", str, "report.run", ""),
             device=DeviceInfo(
-                kind=str(device.get("kind", "unknown")),
-                name=str(device.get("name", "")),
-                index=index if isinstance(index, int) else None,
-                uuid=device.get("uuid") if isinstance(device.get("uuid"), str) else None,
+                kind=_opt(device, "kind", str, "report.run.device", "unknown"),
+                name=_opt(device, "name", str, "report.run.device", ""),
+                index=index,
+                uuid=_opt(device, "uuid", str, "report.run.device", None),
             ),
-            dataloader=dict(dataloader) if isinstance(dataloader, Mapping) else None,
-            stallscope_version=str(run.get("stallscope_version", "")),
-            framework=str(run.get("framework", "plain")),
-            usable_cores=max(1, usable_cores),
+            dataloader=dataloader,
+            stallscope_version=_opt(run, "stallscope_version", str, "report.run", ""),
+            framework=_opt(run, "framework", str, "report.run", "plain"),
+            usable_cores=_count(run, "usable_cores", "report.run", minimum=1, default=1),
             rank=_opt_int(run, "rank", "report.run"),
             world_size=_opt_int(run, "world_size", "report.run"),
             local_rank=_opt_int(run, "local_rank", "report.run"),
         ),
         summary=summary_from_dict(_req(d, "summary", Mapping, "report"), "report.summary"),
-        epochs=tuple(
-            EpochReport(
-                index=int(_req(e, "index", int, f"report.epochs[{i}]")),
-                summary=summary_from_dict(
-                    _req(e, "summary", Mapping, f"report.epochs[{i}]"),
-                    f"report.epochs[{i}].summary",
-                ),
-                findings=tuple(
-                    finding_from_dict(f, f"report.epochs[{i}].findings[{j}]")
-                    for j, f in enumerate(_opt_list(e, "findings", f"report.epochs[{i}]"))
-                ),
-            )
-            for i, e in enumerate(epochs)
-        ),
+        epochs=tuple(_epoch_from_dict(e, f"report.epochs[{i}]") for i, e in enumerate(epochs)),
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
-        notes=tuple(str(n) for n in _opt_list(d, "notes", "report")),
-        tail=summary_from_dict(d["tail"], "report.tail") if d.get("tail") is not None else None,
+        notes=tuple(notes),
+        tail=summary_from_dict(_req(d, "tail", Mapping, "report"), "report.tail")
+        if d.get("tail") is not None
+        else None,
         ranks=tuple(rank_from_dict(e, f"report.ranks[{i}]") for i, e in enumerate(_opt_list(d, "ranks", "report"))),
+    )
+
+
+def _epoch_from_dict(e: Any, where: str) -> EpochReport:
+    if not isinstance(e, Mapping):
+        raise ReportError(f"{where} is not an object")
+    return EpochReport(
+        index=_count(e, "index", where),
+        summary=summary_from_dict(_req(e, "summary", Mapping, where), f"{where}.summary"),
+        findings=tuple(
+            finding_from_dict(f, f"{where}.findings[{j}]") for j, f in enumerate(_opt_list(e, "findings", where))
+        ),
     )

@@ -55,6 +55,7 @@ class ReportWriter:
         share: float = WRITE_SHARE,
         max_interval_s: float = MAX_INTERVAL_S,
         write: Callable[..., object] | None = None,
+        on_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -62,6 +63,9 @@ class ReportWriter:
         self._max_interval_ns = round(max_interval_s * 1e9)
         #: ``write_report`` (looked up now, so a test can replace the module's)
         self._write = write if write is not None else write_report
+        #: told of a write the file system refused (``OSError``), on the writing thread; the next
+        #: epoch end's report is then written at once. Without it the error is raised.
+        self._on_error = on_error
         #: guards everything below, and is held during each write (which orders them)
         self._cond = threading.Condition()
         #: (sequence number, builder) of the report waiting for its turn
@@ -121,7 +125,12 @@ class ReportWriter:
             self._closed = True
             self._pending = None
             self._written = self._submitted = self._submitted + 1
-            self._write(report, self.path, durable=True)
+            try:
+                self._write(report, self.path, durable=True)
+            except OSError as exc:
+                if self._on_error is None:
+                    raise
+                self._on_error(exc)
 
     # -- the thread ------------------------------------------------------------------------
 
@@ -150,7 +159,14 @@ class ReportWriter:
         if number <= self._written:
             return
         start = self._clock()
-        self._write(build(), self.path, durable=False)
+        try:
+            self._write(build(), self.path, durable=False)
+        except OSError as exc:
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
+            self._next_ns = 0  # the next report is tried at once
+            return
         self._written = number
         self.writes += 1
         end = self._clock()

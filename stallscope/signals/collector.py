@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.signals.cuda_events import (
     CudaComputeTimer,
     CudaDevice,
@@ -215,6 +216,8 @@ class SignalCollector:
         try:
             return fn()
         except Exception as exc:
+            if from_signal_handler(exc):  # the user's, not this part's
+                raise
             self._off(part, exc)
             return None
 
@@ -222,6 +225,8 @@ class SignalCollector:
         try:
             fn()
         except Exception as exc:
+            if from_signal_handler(exc):
+                raise
             self._off(part, exc)
 
     def _off(self, part: str, exc: BaseException) -> None:

@@ -206,16 +206,16 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         """Take the baseline readings (``start`` does this on the thread; tests call it directly)."""
         probe = self._require_probe()
         now = self._clock()
+        self._last_main = probe.main_cpu()
+        for pid, direct in probe.children().items():
+            cpu = probe.child_cpu(pid)
+            if cpu is not None:
+                self._tracked[pid] = (cpu, direct)  # existed before: only later CPU counts
+        self._last_disk = probe.disk_read_bytes()
+        self._last_disk_ns = now
+        self._read_machine(now)
+        self._last_ns = now
         with self._lock:
-            self._last_main = probe.main_cpu()
-            for pid, direct in probe.children().items():
-                cpu = probe.child_cpu(pid)
-                if cpu is not None:
-                    self._tracked[pid] = (cpu, direct)  # existed before: only later CPU counts
-            self._last_disk = probe.disk_read_bytes()
-            self._last_disk_ns = now
-            self._read_machine(now)
-            self._last_ns = now
             self._win = _Tally(now)
             self._all = _Tally(now)
 
@@ -242,7 +242,9 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
     def _tick(self, now_ns: int, *, scan: bool = True) -> None:
         """One sample. Without ``scan`` the list of descendants is not refreshed, even when due: a
         child born since the last refresh is found at the next one (at the latest when the
-        sampler stops), with all its CPU time."""
+        sampler stops), with all its CPU time. The reads (which may block) and the bookkeeping
+        of what was last seen belong to the sampler's thread; only adding the sample to the
+        windows holds the lock."""
         probe = self._probe
         if probe is None or self._win is None or self._all is None or self._last_main is None or self._last_ns is None:
             return  # not primed yet (the thread is still setting up)
@@ -299,6 +301,24 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
                 memory.stall_full_s - last_full if memory.stall_full_s is not None and last_full is not None else None,
             )
             self._last_stall = (memory.stall_some_s, memory.stall_full_s)
+        with self._lock:
+            self._add(now_ns, main, workers, disk_delta, disk_dt, memory, stall_delta, others)
+
+    def _add(
+        self,
+        now_ns: int,
+        main: float,
+        workers: float,
+        disk_delta: int | None,
+        disk_dt: int,
+        memory: MemoryReading | None,
+        stall_delta: tuple[float | None, float | None],
+        others: tuple[float, int] | None = None,
+    ) -> None:
+        """Add one sample to the windows (the lock held). ``others``: (CPU seconds of other
+        processes, ns) since the last reading of the machine's CPU."""
+        if self._win is None or self._all is None:
+            return
         for t in (self._win, self._all):
             t.end_ns = now_ns
             t.main_cpu += main
@@ -324,20 +344,25 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
     # -- summaries (training thread) -----------------------------------------------------
 
     def close_window(self) -> HostSummary | None:
-        # so the window ends where the epoch does; on the training thread, without the refresh of
-        # the descendants (a full listing reads every process on the machine: 1 ms here, more on
-        # big hosts)
-        self.sample_now(self._close_tick)
+        # a sample now, so the window ends where the epoch does: taken by the sampler's thread
+        # (reads of /proc may block), without the refresh of the descendants (a full listing
+        # reads every process on the machine: 1 ms here, more on big hosts); when the thread
+        # does not answer in time, the window ends at its latest sample
+        self._fresh(self._close_tick)
         return self._summary(self._with_lock(self._swap_window))  # None when the lock timed out
 
     def _close_tick(self, now_ns: int) -> None:
         self._tick(now_ns, scan=False)
 
-    def _finish(self) -> None:
+    def _final_tick(self, now_ns: int) -> None:
         # a last sample with the descendants listed, so that workers born since the last listing
         # (a run shorter than the listing interval) reach the run's totals
         self._next_scan = None
-        self.sample_now()
+        self._tick(now_ns)
+
+    def _finish(self) -> None:
+        if self._thread is None:  # driven by hand (tests): the last sample is taken here
+            self.sample_once(self._final_tick)
 
     def _swap_window(self) -> _Tally | None:
         window = self._win

@@ -106,6 +106,9 @@ class NvmlSummary:
     #: ``hw_slowdown``, ``any``); empty when reasons are not available
     throttle: Mapping[str, float] = field(default_factory=dict)
     temperature_max_c: float | None = None
+    #: utilization was measured, then stopped during the run (the sampler or the metric turned
+    #: off) before this window closed: it covers only part of the window
+    util_partial: bool = False
 
     @property
     def idle_fraction(self) -> float | None:
@@ -169,6 +172,8 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         self._inited = False
         self._handle: Any = None
         self._off: set[str] = set()
+        #: metrics that returned a value at least once (a failure later is "stopped", not "not available")
+        self._worked: set[str] = set()
         self._corr = PhaseCorrelator()
         self._win = _Window()
         self._all = _Window()
@@ -275,38 +280,50 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             raise
 
     def _tick(self, now_ns: int) -> None:
+        # the NVML calls first, without the lock (a wedged driver blocks only this thread); then
+        # what they returned goes into the windows with the lock held
         if self._handle is None and not self._open():
             self._last_tick = now_ns
             return
         nv, handle = self._nv, self._handle
         wall_ns = self._wall()
         offset_ns = wall_ns - now_ns
-        if self._probe is not None:
-            probe = self._probe()
-            if probe is not None:
-                self._corr.observe(probe)
+        probe = self._probe() if self._probe is not None else None
         prev_tick = self._last_tick if self._last_tick is not None else now_ns - int(self.interval_s * 1e9)
         self._last_tick = now_ns
         try:
-            self._read_util(nv, handle, now_ns, prev_tick, offset_ns)
+            util = self._read_util(nv, handle)
         except nv.NVMLError as err:
             if getattr(err, "value", None) == _GPU_IS_LOST:
                 self.disable(reason="NVML reports the GPU is lost")
                 return
             raise
         memory = self._try("memory", nv.nvmlDeviceGetMemoryInfo, handle)
-        if memory is not None:
-            for w in (self._win, self._all):
-                w.mem_total = int(memory.total)
-                w.mem_used_max = max(w.mem_used_max or 0, int(memory.used))
+        slow: tuple[Any, Any, int | None, Any] | None = None
+        dt = 0
         if self._last_slow is None or now_ns - self._last_slow >= self._slow_ns:
             dt = now_ns - self._last_slow if self._last_slow is not None else int(self.interval_s * 1e9)
             self._last_slow = now_ns
-            self._read_slow(nv, handle, dt)
+            slow = self._read_slow(nv, handle)
+        with self._lock:
+            if probe is not None:
+                self._corr.observe(probe)
+            if isinstance(util, float):
+                self._add_util(prev_tick, now_ns, util)
+            elif util is not None:
+                self._take_samples(*util, now_ns, offset_ns)
+            if memory is not None:
+                for w in (self._win, self._all):
+                    w.mem_total = int(memory.total)
+                    w.mem_used_max = max(w.mem_used_max or 0, int(memory.used))
+            if slow is not None:
+                self._add_slow(*slow, dt)
 
-    def _read_util(self, nv: Any, handle: Any, now_ns: int, prev_tick: int, offset_ns: int) -> None:
+    def _read_util(self, nv: Any, handle: Any) -> tuple[int, Sequence[Any]] | float | None:
+        """Utilization since the last tick: (value type, samples) from ``nvmlDeviceGetSamples``,
+        else one rate (a fraction), else None."""
         if "util" in self._off:
-            return
+            return None
         if not self._use_rates:
             try:
                 value_type, samples = nv.nvmlDeviceGetSamples(handle, _UTIL_SAMPLES, self._last_ts_us)
@@ -315,7 +332,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
                 if code == _NOT_FOUND:  # no sample newer than the last one seen
                     self._samples_missing += 1
                     if self._samples_missing * self.interval_s < 5.0 or self._period_ns is not None:
-                        return
+                        return None
                     self.note("NVML returned no utilization samples for 5 s; reading utilization rates instead")
                 elif code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND, _NO_PERMISSION):
                     if not self._mig:  # on MIG the rates fail too, and that note says why
@@ -325,15 +342,14 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
                     raise
                 else:
                     self._metric_off("util", err)
-                    return
+                    return None
                 self._use_rates = True
             else:
                 self._samples_missing = 0
-                self._take_samples(value_type, samples, now_ns, offset_ns)
-                return
+                self._worked.add("util")
+                return int(value_type), samples
         rates = self._try("util", nv.nvmlDeviceGetUtilizationRates, handle)
-        if rates is not None:
-            self._add_util(prev_tick, now_ns, float(rates.gpu) / 100.0)
+        return None if rates is None else float(rates.gpu) / 100.0
 
     def _take_samples(self, value_type: int, samples: Sequence[Any], now_ns: int, offset_ns: int) -> None:
         last = self._last_ts_us
@@ -373,11 +389,15 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             w.util.add_sample(util, period)
             w.util.add_row(shares, covered, util, exact=exact)
 
-    def _read_slow(self, nv: Any, handle: Any, dt_ns: int) -> None:
+    def _read_slow(self, nv: Any, handle: Any) -> tuple[Any, Any, int | None, Any]:
+        """(power, SM clock, clock-event reasons, temperature); None where not available."""
         power = self._try("power", nv.nvmlDeviceGetPowerUsage, handle)
         clock = self._try("clock", nv.nvmlDeviceGetClockInfo, handle, _CLOCK_SM)
         reasons = self._reasons(nv, handle)
         temp = self._try("temperature", nv.nvmlDeviceGetTemperature, handle, _TEMPERATURE_GPU)
+        return power, clock, reasons, temp
+
+    def _add_slow(self, power: Any, clock: Any, reasons: int | None, temp: Any, dt_ns: int) -> None:
         for w in (self._win, self._all):
             if power is not None:
                 watts = power / 1000.0
@@ -424,7 +444,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         if key in self._off:
             return None
         try:
-            return fn(*args)
+            value = fn(*args)
         except self._nv.NVMLError as err:
             if getattr(err, "value", None) == _GPU_IS_LOST:
                 raise
@@ -433,14 +453,35 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             else:
                 self._metric_off(key, err)
             return None
+        self._worked.add(key)
+        return value
 
     def _metric_off(self, key: str, err: Any) -> None:
         self._off.add(key)
         label = _METRIC_LABELS.get(key, key)
-        if key == "util" and self._mig:
+        if key in self._worked:
+            self.note(f"NVML: {label} stopped working during the run ({_text(err)})")
+            if key == "util":
+                self._util_stopped()
+        elif key == "util" and self._mig:
             self.note("NVML reports no utilization for MIG instances; the idle fraction comes from host phases")
         else:
             self.note(f"NVML: {label} not available on this GPU ({_text(err)})")
+
+    def _turned_off(self) -> None:
+        if "util" in self._worked:
+            self._util_stopped()
+
+    def _util_stopped(self) -> None:
+        self.note(
+            "NVML stopped measuring utilization part-way through the run: the run's idle fraction, and "
+            "that of the epoch it stopped in and of later ones, come from host phases (1 - compute share)"
+        )
+
+    @property
+    def util_stopped(self) -> bool:
+        """Utilization was measured, then stopped before now: what was measured covers part of the run."""
+        return "util" in self._worked and (not self._enabled or "util" in self._off)
 
     # -- summaries (training thread) -----------------------------------------------------
 
@@ -484,6 +525,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             sm_clock_unthrottled_mhz=w.clock_free_sum / w.clock_free_n if w.clock_free_n else None,
             throttle={k: v / busy for k, v in w.throttle_ns.items()} if w.reasons_seen and busy > 0 else {},
             temperature_max_c=w.temp_max,
+            util_partial=self.util_stopped,
         )
 
 

@@ -8,8 +8,17 @@ the run is; the raw samples themselves are kept only in a small ring (``recent``
 trace export.
 
 Failures stay inside: an exception in a sample turns that sampler off, with a note for the
-report, and never reaches the training thread. ``stop`` never hangs: it sets the stop event and
-joins with a timeout.
+report, and never reaches the training thread. Nothing on the training thread waits on a
+sampler's reads: they run on the sampler's own thread (NVML calls, /proc and psutil reads can
+block for good on a wedged driver or a process stuck in the kernel), and the lock a summary takes
+is held only while a sample's readings are added to the tallies, never around a read. Where an
+epoch end wants a sample taken right then (the host sampler closes its window where the epoch
+ends), it asks the sampler's thread for one and waits for it at most ``FRESH_DEADLINE_S``, and
+only while that thread is answering: a thread in the middle of a sample is not waited for, and
+one that missed the deadline once is not asked again. A sample in progress for longer than
+``STUCK_AFTER_S`` turns the sampler off, with a note. A sampler that is off costs nothing.
+``stop`` never hangs: it sets the stop event and joins with a timeout, and does not join a
+thread that is stuck in a sample.
 """
 
 from __future__ import annotations
@@ -29,10 +38,18 @@ Clock = Callable[[], int]
 
 #: samples kept in each sampler's ring of recent raw samples
 RING_SIZE = 512
-#: how long ``stop`` waits for the thread, seconds
-JOIN_TIMEOUT_S = 1.0
-#: how long the training thread waits for a sampler's lock at an epoch end, seconds
+#: how long ``stop`` waits for a thread that is between samples (it then takes its last sample
+#: and ends), seconds; a thread in the middle of a sample gets ``FRESH_DEADLINE_S`` at most
+JOIN_TIMEOUT_S = 0.5
+#: how long the training thread waits for a sampler's lock (held only while a sample's readings
+#: are added to the tallies, so never long unless something is badly wrong), seconds
 LOCK_TIMEOUT_S = 0.5
+#: how long an epoch end waits for a sample it asked the sampler's thread for, seconds (once
+#: missed, the sampler is not asked again: its windows then close at its latest sample)
+FRESH_DEADLINE_S = 0.1
+#: a sample in progress for longer than this is stuck (a wedged driver, a read that never
+#: returns): the sampler turns itself off, seconds
+STUCK_AFTER_S = 2.0
 
 
 class Sampler(Protocol[S_co]):
@@ -59,11 +76,14 @@ class Sampler(Protocol[S_co]):
 
 
 class PeriodicSampler(Generic[S, R]):
-    """Base of a sampler driven by a daemon thread: ``while not stop.wait(interval): sample_once()``.
+    """Base of a sampler driven by a daemon thread: one sample every ``interval_s``, or at once
+    when an epoch end asks for one (``_fresh``), until ``stop``.
 
-    Subclasses implement ``_setup`` (runs first, on the thread), ``_tick(now_ns)`` (one sample; runs
-    with ``self._lock`` held), ``_teardown`` and the summaries. Tests call ``sample_once`` directly
-    with a fake clock instead of starting the thread.
+    Subclasses implement ``_setup`` (runs first, on the thread), ``_tick(now_ns)`` (one sample: it
+    reads without the lock, then holds ``self._lock`` only while it adds what it read to the
+    tallies the summaries read), ``_final_tick`` (runs on the thread after the last regular
+    sample), ``_teardown`` and the summaries. Tests call ``sample_once`` directly with a fake clock
+    instead of starting the thread.
     """
 
     name = "sampler"
@@ -82,6 +102,15 @@ class PeriodicSampler(Generic[S, R]):
         self._clock = clock
         self._join_timeout_s = join_timeout_s
         self._stop = threading.Event()
+        #: set to wake the thread early: by ``stop``, or by a request for a sample (``_fresh``)
+        self._wake = threading.Event()
+        #: the sample an epoch end asked for (the tick to take), and the event that says it is done
+        self._wanted: Callable[[int], None] | None = None
+        self._served = threading.Event()
+        #: the thread missed a requested sample's deadline once: it is not asked again
+        self._slow = False
+        #: ``time.monotonic()`` when the sample in progress on the thread began; None between samples
+        self._busy_since: float | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._ring: deque[R] = deque(maxlen=ring_size)
@@ -100,12 +129,19 @@ class PeriodicSampler(Generic[S, R]):
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(self._join_timeout_s)
-            if thread.is_alive():
-                self.note(f"the {self.name} sampler did not stop within {self._join_timeout_s:.1f} s and was abandoned")
+            since = self._busy_since
+            if since is None:  # between samples: it wakes at once, takes its last one and ends
+                thread.join(self._join_timeout_s)
+            elif time.monotonic() - since < FRESH_DEADLINE_S:  # in a sample that just began
+                thread.join(FRESH_DEADLINE_S)
+            # else: stuck in a sample, not waited for
+            if thread.is_alive() and self._enabled:
+                self.note(f"the {self.name} sampler did not stop (a sample had not returned) and was abandoned")
                 self._enabled = False
+                self._turned_off()
         self._finish()
 
     @property
@@ -128,60 +164,106 @@ class PeriodicSampler(Generic[S, R]):
     # -- the thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        # BaseException: a SystemExit or KeyboardInterrupt raised inside a library call would
+        # otherwise end this thread silently, with no note
         try:
-            self._setup()
-        except Exception as exc:
+            self._busy_since = time.monotonic()
+            try:
+                self._setup()
+            finally:
+                self._busy_since = None
+        except BaseException as exc:
             self.disable(exc)
-        while self._enabled and not self._stop.wait(self.interval_s):
-            self.sample_once()
+        while self._enabled:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()  # before the flags are read: a request made after this wakes us again
+            if self._stop.is_set():
+                break
+            wanted, self._wanted = self._wanted, None
+            self.sample_once(wanted)
+            if wanted is not None:
+                self._served.set()
+        if self._enabled:
+            self.sample_once(self._final_tick)
         try:
             self._teardown()
-        except Exception as exc:
+        except BaseException as exc:
             self.note(f"the {self.name} sampler failed to shut down cleanly ({type(exc).__name__}: {exc})")
 
-    def sample_once(self) -> None:
-        """Take one sample now; an exception turns the sampler off."""
+    def sample_once(self, tick: Callable[[int], None] | None = None) -> None:
+        """Take one sample now (``tick``: instead of ``_tick``); an exception turns the sampler off."""
         if not self._enabled:
             return
-        try:
-            with self._lock:
-                self._tick(self._clock())
-                self.ticks += 1
-        except Exception as exc:
-            self.disable(exc)
-
-    def sample_now(self, tick: Callable[[int], None] | None = None) -> None:
-        """Take one sample on the calling thread (an epoch end), waiting at most ``LOCK_TIMEOUT_S``
-        for a sample in progress on the sampler's thread. ``tick``: a cheaper sample than
-        ``_tick`` for the training thread to take (called with the lock held, like ``_tick``)."""
-        if not self._enabled or not self._locked():
-            return
+        self._busy_since = time.monotonic()
         try:
             (tick or self._tick)(self._clock())
             self.ticks += 1
         except Exception as exc:
             self.disable(exc)
+        except BaseException as exc:  # SystemExit from a library: off, with a note; on the
+            if threading.current_thread() is not self._thread:  # training thread Ctrl-C is the user's
+                raise
+            self.disable(exc)
         finally:
-            self._lock.release()
+            self._busy_since = None
+
+    def _fresh(self, tick: Callable[[int], None] | None = None) -> None:
+        """A sample now, for an epoch end: taken by the sampler's thread (``tick``: instead of
+        ``_tick``), waiting at most ``FRESH_DEADLINE_S`` for it, and only while the thread
+        answers (see the module docstring). Without a thread (tests drive ``sample_once``) it is
+        taken here. Otherwise the summary that follows uses the latest sample."""
+        if not self._enabled:
+            return
+        thread = self._thread
+        if thread is None:
+            self.sample_once(tick)
+            return
+        if self._slow or self.check_stuck() or self._busy_since is not None or not thread.is_alive():
+            return
+        self._served.clear()
+        self._wanted = tick or self._tick
+        self._wake.set()
+        if not self._served.wait(FRESH_DEADLINE_S):
+            self._slow = True  # not asked again: its windows close at its latest sample
+
+    def check_stuck(self) -> bool:
+        """True when a sample has been in progress on the thread for longer than ``STUCK_AFTER_S``:
+        the sampler is then off (one note), and its thread abandoned."""
+        since = self._busy_since
+        if since is None or time.monotonic() - since <= STUCK_AFTER_S:
+            return False
+        if self._enabled:
+            self.disable(reason=f"a sample has not returned for more than {STUCK_AFTER_S:.0f} s (abandoned)")
+        return True
 
     def disable(self, exc: BaseException | None = None, reason: str = "") -> None:
         """Turn this sampler off (the others and the training go on)."""
         if exc is not None:
-            reason = f"{type(exc).__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {_text(exc)}"
         if self._enabled:
             self.note(f"{self.name} sampling is off: {reason or 'stopped'}")
+            self._turned_off()
         self._enabled = False
         self._stop.set()
+        self._wake.set()
+
+    def _turned_off(self) -> None:
+        """Runs once when the sampler turns itself off (subclasses note what that leaves out)."""
 
     def _locked(self) -> bool:
-        """Take the lock for a summary on the training thread, without ever waiting long."""
+        """Take the lock for a summary on the training thread, without ever waiting long (and not
+        at all once the sampler is off)."""
+        if not self._enabled:
+            return self._lock.acquire(blocking=False)
         if self._lock.acquire(timeout=LOCK_TIMEOUT_S):
             return True
         self.disable(reason=f"a sample took longer than {LOCK_TIMEOUT_S} s")
         return False
 
     def _with_lock(self, read: Callable[[], T]) -> T | None:
-        """``read()`` with the lock held, or None when the lock could not be had in time."""
+        """``read()`` with the lock held, or None when the lock could not be had in time. (A
+        summary is where a sample stuck on the thread is found: the sampler then turns off.)"""
+        self.check_stuck()
         if not self._locked():
             return None
         try:
@@ -195,11 +277,22 @@ class PeriodicSampler(Generic[S, R]):
         """Runs once on the thread before the first sample."""
 
     def _tick(self, now_ns: int) -> None:
-        """Take one sample at ``now_ns`` (called with the lock held)."""
+        """Take one sample at ``now_ns`` (read first, then add it to the tallies with the lock held)."""
         raise NotImplementedError
+
+    def _final_tick(self, now_ns: int) -> None:
+        """The last sample, on the thread once it is asked to stop (by default none)."""
 
     def _teardown(self) -> None:
         """Runs once on the thread after the last sample."""
 
     def _finish(self) -> None:
         """Runs on the caller of ``stop`` after the thread ended (or was abandoned)."""
+
+
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, which runs code of the exception's own and may itself fail."""
+    try:
+        return str(exc)
+    except Exception:
+        return type(exc).__name__

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
+from stallscope._exceptions import from_signal_handler
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanSnapshot, SpanStats
 
@@ -542,6 +543,13 @@ class Timeline:
             self._cpu_due = now + DATA_CPU_INTERVAL_NS
             self._data_cpu_mark = self._cpu_clock()
 
+    def drop_step(self) -> None:
+        """The step in progress never ran: a batch was logged as arrived, but the loader raised
+        instead (Lightning's probe after ``next()`` runs either way). It is not counted; its time
+        stays where it was logged."""
+        self._fold()
+        self._in_step = False
+
     def data_end(self, *, got_item: bool, then: int | None = None) -> int:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns.
         ``then``: enter this phase at the same instant (Lightning's h2d, every step)."""
@@ -625,7 +633,10 @@ class Timeline:
             self._on_watch_leave()
 
     def _failed(self, exc: Exception) -> None:
-        """StallScope's own failure on the hot path: stop recording, hand the error on."""
+        """StallScope's own failure on the hot path: stop recording, hand the error on. (An
+        exception a signal handler raised meanwhile is the user's: it goes on up, unchanged.)"""
+        if from_signal_handler(exc):
+            raise exc
         self.stop()
         self.on_error(exc)
 

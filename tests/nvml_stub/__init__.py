@@ -3,7 +3,8 @@
 ``build(dest, omit=...)`` compiles it with gcc (``omit`` leaves NVML functions out, so pynvml
 raises ``FunctionNotFound``); ``write_script(path, **settings)`` writes the script it reads from
 ``$STUBNVML_SCRIPT`` (see the C file's header for the keys; ``fail={"nvmlDeviceGetPowerUsage": 3}``
-makes a function return an error code).
+makes a function return an error code, ``fail_after`` makes it fail after some calls, and
+``block_after`` makes it hang, as a wedged driver does).
 
 ``load_in_process(lib)`` loads a built library into this process so that pynvml's own
 ``CDLL("libnvidia-ml.so.1")`` finds it (same soname), for tests that drive the sampler
@@ -39,10 +40,21 @@ def build(dest: Path, omit: Iterable[str] = ()) -> Path:
     return out
 
 
-def write_script(path: Path, fail: Mapping[str, int] | None = None, **settings: object) -> Path:
-    """Write a stub script: one ``key value`` line per setting, plus ``fail <function> <code>``."""
+def write_script(
+    path: Path,
+    fail: Mapping[str, int] | None = None,
+    *,
+    fail_after: Mapping[str, tuple[int, int]] | None = None,
+    block_after: Mapping[str, int] | None = None,
+    **settings: object,
+) -> Path:
+    """Write a stub script: one ``key value`` line per setting, plus ``fail <function> <code>``,
+    ``fail_after <function> <n> <code>`` (``fail_after={fn: (n, code)}``) and
+    ``block_after <function> <n>`` (``block_after={fn: n}``: later calls never return)."""
     lines = [f"{key} {value}" for key, value in settings.items()]
     lines += [f"fail {name} {code}" for name, code in (fail or {}).items()]
+    lines += [f"fail_after {name} {n} {code}" for name, (n, code) in (fail_after or {}).items()]
+    lines += [f"block_after {name} {n}" for name, n in (block_after or {}).items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 

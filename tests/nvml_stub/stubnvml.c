@@ -28,6 +28,12 @@
  *   max_samples 100           samples the driver keeps (older ones are lost)
  *   mig 0                     1: MIG mode on (utilization then reads NOT_SUPPORTED)
  *   fail <function> <code>    that function returns <code> (e.g. 3 NOT_SUPPORTED, 4 NO_PERMISSION)
+ *   fail_after <function> <n> <code>
+ *                             its first n calls work, later ones return <code> (NVML failing
+ *                             part-way through a run)
+ *   block_after <function> <n>
+ *                             its first n calls work, later ones never return (a wedged driver)
+ *   (<function> "*" counts and matches every call after nvmlInit)
  *
  * "Busy" is set by the program under test through stubnvml_set_busy(1/0), as a GPU would be
  * busy while kernels run; a utilization sample is idle_util + (busy_util - idle_util) times the
@@ -35,6 +41,7 @@
  * timestamps, unless a test drives it with stubnvml_set_time_us (0 returns to the real clock).
  */
 #define _GNU_SOURCE
+#include <unistd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +99,10 @@ static struct {
     int nfails;
     char fail_name[MAX_FAILS][64];
     int fail_code[MAX_FAILS];
+    int nafter; /* fail_after / block_after rules */
+    char after_name[MAX_FAILS][64];
+    unsigned long long after_n[MAX_FAILS], after_calls[MAX_FAILS];
+    int after_code[MAX_FAILS]; /* -1: block */
 } cfg;
 
 static unsigned long long fake_now_us = 0;
@@ -160,6 +171,17 @@ static void load_script(void) {
                 else if (!strcmp(key, "sample_period_us")) cfg.period_us = v ? v : 1;
                 else if (!strcmp(key, "max_samples")) cfg.max_samples = (unsigned)v;
                 else if (!strcmp(key, "mig")) cfg.mig = (int)v;
+                else if (!strcmp(key, "fail_after") && cfg.nafter < MAX_FAILS) {
+                    int code = 0;
+                    if (sscanf(val, "%63s %llu %i", cfg.after_name[cfg.nafter], &cfg.after_n[cfg.nafter], &code) == 3) {
+                        cfg.after_code[cfg.nafter++] = code;
+                    }
+                }
+                else if (!strcmp(key, "block_after") && cfg.nafter < MAX_FAILS) {
+                    if (sscanf(val, "%63s %llu", cfg.after_name[cfg.nafter], &cfg.after_n[cfg.nafter]) == 2) {
+                        cfg.after_code[cfg.nafter++] = -1;
+                    }
+                }
                 else if (!strcmp(key, "fail") && cfg.nfails < MAX_FAILS) {
                     int code = 0;
                     if (sscanf(val, "%63s %i", cfg.fail_name[cfg.nfails], &code) == 2)
@@ -185,13 +207,23 @@ static void load_script(void) {
 static int failing(const char *fn) {
     for (int i = 0; i < cfg.nfails; i++)
         if (!strcmp(cfg.fail_name[i], fn)) return cfg.fail_code[i];
-    return 0;
+    int out = 0;
+    for (int i = 0; i < cfg.nafter; i++) {
+        if (strcmp(cfg.after_name[i], fn) && strcmp(cfg.after_name[i], "*")) continue;
+        if (++cfg.after_calls[i] > cfg.after_n[i] && !out) out = cfg.after_code[i];
+    }
+    return out;
+}
+
+/* a wedged driver: this call never returns (the stub's lock is not held meanwhile) */
+static void block_forever(void) {
+    for (;;) sleep(3600);
 }
 
 #define ENTER(fn)                                           \
     pthread_mutex_lock(&lock);                              \
     if (refcount <= 0) { pthread_mutex_unlock(&lock); return ERR_UNINITIALIZED; } \
-    { int _f = failing(fn); if (_f) { pthread_mutex_unlock(&lock); return _f; } }
+    { int _f = failing(fn); if (_f) { pthread_mutex_unlock(&lock); if (_f < 0) block_forever(); return _f; } }
 #define LEAVE(code) do { pthread_mutex_unlock(&lock); return (code); } while (0)
 
 static int check_device(nvmlDevice_t d) {

@@ -1,0 +1,180 @@
+"""Run the same small training loop bare and under StallScope, and compare what training saw.
+
+``plain_run(body, scope=...)`` runs a plain loop in this process; ``script_run(...)`` runs one in
+a fresh interpreter (signals, a stand-in NVML driver through ``LD_LIBRARY_PATH``) and reads what
+it printed. An ``Outcome`` holds what training itself observed: the items its body finished, the
+exception that ended it (type and message), or the exit status, and the wall time of the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stallscope import StallScope
+from stallscope.report.io import load_report
+from stallscope.report.schema import Report
+
+#: a run under StallScope may take at most this much longer than the bare one. Generous on
+#: purpose (a shared, busy machine): what it guards against is a wait per epoch, and a 0.5 s wait
+#: at each of 10 epoch ends already exceeds it by far
+EXTRA_S = 2.5
+
+
+@dataclass
+class Outcome:
+    """What the training loop observed."""
+
+    items: list[Any] = field(default_factory=list)
+    #: (type name, message) of the exception that ended the loop, None when it ran to its end
+    error: tuple[str, str] | None = None
+    seconds: float = 0.0
+    scope: StallScope | None = None
+
+
+def same_error(text: str) -> str:
+    """An exception message with process ids taken out (a DataLoader names its worker's pid)."""
+    return re.sub(r"pid\(?s?\)? [\d, ]+", "pid N", text)
+
+
+def plain_run(
+    body: Callable[[int, Any], None],
+    *,
+    data: Callable[[int], Iterable[Any]],
+    epochs: int = 3,
+    scope: StallScope | None = None,
+    phase: str = "compute",
+) -> Outcome:
+    """``for epoch: for item in data(epoch): body(epoch, item)``, bare or under ``scope``; catches
+    anything (KeyboardInterrupt and SystemExit too) and records it."""
+    out = Outcome(scope=scope)
+    began = time.perf_counter()
+    try:
+        if scope is None:
+            for epoch in range(epochs):
+                for item in data(epoch):
+                    body(epoch, item)
+                    out.items.append(item)
+        else:
+            with scope:
+                for epoch in range(epochs):
+                    for item in scope.iter(data(epoch)):
+                        with scope.phase(phase):
+                            body(epoch, item)
+                        out.items.append(item)
+    except BaseException as exc:  # whatever ended the loop is what we compare
+        out.error = (type(exc).__name__, same_error(str(exc)))
+    out.seconds = time.perf_counter() - began
+    return out
+
+
+def assert_unchanged(bare: Outcome, scoped: Outcome) -> None:
+    """Training saw the same thing under StallScope, at a bounded cost."""
+    assert scoped.items == bare.items
+    assert scoped.error == bare.error
+    assert scoped.seconds < bare.seconds + EXTRA_S, (scoped.seconds, bare.seconds)
+
+
+def valid_report(report_dir: Path) -> Report:
+    """The report on disk, read back through the CLI's checks (types, ranges, finite numbers)."""
+    report = load_report(report_dir)
+    assert report.schema_version == 1
+    return report
+
+
+def numbers(n: int) -> Callable[[int], Iterator[int]]:
+    """``data`` for ``plain_run``: n items per epoch, numbered across epochs."""
+
+    def data(epoch: int) -> Iterator[int]:
+        yield from range(epoch * n, epoch * n + n)
+
+    return data
+
+
+# -- in a fresh interpreter ------------------------------------------------------------------
+
+#: a plain loop driven by a JSON config: ``epochs``, ``steps``, ``step_s`` (sleep per step),
+#: ``scope`` (False: bare), ``report_dir``, ``nvml_device``, ``sigterm_at`` (item that sends this
+#: process SIGTERM), ``handler`` (install a SIGTERM handler that calls sys.exit(143)). Prints
+#: each item it finished, then "loop_s <seconds>" (the loop's wall time) when it ends normally.
+LOOP = r"""
+import json, os, signal, sys, time
+cfg = json.loads(sys.argv[1])
+if cfg.get("handler"):
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+from stallscope import StallScope
+
+def data(epoch):
+    for i in range(cfg["steps"]):
+        item = epoch * cfg["steps"] + i
+        if item == cfg.get("sigterm_at"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # the default action ends the process while it waits here
+        yield item
+
+def train(item):
+    time.sleep(cfg["step_s"])
+    print(item, flush=True)
+
+began = time.perf_counter()
+if cfg["scope"]:
+    with StallScope(cfg["report_dir"], console=False, nvml_device=cfg.get("nvml_device"),
+                    sample_interval_s=0.02) as scope:
+        for epoch in range(cfg["epochs"]):
+            for item in scope.iter(data(epoch)):
+                with scope.phase("compute"):
+                    train(item)
+else:
+    for epoch in range(cfg["epochs"]):
+        for item in data(epoch):
+            train(item)
+print("loop_s", time.perf_counter() - began, flush=True)
+"""
+
+
+@dataclass
+class ScriptOutcome:
+    """What a loop in a fresh interpreter printed, and how it exited."""
+
+    items: list[int]
+    returncode: int
+    loop_s: float | None
+    stderr: str
+
+
+def script_run(
+    report_dir: Path | None,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    **cfg: Any,
+) -> ScriptOutcome:
+    """Run ``LOOP`` (``report_dir`` None: bare) and collect what it printed."""
+    settings = {"epochs": 3, "steps": 8, "step_s": 0.005, "scope": report_dir is not None}
+    settings.update(cfg)
+    settings["report_dir"] = str(report_dir) if report_dir is not None else None
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", LOOP, json.dumps(settings)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    items: list[int] = []
+    loop_s = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("loop_s "):
+            loop_s = float(line.split()[1])
+        elif line.strip().isdigit():
+            items.append(int(line))
+    return ScriptOutcome(items, proc.returncode, loop_s, proc.stderr)

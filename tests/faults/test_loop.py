@@ -1,0 +1,178 @@
+"""Faults in the user's own loop: its exceptions, interrupts and exits, its DataLoader workers
+failing, and signals. StallScope changes none of what training sees, and its report of what ran
+is written and readable."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from faults.harness import assert_unchanged, numbers, plain_run, script_run, valid_report
+from stallscope import StallScope
+
+
+def _raise_at(target: int, exc: BaseException) -> Any:
+    def body(epoch: int, item: int) -> None:
+        if item == target:
+            raise exc
+
+    return body
+
+
+@pytest.mark.parametrize(
+    ("exc", "note"),
+    [
+        (ValueError("planted in the body"), "the run ended with an exception (ValueError: planted in the body)"),
+        (KeyboardInterrupt(), "the run was interrupted (KeyboardInterrupt)"),
+        (SystemExit(0), "the run stopped at sys.exit(0)"),
+        (SystemExit("bye"), "the run stopped at sys.exit('bye')"),
+    ],
+)
+def test_an_exception_interrupt_or_exit_in_the_body(tmp_path: Path, exc: BaseException, note: str) -> None:
+    bare = plain_run(_raise_at(13, exc), data=numbers(8))
+    scoped = plain_run(_raise_at(13, exc), data=numbers(8), scope=StallScope(tmp_path, console=False))
+    assert bare.error is not None
+    assert_unchanged(bare, scoped)
+    report = valid_report(tmp_path)
+    assert report.complete
+    assert note in report.notes
+    assert "interrupted" not in note or not isinstance(exc, SystemExit)
+    assert report.summary.steps == 14  # 13 finished, and the one that raised
+    assert [e.summary.steps for e in report.epochs] == [8, 6]
+
+
+class _Planted(Dataset[torch.Tensor]):
+    """Eight samples; ``fault`` at ``at``: "raise" (a ValueError in the worker) or "kill" (the
+    worker process SIGKILLs itself)."""
+
+    def __init__(self, fault: str, at: int) -> None:
+        self.fault = fault
+        self.at = at
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.at and torch.utils.data.get_worker_info() is not None:
+            if self.fault == "raise":
+                raise ValueError(f"sample {i} is unreadable")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.full((2,), float(i))
+
+
+def _worker_data(fault: str) -> Any:
+    def data(epoch: int) -> Iterator[Any]:
+        # the fault in the second epoch; the loader's own timeout keeps a lost worker from hanging
+        ds = _Planted(fault, at=5 if epoch == 1 else -1)
+        yield from DataLoader(ds, batch_size=1, num_workers=1, timeout=60)
+
+    return data
+
+
+def _first(batches: list[Any]) -> list[float]:
+    return [float(b[0, 0]) for b in batches]
+
+
+def test_a_dataloader_worker_that_raises(tmp_path: Path) -> None:
+    def body(epoch: int, batch: Any) -> None:
+        return None
+
+    bare = plain_run(body, data=_worker_data("raise"))
+    scoped = plain_run(body, data=_worker_data("raise"), scope=StallScope(tmp_path, console=False))
+    assert _first(scoped.items) == _first(bare.items)
+    assert bare.error is not None
+    assert scoped.error == bare.error
+    assert "sample 5 is unreadable" in scoped.error[1]
+    report = valid_report(tmp_path)
+    assert report.summary.steps == len(bare.items) == 8 + 5  # no step for the batch that never came
+    assert report.complete
+
+
+#: how torch reports a worker that died: which comes first depends on timing, with or without
+#: StallScope (the SIGCHLD handler, the broken pipe to the worker, or its end of the queue)
+LOST_WORKER = ("RuntimeError", "ConnectionResetError", "EOFError")
+
+
+def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
+    def body(epoch: int, batch: Any) -> None:
+        return None
+
+    bare = plain_run(body, data=_worker_data("kill"))
+    scoped = plain_run(body, data=_worker_data("kill"), scope=StallScope(tmp_path, console=False))
+    # how many batches torch delivers before it notices depends on timing too: each run's own
+    assert bare.error is not None
+    assert bare.error[0] in LOST_WORKER
+    assert scoped.error is not None
+    assert scoped.error[0] in LOST_WORKER
+    assert _first(scoped.items)[:8] == _first(bare.items)[:8] == [float(i) for i in range(8)]
+    assert scoped.seconds < bare.seconds + 2.5
+    report = valid_report(tmp_path)
+    assert report.summary.steps == len(scoped.items)  # no step for the batch that never came
+    assert report.complete
+
+
+def test_sigterm_without_a_handler(tmp_path: Path) -> None:
+    """The default action kills the process at once: the report of the last epoch end stays on
+    disk, whole (it is replaced atomically)."""
+    bare = script_run(None, sigterm_at=19)
+    scoped = script_run(tmp_path, sigterm_at=19)
+    assert bare.returncode == scoped.returncode == -signal.SIGTERM
+    assert scoped.items == bare.items == list(range(19))
+    report = valid_report(tmp_path)
+    assert not report.complete
+    assert len(report.epochs) == 2
+
+
+def test_sigterm_with_a_handler_that_exits(tmp_path: Path) -> None:
+    bare = script_run(None, sigterm_at=19, handler=True)
+    scoped = script_run(tmp_path, sigterm_at=19, handler=True)
+    assert bare.returncode == scoped.returncode == 143
+    assert scoped.items == bare.items == list(range(19))
+    assert "Traceback" not in scoped.stderr
+    report = valid_report(tmp_path)
+    assert report.complete
+    assert "the run stopped at sys.exit(143)" in report.notes
+    assert report.summary.steps == 19  # the signal came while waiting for item 19: no step for it
+
+
+@pytest.mark.parametrize(("at", "items"), [(3, 16), (9, 32)], ids=["epoch end", "final report"])
+def test_a_signal_handlers_exception_while_stallscope_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int, items: int
+) -> None:
+    """A Python signal handler runs between any two bytecodes, StallScope's too: torch's SIGCHLD
+    handler raises ``RuntimeError`` when a worker dies. Raised inside StallScope's analysis, at
+    an epoch end or while the final report is made, it reaches the loop unchanged, StallScope
+    does not take it for a failure of its own, and the final report is still written."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        scope = StallScope(tmp_path, console=False)
+        real = scope._session.diagnose
+        calls: list[int] = []
+
+        def diagnose(*args: Any) -> Any:
+            calls.append(1)
+            if len(calls) == at:  # each epoch end diagnoses the epoch, then the run; then the end
+                signal.raise_signal(signal.SIGUSR1)
+            return real(*args)
+
+        monkeypatch.setattr(scope._session, "diagnose", diagnose)
+        scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=4, scope=scope)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert scoped.error == ("RuntimeError", "DataLoader worker (pid N) is killed by signal: Killed.")
+    assert len(scoped.items) == items
+    report = valid_report(tmp_path)
+    assert report.complete
+    assert report.summary.steps == items
+    assert not any("turned itself off" in n for n in report.notes)
