@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from faults.harness import assert_unchanged, numbers, plain_run, script_run, valid_report
 from stallscope import StallScope
+from stallscope.hooks import session as session_module
 
 
 def _raise_at(target: int, exc: BaseException) -> Any:
@@ -119,15 +120,17 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
 
 
 def test_sigterm_without_a_handler(tmp_path: Path) -> None:
-    """The default action kills the process at once: the report of the last epoch end stays on
-    disk, whole (it is replaced atomically)."""
+    """The default action kills the process at once: the last report written stays on disk,
+    whole (it is replaced atomically). Mid-run writes keep to 1% of the run, so with epochs this
+    short the second epoch's may still have been waiting: the first epoch's is there at least."""
     bare = script_run(None, sigterm_at=19)
     scoped = script_run(tmp_path, sigterm_at=19)
     assert bare.returncode == scoped.returncode == -signal.SIGTERM
     assert scoped.items == bare.items == list(range(19))
     report = valid_report(tmp_path)
     assert not report.complete
-    assert len(report.epochs) == 2
+    assert len(report.epochs) in (1, 2)
+    assert [e.index for e in report.epochs] == list(range(len(report.epochs)))
 
 
 def test_sigterm_with_a_handler_that_exits(tmp_path: Path) -> None:
@@ -142,14 +145,14 @@ def test_sigterm_with_a_handler_that_exits(tmp_path: Path) -> None:
     assert report.summary.steps == 19  # the signal came while waiting for item 19: no step for it
 
 
-@pytest.mark.parametrize(("at", "items"), [(3, 16), (9, 32)], ids=["epoch end", "final report"])
+@pytest.mark.parametrize("where", ["epoch end", "final report"])
 def test_a_signal_handlers_exception_while_stallscope_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int, items: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     """A Python signal handler runs between any two bytecodes, StallScope's too: torch's SIGCHLD
-    handler raises ``RuntimeError`` when a worker dies. Raised inside StallScope's analysis, at
-    an epoch end or while the final report is made, it reaches the loop unchanged, StallScope
-    does not take it for a failure of its own, and the final report is still written."""
+    handler raises ``RuntimeError`` when a worker dies. Raised inside StallScope's own work, at
+    the second epoch end or while the final report is diagnosed, it reaches the loop unchanged,
+    StallScope does not take it for a failure of its own, and the final report is still written."""
 
     def handler(signum: int, frame: object) -> None:
         raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
@@ -157,16 +160,36 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
     previous = signal.signal(signal.SIGUSR1, handler)
     try:
         scope = StallScope(tmp_path, console=False)
-        real = scope._session.diagnose
-        calls: list[int] = []
+        session = scope._session
+        if where == "epoch end":
+            real_close = session.signals.close_window
+            closes: list[int] = []
 
-        def diagnose(*args: Any) -> Any:
-            calls.append(1)
-            if len(calls) == at:  # each epoch end diagnoses the epoch, then the run; then the end
-                signal.raise_signal(signal.SIGUSR1)
-            return real(*args)
+            def close_window() -> Any:
+                closes.append(1)
+                if len(closes) == 2:
+                    signal.raise_signal(signal.SIGUSR1)
+                return real_close()
 
-        monkeypatch.setattr(scope._session, "diagnose", diagnose)
+            monkeypatch.setattr(session.signals, "close_window", close_window)
+            items = 16
+        else:
+            real_diagnose, real_finish = session_module.diagnose, session.finish
+            finishing: list[int] = []
+
+            def diagnose(*args: Any, **kwargs: Any) -> Any:
+                if finishing and len(finishing) == 1:
+                    finishing.append(1)
+                    signal.raise_signal(signal.SIGUSR1)
+                return real_diagnose(*args, **kwargs)
+
+            def finish(*args: Any, **kwargs: Any) -> Any:
+                finishing.append(1)
+                return real_finish(*args, **kwargs)
+
+            monkeypatch.setattr(session_module, "diagnose", diagnose)
+            monkeypatch.setattr(session, "finish", finish)
+            items = 32
         scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=4, scope=scope)
     finally:
         signal.signal(signal.SIGUSR1, previous)
