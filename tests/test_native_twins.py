@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_native import _FOLDED
 
 from stallscope.timeline import recorder
 from stallscope.timeline.phases import BUILTIN_PHASES
@@ -35,25 +36,7 @@ _FOLD_AT = 6
 
 #: fields the two timelines must agree on after every operation (the folded state and the rest)
 _FIELDS = (
-    "_totals",
-    "_counts",
-    "_cur",
-    "_stack",
-    "_mark",
-    "_in_step",
-    "_step_start",
-    "_step_wait",
-    "_data_mark",
-    "_ring_step",
-    "_ring_wait",
-    "_ring_pos",
-    "_steps",
-    "_step_total",
-    "_windows",
-    "_window_steps",
-    "_win_steps",
-    "_win_start",
-    "_win_busy",
+    *_FOLDED,
     "_start_ns",
     "_started",
     "_live",
