@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from gate_reports import data_workers, logging_frequency, make_report, write
 from rich.console import Console
 
+from stallscope.analysis.regression import compare
 from stallscope.cli import main
 from stallscope.cli.diff import diff_rows, format_diff, render_diff
+from stallscope.cli.verdict import format_verdict
 
 A = make_report(0.2, phases={"data": 0.15, "compute": 0.8, "logging": 0.05}, findings=[logging_frequency()])
 B = make_report(0.6, phases={"data": 0.55, "compute": 0.4, "logging": 0.05}, findings=[data_workers(0.4)])
@@ -89,3 +92,14 @@ def test_a_fall_too_small_to_show_keeps_its_sign() -> None:
     rows = {r.label: r for r in diff_rows(a, b) if not r.section}
     assert rows["accelerator idle"].change == "-0.0 pp"
     assert rows["compute"].change == "+0.0 pp"
+
+
+def test_a_floor_reads_at_least_in_diff_and_check() -> None:
+    """A fix that only removes work is a floor (SPEC §3): every command shows it as "at least"."""
+    floor = replace(logging_frequency(0.6), est_speedup_bound="lower")
+    a = make_report(0.2, phases={"data": 0.15, "compute": 0.8, "logging": 0.05})
+    b = make_report(0.65, phases={"data": 0.15, "compute": 0.2, "logging": 0.65}, findings=[floor])
+    rows = {r.label: r for r in diff_rows(a, b) if not r.section}
+    assert rows["logging.frequency"].b == "at least x2.50 (60%)"
+    text = format_verdict(compare(b, a))
+    assert "1. logging.frequency  at least x2.50 faster (saves 60% of wall time)" in text

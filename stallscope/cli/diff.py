@@ -16,7 +16,7 @@ from stallscope.analysis.finding import Finding
 from stallscope.analysis.regression import comparison_problem
 from stallscope.cli.verdict import pct, points, rounded
 from stallscope.report.io import load_report
-from stallscope.report.render import plain
+from stallscope.report.render import plain, speedup_text
 from stallscope.report.schema import Report
 
 HELP = "show two reports side by side: idle fraction, phase fractions, findings"
@@ -37,7 +37,7 @@ class Row:
 
 
 def _finding_cell(f: Finding | None) -> str:
-    return "-" if f is None else f"x{f.est_speedup:.2f} ({f.est_saving_fraction:.0%})"
+    return "-" if f is None else f"{speedup_text(f)} ({f.est_saving_fraction:.0%})"
 
 
 def diff_rows(a: Report, b: Report) -> list[Row]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from stallscope.analysis.regression import Verdict
 from stallscope.cli.verdict import Paths, close_line, headline, noise_line, pct, points, spread_lines
+from stallscope.report.render import speedup_text
 
 TITLE = "StallScope: accelerator idle time regressed"
 ERROR_TITLE = "StallScope check could not run"
@@ -36,7 +37,7 @@ def verdict_annotation(verdict: Verdict) -> str | None:
     message = headline(verdict)
     if verdict.explanations:
         top = verdict.explanations[0].finding
-        message += f". Top fix: {top.id} (x{top.est_speedup:.2f} faster): {top.fix}"
+        message += f". Top fix: {top.id} ({speedup_text(top)} faster): {top.fix}"
     return annotation("error", TITLE, message)
 
 
@@ -82,7 +83,7 @@ def format_step_summary(verdict: Verdict, *, current_path: Paths = None, baselin
         for rank, e in enumerate(verdict.explanations, start=1):
             f = e.finding
             new = " (new since the baseline)" if e.new else ""
-            lines.append(f"{rank}. `{f.id}`: x{f.est_speedup:.2f} faster{new}. {_cell(f.fix)}")
+            lines.append(f"{rank}. `{f.id}`: {speedup_text(f)} faster{new}. {_cell(f.fix)}")
         lines.append("")
     lines += [f"> {_cell(n)}" for n in verdict.notes]
     cur, base = _paths(current_path), _paths(baseline_path)

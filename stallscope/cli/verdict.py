@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stallscope.analysis.regression import Explanation, RunFacts, Verdict
-from stallscope.report.render import plain
+from stallscope.report.render import gain_text, plain
 
 #: version of the ``--format json`` object; bumped when a field changes meaning or goes away
 VERDICT_FORMAT_VERSION = 2
@@ -154,7 +154,7 @@ def _finding_line(rank: int, e: Explanation) -> str:
     if e.new:
         extra.append("new since the baseline")
     tail = f"  [{'; '.join(extra)}]" if extra else ""
-    return f"{rank}. {f.id}  x{f.est_speedup:.2f} faster (saves {f.est_saving_fraction:.0%} of wall time){tail}"
+    return f"{rank}. {f.id}  {gain_text(f)}{tail}"
 
 
 def _where(paths: Paths) -> str:

@@ -51,9 +51,14 @@ def _headline(summary: Summary, device: str | None) -> str:
     )
 
 
-def _gain(f: Finding) -> str:
-    floor = "at least " if f.est_speedup_bound == "lower" else ""  # SPEC §3: a floor reads "at least x5.2"
-    return f"{floor}x{f.est_speedup:.2f} faster (saves {f.est_saving_fraction:.0%} of wall time)"
+def speedup_text(f: Finding) -> str:
+    """``x2.10``, or ``at least x2.10`` for a floor (SPEC §3), wherever a prediction is shown."""
+    floor = "at least " if f.est_speedup_bound == "lower" else ""
+    return f"{floor}x{f.est_speedup:.2f}"
+
+
+def gain_text(f: Finding) -> str:
+    return f"{speedup_text(f)} faster (saves {f.est_saving_fraction:.0%} of wall time)"
 
 
 #: columns of the per-rank table of a distributed job (SPEC §3a)
@@ -149,7 +154,7 @@ def render_panel(
                 Text.assemble(
                     f" {rank}. ",
                     (plain(f.id), "bold cyan"),
-                    f"  {_gain(f)}",
+                    f"  {gain_text(f)}",
                 )
             )
             # the confidence goes with the evidence line, so the headline fits 80 columns; padded
@@ -187,7 +192,7 @@ def format_text(
     if findings:
         lines.append("  fixes, best first:")
         for rank, f in enumerate(findings[:_MAX_FINDINGS], start=1):
-            lines.append(f"    {rank}. {plain(f.id)}  {_gain(f)}  confidence {f.confidence}")
+            lines.append(f"    {rank}. {plain(f.id)}  {gain_text(f)}  confidence {f.confidence}")
             lines.append(f"       {plain(f.title)}")
             lines.append(f"       {plain(f.fix)}")
             lines.extend(f"         {line}" for line in plain(f.snippet).splitlines())
