@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, SequentialSampler
 
 FEATURES = 64
 CLASSES = 10
@@ -92,10 +92,16 @@ def emulate_accelerator() -> None:
     torch.set_num_threads(1)
 
 
-def loader(dataset: Dataset[Any], *, batch_size: int = 32, num_workers: int = 0, **kwargs: Any) -> DataLoader[Any]:
+def loader(
+    dataset: Dataset[Any], *, batch_size: int = 32, num_workers: int = 0, batch_sampler: bool = False, **kwargs: Any
+) -> DataLoader[Any]:
+    """The examples' DataLoader; ``batch_sampler``: one index per batch (``data.batch_indexing``'s fix)."""
     if num_workers == 0:
         kwargs.pop("prefetch_factor", None)
         kwargs.pop("persistent_workers", None)
+    if batch_sampler:
+        sampler = BatchSampler(SequentialSampler(dataset), batch_size, drop_last=False)  # type: ignore[arg-type]
+        return DataLoader(dataset, sampler=sampler, batch_size=None, num_workers=num_workers, **kwargs)
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, **kwargs)
 
 

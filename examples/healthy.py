@@ -29,9 +29,10 @@ def run(
     batches: int = 60,
     batch_size: int = 64,
     log_every_n_steps: int = 50,
+    batch_sampler: bool = False,
 ) -> Report | None:
     emulate_accelerator()
-    data = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size)
+    data = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size, batch_sampler=batch_sampler)
     trainer = Trainer(hidden=512)
     history: list[float] = []
     step = 0
