@@ -138,6 +138,26 @@ def test_an_epoch_end_does_not_refresh_the_descendants() -> None:
     assert second.max_children == 2
 
 
+def test_epoch_ends_closer_than_one_interval_take_no_extra_sample() -> None:
+    """Many short epochs: an epoch end takes a fresh sample only when its window is at least one
+    sampling interval (0.2 s) long, so the samples keep the thread's own pace."""
+    host = FakeHost()
+    rig = Rig(host)
+    rig.now += 200 * MS
+    rig.sampler.close_window()  # a window of 0.2 s: sampled at its end
+    before = rig.sampler.ticks
+    for _ in range(10):  # ten 10 ms epochs
+        rig.now += 10 * MS
+        rig.sampler.close_window()
+    assert rig.sampler.ticks == before
+    rig.now += 200 * MS
+    host.own = 0.05
+    summary = rig.sampler.close_window()  # a window of 0.3 s: sampled at its end
+    assert rig.sampler.ticks == before + 1
+    assert summary is not None
+    assert summary.main_cpu_s == pytest.approx(0.05)
+
+
 def test_a_worker_missed_by_the_epoch_ends_reaches_the_run_when_the_sampler_stops() -> None:
     """A run shorter than the listing interval: the last window closed without listing, and the
     sampler's final sample lists the descendants, so the worker's CPU is in the run's totals."""

@@ -258,18 +258,22 @@ class Session:
         if steps > 0:
             self.epoch_steps = max(self.epoch_steps or 0, steps)
         # where the epoch lies in the run, and the run so far: the frequency rules take a phase's
-        # cost from it, so only an epoch that ran such a phase pays for its snapshot
-        pooled = any(snapshot.span.phase_counts.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
-        run_so_far = self.timeline.run_snapshot() if pooled else None
-        context = self.context(snapshot.span, signals, steps_before=self.timeline.steps - steps, first_epoch=index)
+        # cost from its totals (not its percentiles: the snapshot's span is used unsorted), so only
+        # an epoch where such a phase could be worth a finding pays for the snapshot
+        span = snapshot.span
+        frequent = sum(span.phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
+        pooled = span.wall_ns > 0 and frequent >= self.config.min_saving * span.wall_ns
+        run_span = self.timeline.run_snapshot().span if pooled else None
+        context = self.context(
+            span, signals, steps_before=self.timeline.steps - steps, first_epoch=index, run_span=run_span
+        )
 
         def make() -> EpochReport:
             stats = snapshot.stats()
-            run_span = run_so_far.stats() if run_so_far is not None else None
             return EpochReport(
                 index=index,
                 summary=self.summarize(stats, signals),
-                findings=tuple(diagnose(dataclasses.replace(context, span=stats, run_span=run_span))),
+                findings=tuple(diagnose(dataclasses.replace(context, span=stats))),
             )
 
         epoch = Later(make)

@@ -347,8 +347,12 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         # a sample now, so the window ends where the epoch does: taken by the sampler's thread
         # (reads of /proc may block), without the refresh of the descendants (a full listing
         # reads every process on the machine: 1 ms here, more on big hosts); when the thread
-        # does not answer in time, the window ends at its latest sample
-        self._fresh(self._close_tick)
+        # does not answer in time, the window ends at its latest sample. Not for a window shorter
+        # than one sampling interval (many short epochs): its end is then the latest sample, and
+        # the epoch ends cost no more samples than the thread's own pace
+        window = self._win
+        if window is None or self._clock() - window.start_ns >= self.interval_s * 1e9:
+            self._fresh(self._close_tick)
         return self._summary(self._with_lock(self._swap_window))  # None when the lock timed out
 
     def _close_tick(self, now_ns: int) -> None:
