@@ -36,7 +36,7 @@ def train(
     report_dir: str,
     console: bool = True,
     epochs: int = 2,
-    batches: int = 40,
+    batches: int = 80,
     batch_size: int = 16,
     num_workers: int = 0,
     slow_rank: int = EXPECTED_RANK,

@@ -59,7 +59,7 @@ def train(
     console: bool = True,
     namespace: str = "lightning",
     epochs: int = 2,
-    batches: int = 40,
+    batches: int = 80,
     batch_size: int = 16,
     num_workers: int = 0,
     slow_rank: int = EXPECTED_RANK,
