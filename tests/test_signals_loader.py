@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, TensorDataset
 
 from stallscope.hooks.environment import batch_bytes
+from stallscope.signals import loader as loader_module
 from stallscope.signals.loader import inspect_loader, probe_batch_s
 
 
@@ -84,3 +86,13 @@ def test_batch_bytes_counts_nested_tensors() -> None:
     batch = (torch.zeros(64, 8), {"y": torch.zeros(64, dtype=torch.int64), "name": "x"})
     assert batch_bytes(batch) == 64 * 8 * 4 + 64 * 8
     assert batch_bytes(["no tensors"]) is None
+
+
+def test_the_probe_takes_the_fastest_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other processes only ever slow a batch down: one slowed by a busy moment (9 ms here) must
+    not stand for the batch's own cost (1 ms)."""
+    durations = [0.004, 0.001, 0.009, 0.009, 0.002, 0.009, 0.003, 0.009]
+    readings = iter([t for i, d in enumerate(durations) for t in (10.0 * i, 10.0 * i + d)])
+    monkeypatch.setattr(loader_module.time, "perf_counter", lambda: next(readings))
+    seconds = probe_batch_s(DataLoader(tensor_dataset(), batch_size=64, num_workers=0))
+    assert seconds == pytest.approx(0.001)

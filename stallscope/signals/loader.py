@@ -7,7 +7,6 @@ batch of a ``torch.utils.data.TensorDataset`` (pure indexing) in this process to
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -107,8 +106,9 @@ def _in_memory(dataset: object) -> InMemory | None:
 
 def probe_batch_s(iterable: object, *, repeats: int = 8) -> float | None:
     """Seconds this process takes for one ``next()`` of the loader's ``TensorDataset`` without
-    workers (one ``dataset[i]`` per sample, then ``default_collate``), the median of ``repeats``
-    after a first one; None for any other loader, where building a batch would run user code.
+    workers (one ``dataset[i]`` per sample, then ``default_collate``), the fastest of ``repeats``
+    after a first one (other work on the machine only adds to a batch's time: the fastest is the
+    batch's own cost); None for any other loader, where building a batch would run user code.
 
     With worker processes this is what a batch would cost without them: the loop model compares
     it with the hand-over. It goes through a ``DataLoader`` of its own, so the loader's own
@@ -137,4 +137,4 @@ def probe_batch_s(iterable: object, *, repeats: int = 8) -> float | None:
         start = time.perf_counter()
         next(it)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
