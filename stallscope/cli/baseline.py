@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 
 from stallscope.analysis.regression import comparison_problem
+from stallscope.cli.check import int_at_least
 from stallscope.report.history import add_to_history
 from stallscope.report.schema import Report
 
@@ -29,16 +30,6 @@ measurement, step counts more than 2x apart) unless --allow-mismatch is given.
 Add a report only after its build passed the gate, e.g. on the main branch:
   stallscope check runs/ci/report.json --baseline ci/baselines && \\
       stallscope baseline add runs/ci/report.json --dir ci/baselines --keep 10"""
-
-
-def keep_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -59,7 +50,11 @@ def add_parser(sub: Any) -> None:
     add.add_argument("report", help="the healthy run's report.json (or its folder)")
     add.add_argument("--dir", required=True, metavar="DIR", help="the baseline folder (created when missing)")
     add.add_argument(
-        "--keep", type=keep_count, default=DEFAULT_KEEP, metavar="N", help=f"reports to keep (default {DEFAULT_KEEP})"
+        "--keep",
+        type=int_at_least(1),
+        default=DEFAULT_KEEP,
+        metavar="N",
+        help=f"reports to keep (default {DEFAULT_KEEP})",
     )
     add.add_argument("--allow-mismatch", action="store_true", help="add it even when it does not match the folder")
     add.set_defaults(run=run, parser=add)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -88,14 +89,19 @@ def false_alarm(text: str) -> float:
     return value
 
 
-def min_windows(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 2:
-        raise argparse.ArgumentTypeError(f"must be >= 2, got {text!r}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text!r}")
+        return value
+
+    return parse
 
 
 def add_parser(sub: Any) -> None:
@@ -139,7 +145,7 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--min-windows",
-        type=min_windows,
+        type=int_at_least(2),
         default=MIN_WINDOWS,
         metavar="N",
         help=f"idle windows each report needs for the within-run evidence (default {MIN_WINDOWS})",
