@@ -433,9 +433,6 @@ class Session:
         local = local or (self.local_ranks if self.job is not None else None) or 1
         return max(1, self.host.usable_cores // local)
 
-    def diagnose(self, span: SpanStats, signals: Signals | None = None) -> list[Finding]:
-        return diagnose(self.context(span, signals))
-
     def summarize(self, span: SpanStats, signals: Signals | None = None) -> Summary:
         if signals is None:
             return summarize(span)
