@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
 
 from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.signals.loader import LoaderConfig
 from stallscope.signals.nvml import NvmlSummary
 from stallscope.timeline.stats import SpanStats
+
+if TYPE_CHECKING:
+    from stallscope.analysis.loop_model import LoopModel
+    from stallscope.analysis.worker_cpu import LoaderCpu
 
 Framework = Literal["plain", "lightning"]
 
@@ -124,3 +129,20 @@ class Context:
     run_span: SpanStats | None = None
     #: GPUs an ``nn.DataParallel`` in the watched model drives; None when there is none
     data_parallel_devices: int | None = None
+
+    # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
+    # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)
+
+    @cached_property
+    def loop_model(self) -> LoopModel | None:
+        """``build_loop_model(self)``: the per-step costs the data rules share."""
+        from stallscope.analysis.loop_model import build_loop_model
+
+        return build_loop_model(self)
+
+    @cached_property
+    def refined_model(self) -> tuple[LoopModel, LoaderCpu] | None:
+        """``worker_cpu.refined_model(self)``: the loop model with the measured CPU share."""
+        from stallscope.analysis.worker_cpu import refined_model
+
+        return refined_model(self)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from stallscope.analysis.context import Context
-from stallscope.analysis.loop_model import LoopModel, build_loop_model
+from stallscope.analysis.loop_model import LoopModel
 
 #: the process tree counts as saturating the cores above this share of them
 SATURATED = 0.85
@@ -67,7 +67,7 @@ def refine(ctx: Context, model: LoopModel) -> tuple[LoopModel, LoaderCpu | None]
 
 def refined_model(ctx: Context) -> tuple[LoopModel, LoaderCpu] | None:
     """The loop model with the measured CPU share of loading; None when either is unknown."""
-    model = build_loop_model(ctx)
+    model = ctx.loop_model
     if model is None:
         return None
     model, cpu = refine(ctx, model)

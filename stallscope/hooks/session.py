@@ -16,6 +16,7 @@ panel are always written in full.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import threading
 import time
@@ -48,8 +49,9 @@ from stallscope.timeline.stats import SpanSnapshot, SpanStats
 #: a tail at least this long (and 1% of the run) gets a note
 TAIL_NOTE_NS = 100_000_000
 
-#: by default, epoch panels take at most about this share of the run (``_print_epoch``)
-PRINT_SHARE = 0.01
+#: by default, epoch panels take at most about this share of the run (``_print_epoch``); the
+#: mid-run report writes as much (``report/writer.py``): together about 1%
+PRINT_SHARE = 0.005
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
@@ -264,16 +266,14 @@ class Session:
         frequent = sum(span.phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
         pooled = span.wall_ns > 0 and frequent >= self.config.min_saving * span.wall_ns
         run_span = self.timeline.run_snapshot().span if pooled else None
-        context = self.context(
-            span, signals, steps_before=self.timeline.steps - steps, first_epoch=index, run_span=run_span
-        )
+        known = self._known(signals, steps_before=self.timeline.steps - steps, first_epoch=index, run_span=run_span)
 
         def make() -> EpochReport:
             stats = snapshot.stats()
             return EpochReport(
                 index=index,
                 summary=self.summarize(stats, signals),
-                findings=tuple(diagnose(dataclasses.replace(context, span=stats))),
+                findings=tuple(diagnose(known(span=stats))),
             )
 
         epoch = Later(make)
@@ -325,7 +325,7 @@ class Session:
         """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
         epochs ended unprinted before it. Due: by default when the time since the last panel is at
         least ``1 / PRINT_SHARE`` times what that panel took (every epoch, unless epochs are so short
-        that their panels would take more than 1% of the run); with ``print_interval_s``, when that
+        that their panels would take more than 0.5% of the run); with ``print_interval_s``, when that
         many seconds passed since the last one (0: every epoch)."""
         if self._console is None:
             return
@@ -401,9 +401,21 @@ class Session:
         run_span: SpanStats | None = None,
     ) -> Context:
         """What the rules see of ``span``: the run (the defaults) or one of its epochs."""
+        return self._known(signals, steps_before=steps_before, first_epoch=first_epoch, run_span=run_span)(span=span)
+
+    def _known(
+        self,
+        signals: Signals | None = None,
+        *,
+        steps_before: int = 0,
+        first_epoch: int = 0,
+        run_span: SpanStats | None = None,
+    ) -> functools.partial[Context]:
+        """``context`` but the span, as of now: an epoch end reads what it knows when it ends, and
+        its ``Context`` is made (given the span) when its report is made."""
         signals = signals if signals is not None else Signals()
-        return Context(
-            span=span,
+        return functools.partial(
+            Context,
             loader=self.loader,
             cores=self.rank_cores,
             config=self.analysis,
@@ -471,7 +483,7 @@ class Session:
             world_size=self.job.info.world_size if self.job is not None else None,
             local_rank=self.job.info.local_rank if self.job is not None else None,
         )
-        context = self.context(snapshot.span, signals)
+        known = self._known(signals)
         epochs = tuple(self.epochs)
         notes = tuple(self.notes)
         tail = self.tail
@@ -482,7 +494,7 @@ class Session:
                 run=run,
                 summary=self.summarize(span, signals),
                 epochs=tuple(epoch.get() for epoch in epochs),
-                findings=tuple(diagnose(dataclasses.replace(context, span=span))),
+                findings=tuple(diagnose(known(span=span))),
                 notes=notes,
                 complete=complete,
                 tail=tail,

@@ -13,7 +13,13 @@ from stallscope.timeline.stats import Distribution, SpanStats
 
 
 def _dist(d: Distribution) -> dict[str, float]:
-    return {k: round(getattr(d, k), 6) for k in ("mean", "p10", "p50", "p90", "max")}
+    return {
+        "mean": round(d.mean, 6),
+        "p10": round(d.p10, 6),
+        "p50": round(d.p50, 6),
+        "p90": round(d.p90, 6),
+        "max": round(d.max, 6),
+    }
 
 
 def phase_fractions(span: SpanStats) -> dict[str, float]:

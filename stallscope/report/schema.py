@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from stallscope._exceptions import ReportError
@@ -120,6 +121,16 @@ class EpochReport:
     summary: Summary
     findings: tuple[Finding, ...] = ()
 
+    @cached_property
+    def json_dict(self) -> dict[str, Any]:
+        """The epoch as ``report.json`` holds it, made once: every report written after the epoch
+        holds it (hundreds of epochs, rewritten at each mid-run write). Read it, never change it."""
+        return {
+            "index": self.index,
+            "summary": summary_to_dict(self.summary),
+            "findings": [finding_to_dict(f) for f in self.findings],
+        }
+
 
 @dataclass(frozen=True)
 class Report:
@@ -148,15 +159,23 @@ class Report:
 # -- to JSON ---------------------------------------------------------------------------------
 
 
+#: the types most of a report is made of, which need no cleaning
+_PLAIN = frozenset((str, int, bool, type(None)))
+
+
 def _clean(value: Any) -> Any:
     """JSON-safe copy: NaN/inf become None, tuples lists, mappings dicts."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:  # most of a report: no ABC check
+    if kind in _PLAIN:  # no ABC check for most of a report
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if kind is dict or isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
+        # plain values and finite floats are copied without a call (a summary is mostly those)
+        return {
+            str(k): v if type(v) in _PLAIN or (type(v) is float and math.isfinite(v)) else _clean(v)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_clean(v) for v in value]
     return value
@@ -236,14 +255,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         "complete": r.complete,
         "run": _clean(run),
         "summary": summary_to_dict(r.summary),
-        "epochs": [
-            {
-                "index": e.index,
-                "summary": summary_to_dict(e.summary),
-                "findings": [finding_to_dict(f) for f in e.findings],
-            }
-            for e in r.epochs
-        ],
+        "epochs": [e.json_dict for e in r.epochs],
         "findings": [finding_to_dict(f) for f in r.findings],
         "notes": [str(n) for n in r.notes],
     }

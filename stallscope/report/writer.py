@@ -6,9 +6,9 @@ than the training (docs/overhead.md, "Many short epochs"). So an epoch end *subm
 as a builder (``Callable[[], Report]``), and the writer writes it:
 
 * at once, on the caller's thread, when the time since the previous write ended is at least
-  ``1 / share`` times what that write took (``share`` = 1%): the writes then take at most about
-  1% of the run, and an epoch longer than that has each of its reports written at its end, as
-  before;
+  ``1 / share`` times what that write took (``share`` = 0.5%; the epoch panels have as much,
+  so together they take at most about 1% of the run), and an epoch longer than that has each of
+  its reports written at its end, as before;
 * else later: it is kept as the pending report, and a background thread writes it once it has
   waited that long itself, unless an epoch end writes a newer one first (with short epochs, one
   soon does). While a report is pending, later epoch ends need not hand theirs in
@@ -34,8 +34,9 @@ from pathlib import Path
 from stallscope.report.io import write_report
 from stallscope.report.schema import Report
 
-#: at most this share of the run's time goes to mid-run report writes
-WRITE_SHARE = 0.01
+#: at most this share of the run's time goes to mid-run report writes (as much again to the
+#: epoch panels: together about 1%)
+WRITE_SHARE = 0.005
 #: the longest wait between two mid-run writes (a write that takes more than 50 ms, on a slow
 #: network disk, is then more than 1% of the time)
 MAX_INTERVAL_S = 5.0

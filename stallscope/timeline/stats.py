@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -137,5 +137,10 @@ class SpanSnapshot:
     data_wait: Sequence[int]
 
     def stats(self) -> SpanStats:
-        """The span's ``SpanStats``."""
-        return replace(self.span, step=Distribution.of(self.step), data_wait=Distribution.of(self.data_wait))
+        """The span's ``SpanStats``: the snapshot's, with its distributions (a copy of its fields,
+        cheaper than ``dataclasses.replace``, which an epoch end of a short epoch paid for)."""
+        stats = object.__new__(SpanStats)
+        stats.__dict__.update(
+            self.span.__dict__, step=Distribution.of(self.step), data_wait=Distribution.of(self.data_wait)
+        )
+        return stats

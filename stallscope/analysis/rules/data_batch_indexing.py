@@ -26,7 +26,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import DEFAULT_BATCH_TENSORS, build_loop_model
+from stallscope.analysis.loop_model import DEFAULT_BATCH_TENSORS
 from stallscope.analysis.numbers import fmt_ms, frac, ms
 
 ID = "data.batch_indexing"
@@ -61,7 +61,7 @@ def rule(ctx: Context) -> Finding | None:
     batch_size = loader.batch_size
     if batch_size is None or batch_size < 2 or ctx.span.wall_s <= 0:
         return None
-    model = build_loop_model(ctx)
+    model = ctx.loop_model
     if model is None or model.load_source == "production" or model.load_s <= 0:
         return None  # a batch's in-process cost is not known
     tensors = ctx.batch_tensors or DEFAULT_BATCH_TENSORS

@@ -20,7 +20,7 @@ from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.numbers import fmt_ms, frac, ms
-from stallscope.analysis.worker_cpu import SATURATED, refined_model
+from stallscope.analysis.worker_cpu import SATURATED
 
 ID = "data.io_bound"
 
@@ -29,7 +29,7 @@ WAITING = 0.5
 
 
 def rule(ctx: Context) -> Finding | None:
-    got = refined_model(ctx)
+    got = ctx.refined_model
     if got is None or ctx.span.wall_s <= 0:
         return None
     model, cpu = got

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import build_loop_model
 from stallscope.analysis.numbers import frac, ms
 
 ID = "data.persistent_workers"
@@ -23,7 +22,7 @@ def rule(ctx: Context) -> Finding | None:
     respawns = [b for b in ctx.span.boundaries if b.index >= 1]
     if not respawns or ctx.span.wall_ns <= 0:
         return None
-    model = build_loop_model(ctx)
+    model = ctx.loop_model
     # time to make one batch: with persistent workers the first batch of a pass still costs this
     one_batch_ns = int((model.load_s + model.transfer_s) * 1e9) if model is not None else 0
     excess = [max(0, b.iter_ns + b.first_wait_ns + b.last_wait_ns - one_batch_ns) for b in respawns]

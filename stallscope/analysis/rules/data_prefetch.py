@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import build_loop_model
 from stallscope.analysis.numbers import fmt_ms, frac, ms
 
 ID = "data.prefetch"
@@ -17,7 +16,7 @@ ID = "data.prefetch"
 
 def rule(ctx: Context) -> Finding | None:
     loader = ctx.loader
-    model = build_loop_model(ctx)
+    model = ctx.loop_model
     if loader is None or loader.num_workers == 0 or model is None:
         return None
     dist = ctx.span.data_wait

@@ -16,7 +16,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import LoopModel, build_loop_model
+from stallscope.analysis.loop_model import LoopModel
 from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
@@ -24,7 +24,7 @@ ID = "data.workers"
 
 
 def rule(ctx: Context) -> Finding | None:
-    model = build_loop_model(ctx)
+    model = ctx.loop_model
     if model is None:
         return None
     # with workers, the host sampler's measured CPU share of a batch replaces "CPU = wall"
