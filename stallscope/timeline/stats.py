@@ -29,14 +29,14 @@ class Distribution:
         return cls(
             n=n,
             mean=sum(ordered) / n / 1e9,
-            p10=_quantile(ordered, 0.10) / 1e9,
-            p50=_quantile(ordered, 0.50) / 1e9,
-            p90=_quantile(ordered, 0.90) / 1e9,
+            p10=quantile(ordered, 0.10) / 1e9,
+            p50=quantile(ordered, 0.50) / 1e9,
+            p90=quantile(ordered, 0.90) / 1e9,
             max=ordered[-1] / 1e9,
         )
 
 
-def _quantile(ordered: Sequence[int], q: float) -> float:
+def quantile(ordered: Sequence[int], q: float) -> float:
     """Linear-interpolated quantile of an already sorted, non-empty sequence."""
     pos = (len(ordered) - 1) * q
     lo = math.floor(pos)
