@@ -3,15 +3,17 @@ settings that fit the run (never off for a whole fit), whole runs counted, floor
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from stallscope.analysis.context import AnalysisConfig, Context, RunShape
 from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
-from stallscope.analysis.rules._frequency import epoch_pieces, runs_every
+from stallscope.analysis.rules._frequency import after_run_s, epoch_pieces, runs_every
 from stallscope.analysis.rules.validation_frequency import lightning_runs, plain_runs
-from stallscope.timeline.stats import Distribution, SpanStats
+from stallscope.timeline.phases import BUILTIN_PHASES
+from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
 
 MS = 1_000_000
 
@@ -248,3 +250,79 @@ def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_
     # one run is still 13.5% of the run: a quarter of the batches brings it near 5% (33.7 ms allowed)
     assert at_end.suggestion["limit_val_batches"] == 0.25
     assert at_end.est_saving_fraction == pytest.approx((400 - 25) / 1040, abs=1e-4)
+
+
+# -- the steps after a run -------------------------------------------------------------------
+
+_COMPUTE_BIT = 1 << BUILTIN_PHASES.index("compute")
+_SAVE_BIT = _COMPUTE_BIT | 1 << BUILTIN_PHASES.index("checkpoint")
+
+
+def _saving_span(after_ms: list[float], *, steps: int = 400, every: int = 10, each_ms: float = 150) -> SpanStats:
+    """A plain loop of 2 ms steps saving every ``every`` steps (``each_ms`` each); the steps right
+    after each save take ``after_ms`` longer (the first one ``after_ms[0]``, ...)."""
+    durations, kinds = [], []
+    since = None
+    for i in range(steps):
+        extra = after_ms[since] if since is not None and since < len(after_ms) else 0.0
+        save = (i + 1) % every == 0
+        durations.append(round((2.0 + extra + (each_ms if save else 0.0)) * MS))
+        kinds.append(_SAVE_BIT if save else _COMPUTE_BIT)
+        since = 0 if save else (since + 1 if since is not None else None)
+    count = steps // every
+    total = round(count * each_ms * MS)
+    wall = sum(durations)
+    return SpanStats(
+        wall_ns=wall,
+        steps=steps,
+        epochs=1,
+        step_total_ns=wall,
+        phase_ns={"data": 0, "compute": wall - total, "checkpoint": total, "other": 0},
+        phase_counts={"data": steps, "compute": steps, "checkpoint": count},
+        step=Distribution.of(durations),
+        data_wait=Distribution.of([0] * steps),
+        data_cpu_ns=0,
+        process_cpu_ns=wall,
+        recent=RecentSteps(durations, [0] * steps, list(durations), kinds),
+    )
+
+
+def test_the_slowdown_after_each_save_is_measured_from_the_steps_between_saves() -> None:
+    # 9 steps between saves: the first half (4 steps) took 3 + 1 ms beyond the second half's 2 ms
+    assert after_run_s(_saving_span([3.0, 1.0]).recent, "checkpoint") == pytest.approx(0.004)
+    assert after_run_s(_saving_span([]).recent, "checkpoint") == 0.0
+    # a speed-up after the save is not a negative cost
+    assert after_run_s(_saving_span([-1.0]).recent, "checkpoint") == 0.0
+    # saves every 4 steps leave stretches of 3: too short to tell the steps apart
+    assert after_run_s(_saving_span([3.0], every=4).recent, "checkpoint") == 0.0
+    # fewer than three stretches between saves: nothing said
+    assert after_run_s(_saving_span([3.0], steps=30).recent, "checkpoint") == 0.0
+    assert after_run_s(None, "checkpoint") == 0.0
+
+
+def test_one_slow_stretch_does_not_make_a_slowdown() -> None:
+    # the host took the CPU once, in one stretch: the median over the stretches stays at 0
+    span = _saving_span([])
+    assert span.recent is not None
+    durations = list(span.recent.duration_ns)
+    durations[101] += 30 * MS
+    recent = RecentSteps(durations, span.recent.wait_ns, span.recent.compute_ns, span.recent.kinds)
+    assert after_run_s(recent, "checkpoint") == 0.0
+
+
+def test_a_save_removed_takes_the_slowdown_after_it_with_it() -> None:
+    slowed = _saving_span([3.0, 1.0])
+    flat = dataclasses.replace(slowed, recent=None)
+    with_after = checkpoint_frequency.rule(_ctx(slowed))
+    without = checkpoint_frequency.rule(_ctx(flat))
+    assert with_after is not None
+    assert without is not None
+    assert with_after.suggestion == without.suggestion
+    assert with_after.est_speedup_bound == "lower"
+    removed = 40 - with_after.evidence["saves_after"]
+    assert removed > 0
+    # each save removed also removes the 4 ms its next steps lost
+    assert with_after.est_saving_fraction - without.est_saving_fraction == pytest.approx(
+        removed * 0.004 / slowed.wall_s, abs=1e-3
+    )
+    assert with_after.evidence["slower_after_each_ms"] == pytest.approx(4.0)
