@@ -11,7 +11,7 @@ so an epoch's finding and the run's give the same setting unless the data differ
 A run of the phase can also slow the steps right after it (a 64 MB write evicts the caches and
 the page cache, an fsync competes with the next steps): ``after_s``, measured from the recent
 steps one by one (``SpanStats.recent``), is what the first half of the steps between two runs
-took beyond the median of the second half, the median over all such stretches. A run removed by
+took beyond the second half, the median over all such stretches. A run removed by
 the fix takes that with it, so the saving counts it too. The second half may still pay some of
 it, so the measure is short of the whole, and a floor stays a floor. See docs/predictions.md.
 """
@@ -118,7 +118,9 @@ def epoch_pieces(steps_before: int, steps: int, per_epoch: int) -> list[tuple[in
 def after_run_s(recent: RecentSteps | None, phase: str) -> float:
     """How much longer, in seconds, the steps right after a run of ``phase`` take than the steps
     before the next run: over each stretch of at least ``MIN_STRETCH`` steps between two runs,
-    what its first half took beyond the median of its second half; the median of that over the
+    what its first half took beyond as many steps of its second half, on average (means of both:
+    a step's time is skewed, slow outliers are more common than fast ones, and a median
+    would count that skew as a slowdown); the median of that over the
     stretches, 0 when fewer than ``MIN_STRETCHES`` were recorded or it is not positive. A step's
     time is its wall time less its wait for data (the loader's own wobble is not the phase's)."""
     if recent is None or phase not in BUILTIN_PHASES:
@@ -132,8 +134,8 @@ def after_run_s(recent: RecentSteps | None, phase: str) -> float:
         if len(stretch) < MIN_STRETCH:
             continue
         half = len(stretch) // 2
-        base = statistics.median(stretch[half:])
-        extras.append(sum(t - base for t in stretch[:half]))
+        base = statistics.fmean(stretch[half:])
+        extras.append(sum(stretch[:half]) - half * base)
     if len(extras) < MIN_STRETCHES:
         return 0.0
     return max(0.0, statistics.median(extras) / 1e9)
