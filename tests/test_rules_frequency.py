@@ -222,14 +222,58 @@ def test_checkpoint_wording_gives_training_time_in_readable_units() -> None:
 
 
 def test_lightning_logging_is_at_most_the_fits_length_and_keeps_the_epoch_end_call() -> None:
-    """20 ms per call on each of 40 steps of 2 ms: 2000 needed, fit of 40 -> every 40."""
-    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=20)
+    """0.5 ms per call (cheap, many) on each of 40 steps of 2 ms: 25 needed, 50 rounded, fit of
+    40 -> every 40."""
+    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=0.5)
     shape = RunShape(max_epochs=1, batches_per_epoch=40)
     finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
     assert finding.suggestion == {"log_every_n_steps": 40}
     assert finding.evidence["calls_after"] == 2  # step 40 and the epoch's end
     assert finding.est_speedup_bound == "lower"
+
+
+def test_a_logger_that_blocks_is_moved_off_the_training_thread_and_keeps_every_step() -> None:
+    """20 ms per call on each of 400 steps of 2 ms: a wait, not work. A background thread takes
+    it; the training thread keeps the hand-off (20 us) of each of the 401 calls."""
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=20)
+    shape = RunShape(max_epochs=1, batches_per_epoch=400)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert finding.suggestion == {"async_logging": True}
+    assert finding.est_speedup_bound == "estimate"
+    assert finding.evidence["calls_after"] == 401
+    assert finding.evidence["blocking_calls"] is True
+    wall = 400 * 0.002 + 401 * 0.020
+    assert finding.est_saving_fraction == pytest.approx(401 * (0.020 - 20e-6) / wall, abs=1e-4)
+    assert "BackgroundLogger(your_logger)" in (finding.snippet or "")
+    assert "log_every_n_steps" not in (finding.snippet or "")
+    plain = logging_frequency.rule(_ctx(span))
+    assert plain is not None
+    assert plain.suggestion == {"async_logging": True}
+    assert "QueueHandler" in plain.fix
+    assert "queue.Queue()" in (plain.snippet or "")
+
+
+def test_a_blocking_logger_on_tiny_steps_also_logs_less_often() -> None:
+    """3 ms calls on 1 ms steps: even a 20 us hand-off is 2% of a step, so every 2 steps too."""
+    span = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=3, step_ms=1)
+    finding = logging_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert finding.suggestion == {"async_logging": True, "log_every_n_steps": 2}
+    assert finding.evidence["calls_after"] == 200
+    wall = 400 * 0.001 + 400 * 0.003
+    assert finding.est_saving_fraction == pytest.approx((400 * 0.003 - 200 * 20e-6) / wall, abs=1e-4)
+    assert "if step % 2 == 0:" in (finding.snippet or "")
+
+
+def test_many_cheap_logging_calls_are_made_fewer_not_moved() -> None:
+    span = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=0.4)
+    finding = logging_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert finding.suggestion == {"log_every_n_steps": 20}  # 0.4 / (0.01 * 2) = 20
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["blocking_calls"] is False
 
 
 def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_one() -> None:
