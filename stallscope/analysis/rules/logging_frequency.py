@@ -14,9 +14,11 @@ Two levers, chosen by what one call costs:
   drains; in a plain loop, a queue and a thread, or ``logging.handlers.QueueHandler`` for the
   standard library's logging. Every step is still logged. The prediction: each call then costs
   the hand-off, ``HANDOFF_S``, on the training thread, and the rest of it, the wait, moves off
-  it. When even the hand-offs would take more than the target share, the interval is raised
-  too, to the round interval at which they do not. An estimate, not a floor: the background
-  thread still wakes up and takes the GIL for the call's own Python work.
+  it. The thread makes the calls one after another, so it must keep up: a logger slower than
+  the steps would fall behind, and the run's end would wait for it. So the suggestion also logs
+  every ``K`` steps when a call takes longer than ``K - 1`` steps (``K`` rounded up to 1, 2, 5,
+  10, ...), or when even the hand-offs would take more than the target share. An estimate, not a
+  floor: the background thread still wakes up and takes the GIL for the call's own Python work.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     """Log off the training thread: ``async_logging``, and a longer interval only when even the
     hand-offs would take more than the target share."""
     lightning = ctx.config.framework == "lightning"
-    needed = HANDOFF_S / (ctx.config.logging_target_share * est.step_without_s)
+    # the hand-offs within the target share, and a call made no faster than the steps come
+    needed = max(HANDOFF_S / (ctx.config.logging_target_share * est.step_without_s), est.each_s / est.step_without_s)
     k = nice_ceil(needed)
     suggestion: dict[str, Any] = {"async_logging": True}
     runs_after = est.count
@@ -130,7 +133,10 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
             " thread (or logging.handlers.QueueHandler with a QueueListener for the standard library's logging)."
         )
     if "log_every_n_steps" in suggestion:
-        fix += f" And log every {k} steps: even the hand-offs would take more than the target share."
+        fix += (
+            f" And log every {k} steps, so that the thread keeps up with the steps and the hand-offs stay"
+            f" under {ctx.config.logging_target_share:.0%} of the time."
+        )
     else:
         fix += " Every step is still logged."
     fix += (
