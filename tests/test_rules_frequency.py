@@ -18,7 +18,11 @@ from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
 MS = 1_000_000
 
 
-def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: float, step_ms: float = 2) -> SpanStats:
+def _span(
+    *, steps: int, epochs: int, phase: str, count: int, each_ms: float, step_ms: float = 2, waits: bool = False
+) -> SpanStats:
+    """``steps`` steps of ``step_ms`` of CPU work, and ``count`` runs of ``phase``: CPU work too,
+    or, ``waits``, the process idle in them (a sleep, a socket)."""
     total = int(count * each_ms * MS)
     train = int(steps * step_ms * MS)
     return SpanStats(
@@ -31,7 +35,7 @@ def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: float, st
         step=Distribution.of([int(step_ms * MS)] * steps),
         data_wait=Distribution.of([0] * steps),
         data_cpu_ns=0,
-        process_cpu_ns=train + total,
+        process_cpu_ns=train + (0 if waits else total),
     )
 
 
@@ -237,7 +241,7 @@ def test_a_logger_that_blocks_is_moved_off_the_training_thread_and_keeps_every_s
     """3 ms per call on each of 400 steps of 4 ms: a wait, not work. A background thread takes
     it, and keeps up (a call is shorter than a step); the training thread keeps the hand-off
     (20 us) of each of the 401 calls."""
-    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=3, step_ms=4)
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=3, step_ms=4, waits=True)
     shape = RunShape(max_epochs=1, batches_per_epoch=400)
     finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
@@ -259,7 +263,7 @@ def test_a_logger_that_blocks_is_moved_off_the_training_thread_and_keeps_every_s
 def test_a_logger_slower_than_the_steps_is_also_called_less_often_so_its_thread_keeps_up() -> None:
     """20 ms calls on 2 ms steps: a thread making every call would fall 18 ms behind each step;
     one call every 10 steps keeps up. Lightning also logs at the epoch's end."""
-    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=20)
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=20, waits=True)
     shape = RunShape(max_epochs=1, batches_per_epoch=400)
     finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
@@ -279,17 +283,28 @@ def test_a_blocking_logger_on_tiny_steps_keeps_its_hand_offs_under_the_target() 
     """0.5 ms steps, 0.2 ms calls would be cheap; 1.2 ms calls that wait on 20 ms steps: the
     hand-off is 0.1% of a step, every step stays logged. On 1 ms steps a 20 us hand-off is 2%
     of a step: every 2 steps (and a 1.2 ms call then fits in the 2 ms between calls)."""
-    slow_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=20)
+    slow_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=20, waits=True)
     slow = logging_frequency.rule(_ctx(slow_steps))
     assert slow is not None
     assert slow.suggestion == {"async_logging": True}
-    fast_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=1)
+    fast_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=1, waits=True)
     fast = logging_frequency.rule(_ctx(fast_steps))
     assert fast is not None
     assert fast.suggestion == {"async_logging": True, "log_every_n_steps": 2}
     assert fast.evidence["calls_after"] == 200
     wall = 400 * 0.001 + 400 * 0.0012
     assert fast.est_saving_fraction == pytest.approx((400 * 0.0012 - 200 * 20e-6) / wall, abs=1e-4)
+
+
+def test_long_logging_calls_that_compute_are_made_fewer_not_moved() -> None:
+    """20 ms calls during which the process stays busy: work, which a thread would not take off
+    the training thread (the GIL); fewer calls is the lever, and a floor."""
+    span = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=20)
+    finding = logging_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert set(finding.suggestion) == {"log_every_n_steps"}
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["blocking_calls"] is False
 
 
 def test_many_cheap_logging_calls_are_made_fewer_not_moved() -> None:

@@ -8,16 +8,17 @@ Two levers, chosen by what one call costs:
   (``log_every_n_steps`` longer than the fit logs no step at all). Lightning also logs at each
   epoch's end whatever the interval: those calls stay in the prediction. The prediction counts
   only the calls removed (a floor).
-* **Calls that block** (each ``BLOCKING_CALL_S`` or longer: a logger waiting for a server or a
-  disk, not computing): hand each call to a background thread (``"async_logging": true``): in
-  Lightning, the logger wrapped so that ``log_metrics`` puts the metrics on a queue that a thread
-  drains; in a plain loop, a queue and a thread, or ``logging.handlers.QueueHandler`` for the
-  standard library's logging. Every step is still logged. The prediction: each call then costs
-  the hand-off, ``HANDOFF_S``, on the training thread, and the rest of it, the wait, moves off
-  it. The thread makes the calls one after another, so it must keep up: a logger slower than
-  the steps would fall behind, and the run's end would wait for it. So the suggestion also logs
-  every ``K`` steps when a call takes longer than ``K - 1`` steps (``K`` rounded up to 1, 2, 5,
-  10, ...), or when even the hand-offs would take more than the target share. An estimate, not a
+* **Calls that block** (each ``BLOCKING_CALL_S`` or longer, and the process idle for at least
+  half of the logging time: a logger waiting for a server or a disk, not computing): hand each
+  call to a background thread (``"async_logging": true``): in Lightning, the logger wrapped so
+  that ``log_metrics`` puts the metrics on a queue that a thread drains; in a plain loop, a
+  queue and a thread, or ``logging.handlers.QueueHandler`` for the standard library's logging.
+  Every step is still logged. The prediction: each call then costs the hand-off,
+  ``HANDOFF_S``, on the training thread, and the rest of it, the wait, moves off it. The thread
+  makes the calls one after another, so it must keep up: a logger slower than the steps would
+  fall behind, and the run's end would wait for it. So the suggestion also logs every ``K``
+  steps when a call takes longer than a step (``K`` = call / step rounded up to 1, 2, 5, 10,
+  ...), or when even the hand-offs would take more than the target share. An estimate, not a
   floor: the background thread still wakes up and takes the GIL for the call's own Python work.
 """
 
@@ -36,6 +37,8 @@ ID = "logging.frequency"
 
 #: a logging call this long or longer waits on something (a server, a disk): it blocks on I/O
 BLOCKING_CALL_S = 1e-3
+#: ... and the process was idle for at least this share of the logging time: the calls wait
+WAITING_SHARE = 0.5
 #: what a call handed to a background thread still costs the training thread: a ``queue.put`` of
 #: the metrics (the logger scenarios of ``examples/`` measured about 10 us a call on a 2-core
 #: x86-64 host; twice that here, for slower hosts and bigger metrics dicts)
@@ -166,7 +169,7 @@ def _finding(
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="high",
-        evidence={**est.evidence(), "calls_after": runs_after, "blocking_calls": est.each_s >= BLOCKING_CALL_S},
+        evidence={**est.evidence(), "calls_after": runs_after, "blocking_calls": bound == "estimate"},
         fix=fix,
         suggestion=suggestion,
         snippet=snippet,
@@ -178,6 +181,15 @@ def rule(ctx: Context) -> Finding | None:
     est = estimate(ctx, LOGGING, ctx.config.logging_target_share)
     if est is None:
         return None
-    if est.each_s >= BLOCKING_CALL_S:  # each call waits: the wait can move off the training thread
+    if waits(ctx, est):  # each call waits: the wait can move off the training thread
         return _async_finding(ctx, est)
     return _interval_finding(ctx, est)
+
+
+def waits(ctx: Context, est: FrequencyEstimate) -> bool:
+    """Whether the logging calls block on I/O: each is long (``BLOCKING_CALL_S`` or more), and
+    the process was idle for at least half of the logging time (its CPU time over the span is
+    at most the span's wall time less half the logging time), so they mostly wait, not compute."""
+    span = ctx.span
+    idle_ns = span.wall_ns - span.process_cpu_ns
+    return est.each_s >= BLOCKING_CALL_S and idle_ns >= WAITING_SHARE * span.phase_ns.get(LOGGING, 0)
