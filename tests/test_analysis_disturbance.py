@@ -3,19 +3,25 @@ it does to the findings' confidence and the report's notes."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from signal_fakes import host
 
+from stallscope import StallScope
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.diagnose import diagnose
-from stallscope.analysis.disturbance import disturbance_note, disturbed
+from stallscope.analysis.disturbance import disturbance_note, disturbed, scatter_note, scattered, step_scatter
 from stallscope.analysis.rules import checkpoint_frequency
 from stallscope.signals.host_sampler import HostSampler, MemoryReading
 from stallscope.signals.procfs import machine_cpu
-from stallscope.timeline.stats import Distribution, SpanStats
+from stallscope.timeline.phases import BUILTIN_PHASES
+from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
 
 MS = 1_000_000
 
@@ -24,10 +30,7 @@ def test_machine_cpu_counts_busy_time_of_all_cores(tmp_path: Path) -> None:
     stat = tmp_path / "stat"
     # user nice system idle iowait irq softirq steal guest guest_nice
     stat.write_text(
-        "cpu  100 10 50 900 40 5 5 30 0 0\n"
-        "cpu0 50 5 25 450 20 2 3 15 0 0\n"
-        "cpu1 50 5 25 450 20 3 2 15 0 0\n"
-        "intr 1\n"
+        "cpu  100 10 50 900 40 5 5 30 0 0\ncpu0 50 5 25 450 20 2 3 15 0 0\ncpu1 50 5 25 450 20 3 2 15 0 0\nintr 1\n"
     )
     busy, cores = machine_cpu(stat) or (0.0, 0)
     assert busy == pytest.approx(200 / os.sysconf("SC_CLK_TCK"))  # idle and iowait are not busy
@@ -124,3 +127,139 @@ def test_a_short_sample_or_an_unread_machine_is_not_called_disturbed() -> None:
     assert not disturbed(host(others_cores=1.9, machine_cores=2, wall_s=2.0))  # a couple of readings
     assert not disturbed(host())  # the machine's CPU was not read
     assert not disturbed(None)
+
+
+# -- steps of the same kind that scattered ----------------------------------------------------
+
+_COMPUTE_BIT = 1 << BUILTIN_PHASES.index("compute")
+_SAVE_BIT = _COMPUTE_BIT | 1 << BUILTIN_PHASES.index("checkpoint")
+
+
+def _span(durations_ms: list[float], kinds: list[int], waits_ms: list[float] | None = None) -> SpanStats:
+    """A span whose recent steps took ``durations_ms`` (``waits_ms`` of it waiting for data)."""
+    n = len(durations_ms)
+    durations = [round(d * MS) for d in durations_ms]
+    waits = [round(w * MS) for w in (waits_ms or [0.0] * n)]
+    wall = sum(durations)
+    return SpanStats(
+        wall_ns=wall,
+        steps=n,
+        epochs=1,
+        phase_ns={"data": sum(waits), "compute": wall - sum(waits), "other": 0},
+        phase_counts={"data": n, "compute": n},
+        step_total_ns=wall,
+        step=Distribution.of(durations),
+        data_wait=Distribution.of(waits),
+        data_cpu_ns=0,
+        process_cpu_ns=wall,
+        recent=RecentSteps(durations, waits, [d - w for d, w in zip(durations, waits, strict=True)], kinds),
+    )
+
+
+def test_steps_of_the_same_kind_that_scatter_disturb_the_timings() -> None:
+    # 200 steps of 2 ms; 40 of them (20%) took 8 to 12 ms: another process had the CPU
+    durations = [2.0] * 200
+    for i in range(60, 100):
+        durations[i] = 8.0 + (i % 5)
+    span = _span(durations, [_COMPUTE_BIT] * 200)
+    found = scattered(span)
+    assert found is not None
+    assert found.p50_s == pytest.approx(0.002)
+    assert found.ratio >= 4
+    note = scatter_note(span)
+    assert note is not None
+    assert "timings are disturbed" in note
+    assert "steps that did the same work" in note
+
+
+def test_a_planted_periodic_phase_and_the_step_after_it_are_not_scatter() -> None:
+    # a save every 10 steps (60 ms), and the step after each save twice as slow (cache misses):
+    # a long tail, but of steps of another kind or paying for it; the plain steps are steady
+    durations, kinds = [], []
+    for i in range(300):
+        save = i % 10 == 9
+        durations.append(62.0 if save else (4.0 if i % 10 == 0 and i else 2.0 + 0.01 * (i % 7)))
+        kinds.append(_SAVE_BIT if save else _COMPUTE_BIT)
+    span = _span(durations, kinds)
+    assert Distribution.of([round(d * MS) for d in durations]).p90 >= 4 * 0.002  # the raw tail
+    found = step_scatter(span)
+    assert found is not None
+    assert found.ratio < 1.1
+    assert scattered(span) is None
+    assert scatter_note(span) is None
+
+
+def test_waits_for_data_are_not_scatter() -> None:
+    # a loader in bursts: every fifth step waits 20 ms; the steps' own work is 2 ms throughout
+    durations = [22.0 if i % 5 == 0 else 2.0 for i in range(200)]
+    waits = [20.0 if i % 5 == 0 else 0.0 for i in range(200)]
+    span = _span(durations, [_COMPUTE_BIT] * 200, waits)
+    assert scattered(span) is None
+
+
+def test_too_few_steps_or_too_little_work_say_nothing() -> None:
+    few = _span([2.0] * 30 + [20.0] * 10, [_COMPUTE_BIT] * 40)
+    assert step_scatter(few) is None
+    tiny = _span([0.01] * 150 + [0.1] * 50, [_COMPUTE_BIT] * 200)  # 10 us steps: timer granularity
+    assert step_scatter(tiny) is not None
+    assert scattered(tiny) is None
+    unrecorded = dataclasses.replace(_span([2.0] * 200, [_COMPUTE_BIT] * 200), recent=None)
+    assert step_scatter(unrecorded) is None
+
+
+def test_scattered_steps_lower_every_findings_confidence_as_a_busy_host_does() -> None:
+    ctx = _ctx(host(others_cores=0.2, machine_cores=2))
+    steps = ctx.span.steps
+    durations = [2.0 if i < 0.8 * steps else 9.0 for i in range(steps)]
+    busy = dataclasses.replace(ctx.span, recent=_span(durations, [_COMPUTE_BIT] * steps).recent)
+    calm = diagnose(ctx, rules=[checkpoint_frequency.rule])
+    lowered_ = diagnose(dataclasses.replace(ctx, span=busy), rules=[checkpoint_frequency.rule])
+    assert [f.confidence for f in calm] == ["high"]
+    assert [f.confidence for f in lowered_] == ["medium"]
+    assert lowered_[0].suggestion == calm[0].suggestion
+
+
+def _work(rounds: int) -> bytes:
+    """The same CPU work every call (a step's compute): ``rounds`` hashes, no clock read."""
+    data = b"x" * 64
+    for _ in range(rounds):
+        data = hashlib.sha256(data).digest()
+    return data
+
+
+def test_a_real_run_with_competing_processes_during_part_of_it_says_it_was_disturbed(tmp_path: Path) -> None:
+    """A plain loop of identical steps; during 60 of its 200 steps, processes spinning on every
+    core (four per core) take most of the CPU. Each step does the same work, so those steps take
+    several times as long as the rest, and the final report says the timings are disturbed."""
+    cores = os.cpu_count() or 1
+    spin = "import sys\nsys.stdout.write('x')\nsys.stdout.flush()\nwhile True:\n    pass\n"
+    spinners: list[subprocess.Popen[bytes]] = []
+
+    def stop() -> None:
+        for proc in spinners:
+            proc.kill()
+        for proc in spinners:
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        spinners.clear()
+
+    try:
+        with StallScope(tmp_path, console=False) as scope:
+            for i in scope.iter(range(200)):
+                if i == 100:
+                    spinners.extend(
+                        subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE) for _ in range(4 * cores)
+                    )
+                    for proc in spinners:
+                        assert proc.stdout is not None
+                        proc.stdout.read(1)  # spinning now
+                if i == 160:
+                    stop()
+                with scope.phase("compute"):
+                    _work(8000)
+    finally:
+        stop()
+    report = scope.report
+    assert report is not None
+    assert any("steps that did the same work" in note for note in report.notes), report.notes

@@ -52,6 +52,7 @@ def test_checkpoint_every_100_steps_should_be_every_500() -> None:
         "share_of_wall": 0.0909,
         "every_n_steps_now": 100.0,
         "step_without_ms": 100.0,
+        "slower_after_each_ms": 0.0,  # no steps recorded one by one
     }
 
 

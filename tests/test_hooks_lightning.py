@@ -700,7 +700,9 @@ def test_prints_through_progress_bars(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_diagnosis_names_lightning_arguments(tmp_path: Path, clock: FakeClock) -> None:
-    """Logging every step with a costly logger: the fix names ``Trainer(log_every_n_steps=...)``."""
+    """Logging every step with a costly logger: the fix names Trainer arguments
+    (``Trainer(log_every_n_steps=...)``, or ``Trainer(logger=BackgroundLogger(...), log_every_n_steps=...)``
+    for a logger that waits: on the fake clock the process is idle while it does)."""
     pl = import_pl("lightning")
     costs = Costs(clock, sample=0.25, step=2, log=6)
     scope = scope_for(tmp_path)
@@ -710,7 +712,8 @@ def test_diagnosis_names_lightning_arguments(tmp_path: Path, clock: FakeClock) -
     assert report is not None
     top = report.findings[0]
     assert top.id == "logging.frequency"
-    assert "Trainer(log_every_n_steps=" in top.snippet
+    assert "Trainer(" in top.snippet
+    assert f"log_every_n_steps={top.suggestion['log_every_n_steps']})" in top.snippet
     assert top.suggestion["log_every_n_steps"] > 1
     assert report.run.framework == "lightning"
 

@@ -3,20 +3,26 @@ settings that fit the run (never off for a whole fit), whole runs counted, floor
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from stallscope.analysis.context import AnalysisConfig, Context, RunShape
 from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
-from stallscope.analysis.rules._frequency import epoch_pieces, runs_every
+from stallscope.analysis.rules._frequency import after_run_s, epoch_pieces, runs_every
 from stallscope.analysis.rules.validation_frequency import lightning_runs, plain_runs
-from stallscope.timeline.stats import Distribution, SpanStats
+from stallscope.timeline.phases import BUILTIN_PHASES
+from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
 
 MS = 1_000_000
 
 
-def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: float, step_ms: float = 2) -> SpanStats:
+def _span(
+    *, steps: int, epochs: int, phase: str, count: int, each_ms: float, step_ms: float = 2, waits: bool = False
+) -> SpanStats:
+    """``steps`` steps of ``step_ms`` of CPU work, and ``count`` runs of ``phase``: CPU work too,
+    or, ``waits``, the process idle in them (a sleep, a socket)."""
     total = int(count * each_ms * MS)
     train = int(steps * step_ms * MS)
     return SpanStats(
@@ -29,7 +35,7 @@ def _span(*, steps: int, epochs: int, phase: str, count: int, each_ms: float, st
         step=Distribution.of([int(step_ms * MS)] * steps),
         data_wait=Distribution.of([0] * steps),
         data_cpu_ns=0,
-        process_cpu_ns=train + total,
+        process_cpu_ns=train + (0 if waits else total),
     )
 
 
@@ -220,14 +226,94 @@ def test_checkpoint_wording_gives_training_time_in_readable_units() -> None:
 
 
 def test_lightning_logging_is_at_most_the_fits_length_and_keeps_the_epoch_end_call() -> None:
-    """20 ms per call on each of 40 steps of 2 ms: 2000 needed, fit of 40 -> every 40."""
-    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=20)
+    """0.5 ms per call (cheap, many) on each of 40 steps of 2 ms: 25 needed, 50 rounded, fit of
+    40 -> every 40."""
+    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=0.5)
     shape = RunShape(max_epochs=1, batches_per_epoch=40)
     finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
     assert finding.suggestion == {"log_every_n_steps": 40}
     assert finding.evidence["calls_after"] == 2  # step 40 and the epoch's end
     assert finding.est_speedup_bound == "lower"
+
+
+def test_a_logger_that_blocks_is_moved_off_the_training_thread_and_keeps_every_step() -> None:
+    """3 ms per call on each of 400 steps of 4 ms: a wait, not work. A background thread takes
+    it, and keeps up (a call is shorter than a step); the training thread keeps the hand-off
+    (20 us) of each of the 401 calls."""
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=3, step_ms=4, waits=True)
+    shape = RunShape(max_epochs=1, batches_per_epoch=400)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert finding.suggestion == {"async_logging": True}
+    assert finding.est_speedup_bound == "estimate"
+    assert finding.evidence["calls_after"] == 401
+    assert finding.evidence["blocking_calls"] is True
+    wall = 400 * 0.004 + 401 * 0.003
+    assert finding.est_saving_fraction == pytest.approx(401 * (0.003 - 20e-6) / wall, abs=1e-4)
+    assert "BackgroundLogger(your_logger)" in (finding.snippet or "")
+    assert "log_every_n_steps" not in (finding.snippet or "")
+    plain = logging_frequency.rule(_ctx(span))
+    assert plain is not None
+    assert plain.suggestion == {"async_logging": True}
+    assert "QueueHandler" in plain.fix
+    assert "queue.Queue()" in (plain.snippet or "")
+
+
+def test_a_logger_slower_than_the_steps_is_also_called_less_often_so_its_thread_keeps_up() -> None:
+    """20 ms calls on 2 ms steps: a thread making every call would fall 18 ms behind each step;
+    one call every 10 steps keeps up. Lightning also logs at the epoch's end."""
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=20, waits=True)
+    shape = RunShape(max_epochs=1, batches_per_epoch=400)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert finding.suggestion == {"async_logging": True, "log_every_n_steps": 10}
+    assert finding.evidence["calls_after"] == 41
+    wall = 400 * 0.002 + 401 * 0.020
+    assert finding.est_saving_fraction == pytest.approx((401 * 0.020 - 41 * 20e-6) / wall, abs=1e-4)
+    assert "log_every_n_steps=10" in (finding.snippet or "")
+    plain = logging_frequency.rule(_ctx(span))
+    assert plain is not None
+    assert plain.suggestion == {"async_logging": True, "log_every_n_steps": 10}
+    assert plain.evidence["calls_after"] == 40
+    assert "if step % 10 == 0:" in (plain.snippet or "")
+
+
+def test_a_blocking_logger_on_tiny_steps_keeps_its_hand_offs_under_the_target() -> None:
+    """0.5 ms steps, 0.2 ms calls would be cheap; 1.2 ms calls that wait on 20 ms steps: the
+    hand-off is 0.1% of a step, every step stays logged. On 1 ms steps a 20 us hand-off is 2%
+    of a step: every 2 steps (and a 1.2 ms call then fits in the 2 ms between calls)."""
+    slow_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=20, waits=True)
+    slow = logging_frequency.rule(_ctx(slow_steps))
+    assert slow is not None
+    assert slow.suggestion == {"async_logging": True}
+    fast_steps = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=1.2, step_ms=1, waits=True)
+    fast = logging_frequency.rule(_ctx(fast_steps))
+    assert fast is not None
+    assert fast.suggestion == {"async_logging": True, "log_every_n_steps": 2}
+    assert fast.evidence["calls_after"] == 200
+    wall = 400 * 0.001 + 400 * 0.0012
+    assert fast.est_saving_fraction == pytest.approx((400 * 0.0012 - 200 * 20e-6) / wall, abs=1e-4)
+
+
+def test_long_logging_calls_that_compute_are_made_fewer_not_moved() -> None:
+    """20 ms calls during which the process stays busy: work, which a thread would not take off
+    the training thread (the GIL); fewer calls is the lever, and a floor."""
+    span = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=20)
+    finding = logging_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert set(finding.suggestion) == {"log_every_n_steps"}
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["blocking_calls"] is False
+
+
+def test_many_cheap_logging_calls_are_made_fewer_not_moved() -> None:
+    span = _span(steps=400, epochs=1, phase="logging", count=400, each_ms=0.4)
+    finding = logging_frequency.rule(_ctx(span))
+    assert finding is not None
+    assert finding.suggestion == {"log_every_n_steps": 20}  # 0.4 / (0.01 * 2) = 20
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["blocking_calls"] is False
 
 
 def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_one() -> None:
@@ -248,3 +334,79 @@ def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_
     # one run is still 13.5% of the run: a quarter of the batches brings it near 5% (33.7 ms allowed)
     assert at_end.suggestion["limit_val_batches"] == 0.25
     assert at_end.est_saving_fraction == pytest.approx((400 - 25) / 1040, abs=1e-4)
+
+
+# -- the steps after a run -------------------------------------------------------------------
+
+_COMPUTE_BIT = 1 << BUILTIN_PHASES.index("compute")
+_SAVE_BIT = _COMPUTE_BIT | 1 << BUILTIN_PHASES.index("checkpoint")
+
+
+def _saving_span(after_ms: list[float], *, steps: int = 400, every: int = 10, each_ms: float = 150) -> SpanStats:
+    """A plain loop of 2 ms steps saving every ``every`` steps (``each_ms`` each); the steps right
+    after each save take ``after_ms`` longer (the first one ``after_ms[0]``, ...)."""
+    durations, kinds = [], []
+    since = None
+    for i in range(steps):
+        extra = after_ms[since] if since is not None and since < len(after_ms) else 0.0
+        save = (i + 1) % every == 0
+        durations.append(round((2.0 + extra + (each_ms if save else 0.0)) * MS))
+        kinds.append(_SAVE_BIT if save else _COMPUTE_BIT)
+        since = 0 if save else (since + 1 if since is not None else None)
+    count = steps // every
+    total = round(count * each_ms * MS)
+    wall = sum(durations)
+    return SpanStats(
+        wall_ns=wall,
+        steps=steps,
+        epochs=1,
+        step_total_ns=wall,
+        phase_ns={"data": 0, "compute": wall - total, "checkpoint": total, "other": 0},
+        phase_counts={"data": steps, "compute": steps, "checkpoint": count},
+        step=Distribution.of(durations),
+        data_wait=Distribution.of([0] * steps),
+        data_cpu_ns=0,
+        process_cpu_ns=wall,
+        recent=RecentSteps(durations, [0] * steps, list(durations), kinds),
+    )
+
+
+def test_the_slowdown_after_each_save_is_measured_from_the_steps_between_saves() -> None:
+    # 9 steps between saves: the first half (4 steps) took 3 + 1 ms beyond the second half's 2 ms
+    assert after_run_s(_saving_span([3.0, 1.0]).recent, "checkpoint") == pytest.approx(0.004)
+    assert after_run_s(_saving_span([]).recent, "checkpoint") == 0.0
+    # a speed-up after the save is not a negative cost
+    assert after_run_s(_saving_span([-1.0]).recent, "checkpoint") == 0.0
+    # saves every 4 steps leave stretches of 3: too short to tell the steps apart
+    assert after_run_s(_saving_span([3.0], every=4).recent, "checkpoint") == 0.0
+    # fewer than three stretches between saves: nothing said
+    assert after_run_s(_saving_span([3.0], steps=30).recent, "checkpoint") == 0.0
+    assert after_run_s(None, "checkpoint") == 0.0
+
+
+def test_one_slow_stretch_does_not_make_a_slowdown() -> None:
+    # the host took the CPU once, in one stretch: the median over the stretches stays at 0
+    span = _saving_span([])
+    assert span.recent is not None
+    durations = list(span.recent.duration_ns)
+    durations[101] += 30 * MS
+    recent = RecentSteps(durations, span.recent.wait_ns, span.recent.compute_ns, span.recent.kinds)
+    assert after_run_s(recent, "checkpoint") == 0.0
+
+
+def test_a_save_removed_takes_the_slowdown_after_it_with_it() -> None:
+    slowed = _saving_span([3.0, 1.0])
+    flat = dataclasses.replace(slowed, recent=None)
+    with_after = checkpoint_frequency.rule(_ctx(slowed))
+    without = checkpoint_frequency.rule(_ctx(flat))
+    assert with_after is not None
+    assert without is not None
+    assert with_after.suggestion == without.suggestion
+    assert with_after.est_speedup_bound == "lower"
+    removed = 40 - with_after.evidence["saves_after"]
+    assert removed > 0
+    # each save removed also removes the 4 ms its next steps lost
+    assert with_after.est_saving_fraction - without.est_saving_fraction == pytest.approx(
+        removed * 0.004 / slowed.wall_s, abs=1e-3
+    )
+    assert with_after.evidence["slower_after_each_ms"] == pytest.approx(4.0)

@@ -65,3 +65,24 @@ def test_a_plain_loop_whose_interval_exceeds_the_run_still_saves_at_the_end(tmp_
     assert top.est_speedup_bound == "lower"
     assert after.summary.phase_seconds["checkpoint"] > 0, "the applied suggestion saved nothing"
     assert after.summary.phase_seconds["checkpoint"] < before.summary.phase_seconds["checkpoint"]
+
+
+@pytest.mark.parametrize("name", ["chatty_logging", "lightning_slow_logger"])
+def test_a_logger_that_blocks_is_moved_to_a_thread_and_still_logs(name: str, tmp_path: Path) -> None:
+    """A 3 ms call each step is a wait, not work: the suggestion hands it to a background thread
+    (the examples' ``async_logging``), and logs every step, or every few steps where a call is
+    longer than a step (the thread must keep up). Applied, the training thread keeps only the
+    hand-offs, and every call is still made (chatty_logging's ``run`` checks its tracker got one
+    per ``log_every_n_steps`` steps)."""
+    before, after, suggestion = _before_and_after(name, tmp_path)
+    top = before.findings[0]
+    assert suggestion["async_logging"] is True
+    assert set(suggestion) <= {"async_logging", "log_every_n_steps"}
+    k = suggestion.get("log_every_n_steps", 1)
+    assert k <= 2, "a 3 ms call needs at most 2 steps of this loop to keep up"
+    assert top.evidence["blocking_calls"] is True
+    assert top.evidence["calls_after"] >= before.summary.steps // k
+    assert top.est_speedup_bound == "estimate"
+    # 3 ms a call before; a queue.put after (microseconds): well under a tenth of it
+    assert after.summary.phase_seconds["logging"] < 0.1 * before.summary.phase_seconds["logging"]
+    assert after.summary.phase_seconds["logging"] > 0, "no call was handed off: the logging was turned off"

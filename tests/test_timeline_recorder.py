@@ -430,6 +430,46 @@ def test_ring_keeps_only_the_most_recent_steps(clock: FakeClock, cpu_clock: Fake
     assert run.step.mean == pytest.approx(35 / 3 / 1000)
 
 
+def test_recent_steps_keep_each_steps_compute_and_phases_oldest_first(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=4)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=True)
+    _open_pass(timeline, clock)
+    checkpoint, logging = timeline.phase_id("checkpoint"), timeline.phase_id("logging")
+    custom = timeline.phase_id("mine")
+    for i in range(6):  # steps 1..6: compute i+1 ms; step 3 saves, step 4 logs twice and runs "mine"
+        _step(timeline, clock, wait=100 * (i + 1), compute=(i + 1) * 1_000_000)
+        if i == 2:
+            timeline.enter(checkpoint)
+            clock.advance(5_000_000)
+            timeline.leave()
+        if i == 3:
+            for _ in range(2):
+                timeline.enter(logging)
+                clock.advance(1_000)
+                timeline.leave()
+            timeline.enter(custom)
+            timeline.leave()
+    _close_pass(timeline, clock)
+    epoch = timeline.end_epoch()
+    recent = epoch.recent
+    assert recent is not None
+    assert len(recent) == 4  # steps 3..6, oldest first, across the ring's wrap-around
+    assert list(recent.compute_ns) == [3_000_000, 4_000_000, 5_000_000, 6_000_000]
+    assert list(recent.wait_ns) == [300, 400, 500, 600]
+    assert list(recent.duration_ns) == [3_000_300 + 5_000_000, 4_000_400 + 2_000, 5_000_500, 6_000_600]
+    compute_bit = 1 << BUILTIN_PHASES.index("compute")
+    assert list(recent.kinds) == [
+        compute_bit | 1 << checkpoint,
+        compute_bit | 1 << logging | 1 << custom,
+        compute_bit,
+        compute_bit,
+    ]
+    run = timeline.run_stats()
+    assert run.recent is not None
+    assert list(run.recent.compute_ns) == list(recent.compute_ns)
+
+
 # -- idle windows ----------------------------------------------------------------------------
 
 

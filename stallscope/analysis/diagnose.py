@@ -34,7 +34,7 @@ def diagnose(ctx: Context, rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
     them low confidence when the span is too short to judge."""
     found = [f for rule in rules if (f := rule(ctx)) is not None]
     kept = [f for f in found if f.est_saving_fraction >= ctx.config.min_saving]
-    if disturbed(ctx.host_signals):  # other processes' work moved the numbers
+    if disturbed(ctx.host_signals, ctx.span):  # other processes' work moved the numbers
         kept = [lowered(f) for f in kept]
     if too_short(ctx.span) is not None:
         kept = [replace(f, confidence="low") for f in kept]

@@ -28,7 +28,7 @@ from rich.console import Console
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
 from stallscope.analysis.diagnose import diagnose, too_short
-from stallscope.analysis.disturbance import disturbance_note
+from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
@@ -490,12 +490,13 @@ class Session:
 
         def build() -> Report:
             span = snapshot.stats()
+            scatter = scatter_note(span) if complete else None  # the numbers move until the end
             return Report(
                 run=run,
                 summary=self.summarize(span, signals),
                 epochs=tuple(epoch.get() for epoch in epochs),
                 findings=tuple(diagnose(known(span=span))),
-                notes=notes,
+                notes=(*notes, scatter) if scatter is not None else notes,
                 complete=complete,
                 tail=tail,
             )

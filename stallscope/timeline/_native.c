@@ -40,6 +40,8 @@
 #define DATA_ID 0
 #define COMPUTE_ID 2
 #define OTHER_ID 6
+/* a step's phases as bits of an int64 (recorder.KIND_BITS): ids from this one on share its bit */
+#define KIND_BITS 62
 
 static PyObject *perf_counter_ns; /* time.perf_counter_ns */
 static PyObject *code_leave; /* LEAVE as an int, for a timer whose target is a callable */
@@ -814,15 +816,20 @@ enum {
     S_STEPS,
     S_STEP_TOTAL,
     S_WIN_STEPS,
+    S_STEP_COMPUTE0,
+    S_STEP_KINDS,
     S_COUNT
 };
 static const char *state_names[S_COUNT] = {
     "_cur",       "_mark",     "_in_step", "_step_start", "_step_wait",
-    "_data_mark", "_ring_pos", "_steps",   "_step_total", "_win_steps",
+    "_data_mark", "_ring_pos", "_steps",   "_step_total", "_win_steps", "_step_compute0", "_step_kinds",
 };
 static PyObject *state_attrs[S_COUNT];
-static PyObject *name_totals, *name_counts, *name_stack, *name_ring_step, *name_ring_wait, *name_ring_size,
-    *name_window_steps;
+static PyObject *name_totals, *name_counts, *name_stack, *name_ring_step, *name_ring_wait, *name_ring_compute,
+    *name_ring_kinds, *name_ring_size, *name_window_steps;
+
+/* the timeline's rings of recent steps, in ``Timeline._recent_values`` order */
+enum { R_STEP, R_WAIT, R_COMPUTE, R_KINDS, R_COUNT };
 
 /* an attribute of ``obj`` as a C long long */
 static int
@@ -967,11 +974,12 @@ stack_push(Folding *f, long long value)
 /* the events' loop of Timeline._fold: stops at the first error, with the state as of the events
  * before the one that failed (a window's close that fails leaves its step counted) */
 static int
-fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *f, Py_buffer *ring_step,
-            Py_buffer *ring_wait, long long ring_size)
+fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *f, Py_buffer *rings,
+            long long ring_size)
 {
     long long *st = f->state;
-    long long *steps_ring = ring_step->buf, *waits_ring = ring_wait->buf;
+    long long *steps_ring = rings[R_STEP].buf, *waits_ring = rings[R_WAIT].buf;
+    long long *compute_ring = rings[R_COMPUTE].buf, *kinds_ring = rings[R_KINDS].buf;
     if (n % 2) {
         PyErr_SetString(PyExc_ValueError, "stallscope: the event log has an odd length");
         return -1;
@@ -990,6 +998,7 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
             }
             st[S_CUR] = code;
             f->counts[code] += 1;
+            st[S_STEP_KINDS] |= (long long)1 << (code < KIND_BITS ? code : KIND_BITS);
         }
         else if (code == LEAVE || code == GOT || code == NONE) {
             st[S_CUR] = f->depth ? f->stack[--f->depth] : OTHER_ID;
@@ -1006,6 +1015,8 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
                 long long pos = st[S_RING_POS];
                 steps_ring[pos] = duration;
                 waits_ring[pos] = st[S_STEP_WAIT];
+                compute_ring[pos] = f->totals[COMPUTE_ID] - st[S_STEP_COMPUTE0];
+                kinds_ring[pos] = st[S_STEP_KINDS];
                 st[S_RING_POS] = pos + 1 < ring_size ? pos + 1 : 0;
                 st[S_STEPS] += 1;
                 if (--f->window_left <= 0) { /* below 0 after a close that was cut short */
@@ -1034,6 +1045,8 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
             if (code == STEP || code == WAIT) {
                 if (code == STEP) {
                     st[S_STEP_START] = t;
+                    st[S_STEP_COMPUTE0] = f->totals[COMPUTE_ID];
+                    st[S_STEP_KINDS] = 0;
                 }
                 st[S_DATA_MARK] = t;
                 if (stack_push(f, st[S_CUR]) < 0) {
@@ -1074,8 +1087,9 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     Folding f = {0};
-    Py_buffer ring_step = {0}, ring_wait = {0};
-    int have_step = 0, have_wait = 0, rc = -1;
+    Py_buffer rings[R_COUNT] = {{0}};
+    PyObject *ring_names[R_COUNT] = {name_ring_step, name_ring_wait, name_ring_compute, name_ring_kinds};
+    int have_rings = 0, rc = -1;
     long long ring_size, window_steps;
     PyObject *result = NULL;
     f.totals_list = PyObject_GetAttr(timeline, name_totals);
@@ -1127,16 +1141,13 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's ring position is out of range");
         goto done;
     }
-    if (get_ring(timeline, name_ring_step, (Py_ssize_t)ring_size, &ring_step) < 0) {
-        goto done;
+    for (; have_rings < R_COUNT; have_rings++) {
+        if (get_ring(timeline, ring_names[have_rings], (Py_ssize_t)ring_size, &rings[have_rings]) < 0) {
+            goto done;
+        }
     }
-    have_step = 1;
-    if (get_ring(timeline, name_ring_wait, (Py_ssize_t)ring_size, &ring_wait) < 0) {
-        goto done;
-    }
-    have_wait = 1;
     /* from here the state is written back whatever happens, as the Python fold's ``finally`` */
-    rc = fold_events(timeline, events, n, &f, &ring_step, &ring_wait, ring_size);
+    rc = fold_events(timeline, events, n, &f, rings, ring_size);
     {
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb); /* a write-back of its own does not lose the fold's error */
@@ -1153,11 +1164,8 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         }
     }
 done:
-    if (have_step) {
-        PyBuffer_Release(&ring_step);
-    }
-    if (have_wait) {
-        PyBuffer_Release(&ring_wait);
+    for (int i = 0; i < have_rings; i++) {
+        PyBuffer_Release(&rings[i]);
     }
     PyMem_Free(f.totals);
     PyMem_Free(f.counts);
@@ -1892,6 +1900,8 @@ PyInit__native(void)
     name_stack = PyUnicode_InternFromString("_stack");
     name_ring_step = PyUnicode_InternFromString("_ring_step");
     name_ring_wait = PyUnicode_InternFromString("_ring_wait");
+    name_ring_compute = PyUnicode_InternFromString("_ring_compute");
+    name_ring_kinds = PyUnicode_InternFromString("_ring_kinds");
     name_ring_size = PyUnicode_InternFromString("_ring_size");
     name_window_steps = PyUnicode_InternFromString("_window_steps");
     for (int i = 0; i < K_COUNT; i++) {
@@ -1904,7 +1914,8 @@ PyInit__native(void)
     if (data_id == NULL || PyType_Ready(&StepHookType) < 0 || PyType_Ready(&HookBaseType) < 0) {
         return NULL;
     }
-    if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_size ||
+    if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_compute ||
+        !name_ring_kinds || !name_ring_size ||
         !name_window_steps) {
         return NULL;
     }
@@ -1930,7 +1941,8 @@ PyInit__native(void)
         PyModule_AddIntConstant(module, "WAIT", WAIT) < 0 || PyModule_AddIntConstant(module, "END", END) < 0 ||
         PyModule_AddIntConstant(module, "DATA_ID", DATA_ID) < 0 ||
         PyModule_AddIntConstant(module, "COMPUTE_ID", COMPUTE_ID) < 0 ||
-        PyModule_AddIntConstant(module, "OTHER_ID", OTHER_ID) < 0) {
+        PyModule_AddIntConstant(module, "OTHER_ID", OTHER_ID) < 0 ||
+        PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0) {
         Py_DECREF(module);
         return NULL;
     }

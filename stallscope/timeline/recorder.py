@@ -55,6 +55,10 @@ DATA_CPU_INTERVAL_NS = 20_000_000
 #: a time no clock reaches: no data-CPU reading is due
 _NEVER = 1 << 62
 
+#: a step's phases are kept as bits of an int64 (``Timeline._ring_kinds``): phase id ``i`` sets
+#: bit ``i``; ids from this one on share its bit
+KIND_BITS = 62
+
 #: the log is folded into the totals when it holds this many entries (two per event)
 FOLD_AT = 2048
 
@@ -93,6 +97,7 @@ _NATIVE_CONSTANTS = {
     "DATA_ID": _DATA,
     "COMPUTE_ID": _COMPUTE,
     "OTHER_ID": _OTHER,
+    "KIND_BITS": KIND_BITS,
 }
 if _native is not None and (
     os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
@@ -201,7 +206,11 @@ class Timeline:
         "_ring_size",
         "_ring_step",
         "_ring_wait",
+        "_ring_compute",
+        "_ring_kinds",
         "_ring_pos",
+        "_step_compute0",
+        "_step_kinds",
         "_data_t0",
         "_data_cpu_mark",
         "_cpu_due",
@@ -292,7 +301,14 @@ class Timeline:
         self._ring_size = recent_steps
         self._ring_step = array("q", bytes(8 * recent_steps))
         self._ring_wait = array("q", bytes(8 * recent_steps))
+        #: per recent step: its compute time, ns, and the phases entered in it (bit ``id``, custom
+        #: phases past bit 61 share bit 62): which steps saved, validated or logged (``kinds``)
+        self._ring_compute = array("q", bytes(8 * recent_steps))
+        self._ring_kinds = array("q", bytes(8 * recent_steps))
         self._ring_pos = 0
+        #: compute credited when the step in progress began, and the phases entered in it so far
+        self._step_compute0 = 0
+        self._step_kinds = 0
         # the wait in progress, measured at once (``data_end`` returns it)
         self._data_t0 = 0
         # CPU time of in-process data loading
@@ -675,6 +691,10 @@ class Timeline:
         data_mark = self._data_mark
         ring_step = self._ring_step
         ring_wait = self._ring_wait
+        ring_compute = self._ring_compute
+        ring_kinds = self._ring_kinds
+        step_compute0 = self._step_compute0
+        step_kinds = self._step_kinds
         pos = self._ring_pos
         size = self._ring_size
         steps = self._steps
@@ -689,6 +709,7 @@ class Timeline:
                     stack.append(cur)
                     cur = code
                     counts[code] += 1
+                    step_kinds |= 1 << (code if code < KIND_BITS else KIND_BITS)
                 elif code == LEAVE:
                     cur = stack.pop() if stack else _OTHER
                 elif code == GOT:  # the wait is over, the step runs
@@ -702,6 +723,8 @@ class Timeline:
                         step_total += duration
                         ring_step[pos] = duration
                         ring_wait[pos] = step_wait
+                        ring_compute[pos] = totals[_COMPUTE] - step_compute0
+                        ring_kinds[pos] = step_kinds
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
@@ -712,6 +735,8 @@ class Timeline:
                     if code in (STEP, WAIT):
                         if code == STEP:
                             step_start = t
+                            step_compute0 = totals[_COMPUTE]
+                            step_kinds = 0
                         data_mark = t
                         stack.append(cur)
                         cur = _DATA
@@ -723,6 +748,8 @@ class Timeline:
             self._step_start = step_start
             self._step_wait = step_wait
             self._data_mark = data_mark
+            self._step_compute0 = step_compute0
+            self._step_kinds = step_kinds
             self._ring_pos = pos
             self._steps = steps
             self._step_total = step_total
@@ -796,7 +823,7 @@ class Timeline:
             process_cpu_ns=cpu - self._ep_cpu,
             boundaries=tuple(self._ep_boundaries),
         )
-        snapshot = SpanSnapshot(stats, self._recent_values(0, ep_steps), self._recent_values(1, ep_steps))
+        snapshot = SpanSnapshot(stats, *(self._recent_values(which, ep_steps) for which in range(4)))
         self._ep_start_ns = now
         self._ep_totals = list(self._totals)
         self._ep_counts = list(self._counts)
@@ -846,7 +873,7 @@ class Timeline:
             boundaries=tuple(self._boundaries),
             windows=windows,
         )
-        return SpanSnapshot(span, self._recent_values(0, self._steps), self._recent_values(1, self._steps))
+        return SpanSnapshot(span, *(self._recent_values(which, self._steps) for which in range(4)))
 
     # -- for samplers (off the hot path) --------------------------------------------------
 
@@ -960,9 +987,9 @@ class Timeline:
         return out
 
     def _recent_values(self, which: int, count: int) -> array[int]:
-        """A copy of the last ``count`` values of a ring (0: step times, 1: waits), in ring order
-        (their statistics do not depend on it)."""
-        ring = self._ring_step if which == 0 else self._ring_wait
+        """A copy of the last ``count`` values of a ring (0: step times, 1: waits, 2: compute
+        times, 3: phases entered), oldest first."""
+        ring = (self._ring_step, self._ring_wait, self._ring_compute, self._ring_kinds)[which]
         count = min(count, self._ring_size)
         end = self._ring_pos
         if count <= end:

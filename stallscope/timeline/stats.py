@@ -29,14 +29,14 @@ class Distribution:
         return cls(
             n=n,
             mean=sum(ordered) / n / 1e9,
-            p10=_quantile(ordered, 0.10) / 1e9,
-            p50=_quantile(ordered, 0.50) / 1e9,
-            p90=_quantile(ordered, 0.90) / 1e9,
+            p10=quantile(ordered, 0.10) / 1e9,
+            p50=quantile(ordered, 0.50) / 1e9,
+            p90=quantile(ordered, 0.90) / 1e9,
             max=ordered[-1] / 1e9,
         )
 
 
-def _quantile(ordered: Sequence[int], q: float) -> float:
+def quantile(ordered: Sequence[int], q: float) -> float:
     """Linear-interpolated quantile of an already sorted, non-empty sequence."""
     pos = (len(ordered) - 1) * q
     lo = math.floor(pos)
@@ -77,6 +77,25 @@ class IdleWindow:
 
 
 @dataclass(frozen=True)
+class RecentSteps:
+    """The span's recent steps one by one, oldest first (at most the recent-steps window): what
+    the scatter of step times and the steps around a save are read from."""
+
+    #: each step's wall time, ns
+    duration_ns: Sequence[int]
+    #: its wait for the batch, ns
+    wait_ns: Sequence[int]
+    #: its time in the compute phase, ns
+    compute_ns: Sequence[int]
+    #: the phases entered in it: bit ``i`` for phase id ``i`` (``timeline.phases.BUILTIN_PHASES``
+    #: order for the built-in ones)
+    kinds: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.duration_ns)
+
+
+@dataclass(frozen=True)
 class SpanStats:
     """Everything measured over one span of a run: an epoch, or the run so far.
 
@@ -108,6 +127,8 @@ class SpanStats:
     boundaries: tuple[EpochBoundary, ...] = ()
     #: idle windows (run span only; empty for epochs)
     windows: tuple[IdleWindow, ...] = field(default=())
+    #: the recent steps one by one, oldest first; None when not recorded
+    recent: RecentSteps | None = field(default=None, compare=False, repr=False)
 
     @property
     def wall_s(self) -> float:
@@ -135,12 +156,24 @@ class SpanSnapshot:
     step: Sequence[int]
     #: their waits for data (ns)
     data_wait: Sequence[int]
+    #: their compute times (ns), and the phases entered in each (``RecentSteps.kinds``)
+    compute: Sequence[int] = ()
+    kinds: Sequence[int] = ()
 
     def stats(self) -> SpanStats:
-        """The span's ``SpanStats``: the snapshot's, with its distributions (a copy of its fields,
-        cheaper than ``dataclasses.replace``, which an epoch end of a short epoch paid for)."""
+        """The span's ``SpanStats``: the snapshot's, with its distributions and recent steps (a copy
+        of its fields, cheaper than ``dataclasses.replace``, which an epoch end of a short epoch paid
+        for)."""
+        recent = (
+            RecentSteps(self.step, self.data_wait, self.compute, self.kinds)
+            if len(self.compute) == len(self.step) == len(self.kinds)
+            else None
+        )
         stats = object.__new__(SpanStats)
         stats.__dict__.update(
-            self.span.__dict__, step=Distribution.of(self.step), data_wait=Distribution.of(self.data_wait)
+            self.span.__dict__,
+            step=Distribution.of(self.step),
+            data_wait=Distribution.of(self.data_wait),
+            recent=recent,
         )
         return stats

@@ -6,20 +6,33 @@ step's time (``d / (target_share * step)``); each rule turns it into a setting t
 (a round number of steps, whole epochs, never longer than the run where its length is known),
 counts the whole runs of the phase the span would really have with that setting, and predicts the
 difference. ``d`` and the step time come from the run so far when the span is one of its epochs,
-so an epoch's finding and the run's give the same setting unless the data differ. See
-docs/predictions.md.
+so an epoch's finding and the run's give the same setting unless the data differ.
+
+A run of the phase can also slow the steps right after it (a 64 MB write evicts the caches and
+the page cache, an fsync competes with the next steps): ``after_s``, measured from the recent
+steps one by one (``SpanStats.recent``), is what the first half of the steps between two runs
+took beyond the second half, the median over all such stretches. A run removed by
+the fix takes that with it, so the saving counts it too. The second half may still pay some of
+it, so the measure is short of the whole, and a floor stays a floor. See docs/predictions.md.
 """
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.numbers import frac, ms, nice_ceil
+from stallscope.timeline.phases import BUILTIN_PHASES
+from stallscope.timeline.stats import RecentSteps
 
 #: a setting is good enough when the phase's share after it is within this factor of the target
 #: (intervals are rounded; a lever beyond the interval is offered only when it is clearly needed)
 TARGET_SLACK = 1.5
+#: the steps after a run are compared only over stretches of at least this many steps between runs
+MIN_STRETCH = 4
+#: ... and only when at least this many such stretches were recorded
+MIN_STRETCHES = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,9 @@ class FrequencyEstimate:
     #: wall time of the span and the phase's time in it, seconds
     wall_s: float = 0.0
     phase_s: float = 0.0
+    #: how much longer the steps right after one run take than the steps before the next, seconds
+    #: (``after_run_s``); 0 when not seen
+    after_s: float = 0.0
 
     def evidence(self) -> dict[str, float | int | str]:
         return {
@@ -55,15 +71,18 @@ class FrequencyEstimate:
             "share_of_wall": frac(self.share_now),
             "every_n_steps_now": round(self.interval_now, 2),
             "step_without_ms": ms(self.step_without_s),
+            "slower_after_each_ms": ms(self.after_s),
         }
 
     def saving_for(self, runs_after: int, each_after_s: float | None = None) -> float:
         """Fraction of the span's wall time recovered when the phase runs ``runs_after`` times,
-        ``each_after_s`` seconds each (default: as long as now)."""
+        ``each_after_s`` seconds each (default: as long as now), with the slowdown after each
+        run removed."""
         each = self.each_s if each_after_s is None else each_after_s
         if self.wall_s <= 0:
             return 0.0
-        return frac((self.phase_s - runs_after * each) / self.wall_s)
+        removed = max(0, self.count - runs_after) * self.after_s
+        return frac((self.phase_s - runs_after * each + removed) / self.wall_s)
 
     def share_for(self, steps: int, runs: int, each_after_s: float | None = None) -> float:
         """Share of the time the phase would take over ``steps`` training steps with ``runs`` runs."""
@@ -94,6 +113,32 @@ def epoch_pieces(steps_before: int, steps: int, per_epoch: int) -> list[tuple[in
         pieces.append((epoch, into, n))
         at += n
     return pieces
+
+
+def after_run_s(recent: RecentSteps | None, phase: str) -> float:
+    """How much longer, in seconds, the steps right after a run of ``phase`` take than the steps
+    before the next run: over each stretch of at least ``MIN_STRETCH`` steps between two runs,
+    what its first half took beyond as many steps of its second half, on average (means of both:
+    a step's time is skewed, slow outliers are more common than fast ones, and a median
+    would count that skew as a slowdown); the median of that over the
+    stretches, 0 when fewer than ``MIN_STRETCHES`` were recorded or it is not positive. A step's
+    time is its wall time less its wait for data (the loader's own wobble is not the phase's)."""
+    if recent is None or phase not in BUILTIN_PHASES:
+        return 0.0
+    bit = 1 << BUILTIN_PHASES.index(phase)
+    work = [max(0, d - w) for d, w in zip(recent.duration_ns, recent.wait_ns, strict=True)]
+    runs = [i for i, kind in enumerate(recent.kinds) if kind & bit]
+    extras = []
+    for a, b in zip(runs, runs[1:], strict=False):
+        stretch = work[a + 1 : b]
+        if len(stretch) < MIN_STRETCH:
+            continue
+        half = len(stretch) // 2
+        base = statistics.fmean(stretch[half:])
+        extras.append(sum(stretch[:half]) - half * base)
+    if len(extras) < MIN_STRETCHES:
+        return 0.0
+    return max(0.0, statistics.median(extras) / 1e9)
 
 
 def span_steps(ctx: Context) -> tuple[int, int]:
@@ -133,6 +178,7 @@ def estimate(ctx: Context, phase: str, target_share: float) -> FrequencyEstimate
         needed=needed,
         wall_s=span.wall_s,
         phase_s=total_ns / 1e9,
+        after_s=after_run_s(pool.recent, phase),
     )
     before, steps = span_steps(ctx)
     return FrequencyEstimate(

@@ -1,25 +1,52 @@
-"""``logging.frequency``: logging or metric syncing blocks training; log less often.
+"""``logging.frequency``: logging or metric syncing blocks training; log less often, or off the
+training thread.
 
-Every ``K`` steps, ``K`` the round interval at which logging takes the target share; in Lightning
-at most the fit's steps (``log_every_n_steps`` longer than the fit logs no step at all). Lightning
-also logs at each epoch's end whatever the interval: those calls stay in the prediction. The
-prediction counts only the calls removed (a floor).
+Two levers, chosen by what one call costs:
+
+* **Many cheap calls** (each under ``BLOCKING_CALL_S``): log every ``K`` steps, ``K`` the round
+  interval at which logging takes the target share; in Lightning at most the fit's steps
+  (``log_every_n_steps`` longer than the fit logs no step at all). Lightning also logs at each
+  epoch's end whatever the interval: those calls stay in the prediction. The prediction counts
+  only the calls removed (a floor).
+* **Calls that block** (each ``BLOCKING_CALL_S`` or longer, and the process idle for at least
+  half of the logging time: a logger waiting for a server or a disk, not computing): hand each
+  call to a background thread (``"async_logging": true``): in Lightning, the logger wrapped so
+  that ``log_metrics`` puts the metrics on a queue that a thread drains; in a plain loop, a
+  queue and a thread, or ``logging.handlers.QueueHandler`` for the standard library's logging.
+  Every step is still logged. The prediction: each call then costs the hand-off,
+  ``HANDOFF_S``, on the training thread, and the rest of it, the wait, moves off it. The thread
+  makes the calls one after another, so it must keep up: a logger slower than the steps would
+  fall behind, and the run's end would wait for it. So the suggestion also logs every ``K``
+  steps when a call takes longer than a step (``K`` = call / step rounded up to 1, 2, 5, 10,
+  ...), or when even the hand-offs would take more than the target share. An estimate, not a
+  floor: the background thread still wakes up and takes the GIL for the call's own Python work.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from stallscope.analysis.context import Context
-from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.rules._frequency import estimate, runs_every, training_time
+from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
+from stallscope.analysis.numbers import nice_ceil
+from stallscope.analysis.rules._frequency import FrequencyEstimate, estimate, runs_every, training_time
 from stallscope.timeline.phases import LOGGING
 
 ID = "logging.frequency"
 
+#: a logging call this long or longer waits on something (a server, a disk): it blocks on I/O
+BLOCKING_CALL_S = 1e-3
+#: ... and the process was idle for at least this share of the logging time: the calls wait
+WAITING_SHARE = 0.5
+#: what a call handed to a background thread still costs the training thread: a ``queue.put`` of
+#: the metrics (the logger scenarios of ``examples/`` measured about 10 us a call on a 2-core
+#: x86-64 host; twice that here, for slower hosts and bigger metrics dicts)
+HANDOFF_S = 20e-6
 
-def rule(ctx: Context) -> Finding | None:
-    est = estimate(ctx, LOGGING, ctx.config.logging_target_share)
-    if est is None:
-        return None
+
+def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
+    """Log less often: ``log_every_n_steps``."""
     lightning = ctx.config.framework == "lightning"
     total = ctx.shape.total_steps if lightning and ctx.shape is not None else None
     k = est.interval if total is None else max(1, min(est.interval, total))
@@ -39,15 +66,130 @@ def rule(ctx: Context) -> Finding | None:
         if k > observed:
             fix += f" The {observed} steps seen so far are fewer than {k}: a run this long would log no step."
         snippet = f"if step % {k} == 0:\n    log(loss.item())"
+    return _finding(est, saving, {"log_every_n_steps": k}, fix, snippet, runs_after, "lower")
+
+
+_LIGHTNING_SNIPPET = """\
+class BackgroundLogger(Logger):  # from lightning.pytorch.loggers
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.queue = inner, queue.Queue()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+    name = property(lambda self: self.inner.name)
+    version = property(lambda self: self.inner.version)
+    def log_hyperparams(self, *args, **kwargs):
+        self.inner.log_hyperparams(*args, **kwargs)
+    def log_metrics(self, metrics, step=None):
+        self.queue.put((dict(metrics), step))  # the training thread waits no more
+    def _drain(self):
+        while (item := self.queue.get()) is not None:
+            self.inner.log_metrics(*item)
+    def finalize(self, status):
+        if self.thread.is_alive():
+            self.queue.put(None)
+            self.thread.join()  # everything is logged before the fit ends
+        self.inner.finalize(status)
+
+Trainer(logger=BackgroundLogger(your_logger){every})"""
+
+_PLAIN_SNIPPET = """\
+calls = queue.Queue()
+def drain():
+    while (item := calls.get()) is not None:
+        log(*item)
+writer = threading.Thread(target=drain)
+writer.start()
+...
+{guard}calls.put((step, loss.item()))  # instead of log(step, loss.item())
+...
+calls.put(None); writer.join()  # after the loop: the last calls are logged"""
+
+
+def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
+    """Log off the training thread: ``async_logging``, and a longer interval only when even the
+    hand-offs would take more than the target share."""
+    lightning = ctx.config.framework == "lightning"
+    # the hand-offs within the target share, and a call made no faster than the steps come
+    needed = max(HANDOFF_S / (ctx.config.logging_target_share * est.step_without_s), est.each_s / est.step_without_s)
+    k = nice_ceil(needed)
+    suggestion: dict[str, Any] = {"async_logging": True}
+    runs_after = est.count
+    every = ""
+    if k > math.ceil(est.interval_now - 1e-9):  # the run's own interval, less its epoch-end calls
+        suggestion["log_every_n_steps"] = k
+        runs_after = runs_every(ctx.steps_before, ctx.span.steps, k) + (ctx.span.epochs if lightning else 0)
+        runs_after = min(runs_after, est.count)
+        every = f", log_every_n_steps={k}"
+    saving = est.saving_for(runs_after, HANDOFF_S)
+    if saving <= 0:
+        return None
+    wait = f"Each logging call waits {est.each_s * 1e3:.1f} ms (on a server or a disk)"
+    if lightning:
+        fix = (
+            f"{wait}: hand the metrics to a background thread, so training goes on while the logger waits:"
+            " wrap the Trainer's logger so that log_metrics puts them on a queue that a thread drains."
+        )
+    else:
+        fix = (
+            f"{wait}: hand each call to a background thread, so training goes on while it waits: a queue and a"
+            " thread (or logging.handlers.QueueHandler with a QueueListener for the standard library's logging)."
+        )
+    if "log_every_n_steps" in suggestion:
+        fix += (
+            f" And log every {k} steps, so that the thread keeps up with the steps and the hand-offs stay"
+            f" under {ctx.config.logging_target_share:.0%} of the time."
+        )
+    else:
+        fix += " Every step is still logged."
+    fix += (
+        f" The prediction takes {HANDOFF_S * 1e6:.0f} us a call for the hand-off. Logging less often would do"
+        f" it too (every {est.interval} steps), with fewer points logged."
+    )
+    if lightning:
+        snippet = _LIGHTNING_SNIPPET.format(every=every)
+    else:
+        guard = f"if step % {k} == 0:\n    " if "log_every_n_steps" in suggestion else ""
+        snippet = _PLAIN_SNIPPET.format(guard=guard)
+    return _finding(est, saving, suggestion, fix, snippet, runs_after, "estimate")
+
+
+def _finding(
+    est: FrequencyEstimate,
+    saving: float,
+    suggestion: dict[str, Any],
+    fix: str,
+    snippet: str,
+    runs_after: int,
+    bound: SpeedupBound,
+) -> Finding:
     return Finding(
         id=ID,
         title=f"Logging blocks training {est.share_now:.0%} of the time ({est.each_s * 1e3:.1f} ms per call)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="high",
-        evidence={**est.evidence(), "calls_after": runs_after},
+        evidence={**est.evidence(), "calls_after": runs_after, "blocking_calls": bound == "estimate"},
         fix=fix,
-        suggestion={"log_every_n_steps": k},
+        suggestion=suggestion,
         snippet=snippet,
-        est_speedup_bound="lower",  # the fix only removes calls
+        est_speedup_bound=bound,  # fewer calls only removes work; a thread's hand-off is modelled
     )
+
+
+def rule(ctx: Context) -> Finding | None:
+    est = estimate(ctx, LOGGING, ctx.config.logging_target_share)
+    if est is None:
+        return None
+    if waits(ctx, est):  # each call waits: the wait can move off the training thread
+        return _async_finding(ctx, est)
+    return _interval_finding(ctx, est)
+
+
+def waits(ctx: Context, est: FrequencyEstimate) -> bool:
+    """Whether the logging calls block on I/O: each is long (``BLOCKING_CALL_S`` or more), and
+    the process was idle for at least half of the logging time (its CPU time over the span is
+    at most the span's wall time less half the logging time), so they mostly wait, not compute."""
+    span = ctx.span
+    idle_ns = span.wall_ns - span.process_cpu_ns
+    return est.each_s >= BLOCKING_CALL_S and idle_ns >= WAITING_SHARE * span.phase_ns.get(LOGGING, 0)
