@@ -54,7 +54,7 @@ class ScopeConfig:
     recent_steps: int = 4096
     #: an epoch's panel is printed when this many seconds passed since the last one (the first
     #: epoch's and the run's always are); 0 prints every epoch's; None (the default) prints every
-    #: epoch's unless the panels would take more than 1% of the run (many very short epochs)
+    #: epoch's unless the panels would take more than 0.25% of the run (many very short epochs)
     print_interval_s: float | None = None
 
     @classmethod

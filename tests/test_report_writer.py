@@ -53,18 +53,18 @@ def _builder(steps: int, built: list[int]) -> Callable[[], Report]:
     return build
 
 
-def test_writes_at_once_while_writes_take_under_half_a_percent(tmp_path: Path, clock: FakeClock) -> None:
+def test_writes_at_once_while_writes_take_under_a_quarter_percent(tmp_path: Path, clock: FakeClock) -> None:
     disk = Disk(clock, cost_ms=2)
     writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk)
     built: list[int] = []
-    writer.submit(_builder(1, built))  # the first is due at once; it takes 2 ms, so the next waits 400 ms
-    clock.advance_ms(399)
+    writer.submit(_builder(1, built))  # the first is due at once; it takes 2 ms, so the next waits 800 ms
+    clock.advance_ms(799)
     assert writer.wants_report()  # nothing pending yet
-    writer.submit(_builder(2, built))  # 399 ms after the first ended: kept for later
+    writer.submit(_builder(2, built))  # 799 ms after the first ended: kept for later
     assert not writer.wants_report()  # one is pending and no write is due: skip the snapshot
     clock.advance_ms(1)
     assert writer.wants_report()  # a write is due
-    writer.submit(_builder(3, built))  # 400 ms: written now, and the pending one (2) is dropped
+    writer.submit(_builder(3, built))  # 800 ms: written now, and the pending one (2) is dropped
     writer.close()
     assert disk.writes == [(1, False), (3, False)]
     assert built == [1, 3]  # a report that was never written was never built either
@@ -79,7 +79,7 @@ def test_a_report_that_waits_is_written_by_the_thread_once_its_time_comes(tmp_pa
     disk.written.clear()
     writer.submit(_builder(2, built))
     writer.submit(_builder(3, built))  # replaces 2 before its time came
-    clock.advance_ms(400)  # no epoch end comes: the thread writes the latest
+    clock.advance_ms(800)  # no epoch end comes: the thread writes the latest
     assert disk.written.wait(timeout=30)
     writer.close()
     assert disk.writes == [(1, False), (3, False)]
@@ -87,7 +87,7 @@ def test_a_report_that_waits_is_written_by_the_thread_once_its_time_comes(tmp_pa
 
 
 def test_the_wait_is_never_longer_than_max_interval(tmp_path: Path, clock: FakeClock) -> None:
-    disk = Disk(clock, cost_ms=1000)  # a write on a very slow disk: 0.5% would mean 200 s between writes
+    disk = Disk(clock, cost_ms=1000)  # a write on a very slow disk: 0.25% would mean 400 s between writes
     writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk, max_interval_s=5.0)
     writer.submit(_builder(1, []))
     clock.advance_ms(4_999)
@@ -125,7 +125,7 @@ def test_a_failed_write_in_the_thread_is_raised_by_the_next_submit(tmp_path: Pat
     writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk)
     writer.submit(_builder(1, []))
     writer.submit(_builder(2, []))
-    clock.advance_ms(500)
+    clock.advance_ms(1000)
     assert failed.wait(timeout=30)
     with pytest.raises(OSError, match="No space left"):
         writer.submit(_builder(3, []))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from stallscope.analysis.finding import Confidence, Finding
 from stallscope.signals.host_sampler import HostSummary
-from stallscope.timeline.stats import SpanStats, quantile
+from stallscope.timeline.stats import RecentSteps, SpanStats, quantile
 
 #: other processes busy on at least this share of the machine's cores disturb the timings
 OTHERS_SHARE = 0.5
@@ -63,23 +63,42 @@ class Scatter:
         return self.p90_s / self.p50_s if self.p50_s > 0 else 0.0
 
 
+#: the last span's recent steps and their scatter: a run's report asks twice (its diagnosis and
+#: its note), over up to 4,096 steps each time
+_last: tuple[RecentSteps, Scatter | None] | None = None
+
+
 def step_scatter(span: SpanStats) -> Scatter | None:
     """The scatter of the work of ``span``'s most common kind of step; None when too few steps
     were recorded to say."""
+    global _last
     recent = span.recent
     if recent is None or len(recent) < MIN_SCATTER_STEPS:
         return None
+    last = _last
+    if last is not None and last[0] is recent:
+        return last[1]
     kinds = recent.kinds
     kind, _ = Counter(kinds).most_common(1)[0]
     # a step right after one of another kind (a save, a validation run) may still pay for it
     work = sorted(
-        max(0, recent.duration_ns[i] - recent.wait_ns[i])
-        for i in range(1, len(kinds))
-        if kinds[i] == kind and kinds[i - 1] == kind
+        duration - wait if duration > wait else 0
+        for duration, wait, this, before in zip(
+            recent.duration_ns[1:],
+            recent.wait_ns[1:],
+            kinds[1:],
+            kinds,
+            strict=False,  # kinds: one longer
+        )
+        if this == kind and before == kind
     )
-    if len(work) < MIN_SCATTER_STEPS:
-        return None
-    return Scatter(steps=len(work), p50_s=quantile(work, 0.5) / 1e9, p90_s=quantile(work, 0.9) / 1e9)
+    found = (
+        Scatter(steps=len(work), p50_s=quantile(work, 0.5) / 1e9, p90_s=quantile(work, 0.9) / 1e9)
+        if len(work) >= MIN_SCATTER_STEPS
+        else None
+    )
+    _last = (recent, found)
+    return found
 
 
 def scattered(span: SpanStats | None) -> Scatter | None:

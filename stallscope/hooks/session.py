@@ -6,9 +6,9 @@ meets analysis, and it runs only at epoch ends and at the end of the run.
 An epoch end costs about the same however short the epoch, so the parts of it that need not
 happen every epoch happen in proportion to the run (docs/overhead.md, "Many short epochs"):
 every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
-only while panels take at most 1% of the run (or, with ``print_interval_s``, when that many
+only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when that many
 seconds passed since the previous one), and its report is handed to a
-``ReportWriter``, which writes it at once or, while writes would take more than 1% of the run,
+``ReportWriter``, which writes it at once or, while writes would take more than 0.25% of the run,
 a little later (and while one waits, later epoch ends skip taking theirs). The final report and
 panel are always written in full.
 """
@@ -50,8 +50,8 @@ from stallscope.timeline.stats import SpanSnapshot, SpanStats
 TAIL_NOTE_NS = 100_000_000
 
 #: by default, epoch panels take at most about this share of the run (``_print_epoch``); the
-#: mid-run report writes as much (``report/writer.py``): together about 1%
-PRINT_SHARE = 0.005
+#: mid-run report writes as much (``report/writer.py``): together 0.5%
+PRINT_SHARE = 0.0025
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
@@ -325,7 +325,7 @@ class Session:
         """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
         epochs ended unprinted before it. Due: by default when the time since the last panel is at
         least ``1 / PRINT_SHARE`` times what that panel took (every epoch, unless epochs are so short
-        that their panels would take more than 0.5% of the run); with ``print_interval_s``, when that
+        that their panels would take more than 0.25% of the run); with ``print_interval_s``, when that
         many seconds passed since the last one (0: every epoch)."""
         if self._console is None:
             return

@@ -6,8 +6,8 @@ than the training (docs/overhead.md, "Many short epochs"). So an epoch end *subm
 as a builder (``Callable[[], Report]``), and the writer writes it:
 
 * at once, on the caller's thread, when the time since the previous write ended is at least
-  ``1 / share`` times what that write took (``share`` = 0.5%; the epoch panels have as much,
-  so together they take at most about 1% of the run), and an epoch longer than that has each of
+  ``1 / share`` times what that write took (``share`` = 0.25%; the epoch panels have as much,
+  so together they take at most about 0.5% of the run), and an epoch longer than that has each of
   its reports written at its end, as before;
 * else later: it is kept as the pending report, and a background thread writes it once it has
   waited that long itself, unless an epoch end writes a newer one first (with short epochs, one
@@ -35,10 +35,10 @@ from stallscope.report.io import write_report
 from stallscope.report.schema import Report
 
 #: at most this share of the run's time goes to mid-run report writes (as much again to the
-#: epoch panels: together about 1%)
-WRITE_SHARE = 0.005
-#: the longest wait between two mid-run writes (a write that takes more than 50 ms, on a slow
-#: network disk, is then more than 1% of the time)
+#: epoch panels: together 0.5%)
+WRITE_SHARE = 0.0025
+#: the longest wait between two mid-run writes (a write that takes more than 12.5 ms, on a slow
+#: network disk, is then more than 0.25% of the time)
 MAX_INTERVAL_S = 5.0
 #: how long ``close`` waits for a write in progress before going on (the final write still
 #: waits for it, under the lock: it must come last)
