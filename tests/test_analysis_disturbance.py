@@ -16,7 +16,14 @@ from signal_fakes import host
 from stallscope import StallScope
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.diagnose import diagnose
-from stallscope.analysis.disturbance import disturbance_note, disturbed, scatter_note, scattered, step_scatter
+from stallscope.analysis.disturbance import (
+    MAX_SCATTER_STEPS,
+    disturbance_note,
+    disturbed,
+    scatter_note,
+    scattered,
+    step_scatter,
+)
 from stallscope.analysis.rules import checkpoint_frequency
 from stallscope.signals.host_sampler import HostSampler, MemoryReading
 from stallscope.signals.procfs import machine_cpu
@@ -187,6 +194,20 @@ def test_a_planted_periodic_phase_and_the_step_after_it_are_not_scatter() -> Non
     assert found.ratio < 1.1
     assert scattered(span) is None
     assert scatter_note(span) is None
+
+
+def test_the_scatter_is_read_from_the_last_max_scatter_steps() -> None:
+    # 3,000 steps of 2 ms; in the first 1,000 half of them took 10 ms (a busy spell long ago):
+    # over all 3,000 steps that is a scatter (p90 5x the median), over the last 1,024 none
+    old_spell = [10.0 if i < 1000 and i % 2 == 0 else 2.0 for i in range(3000)]
+    durations_ns = [round(d * MS) for d in old_spell]
+    assert Distribution.of(durations_ns).p90 >= 3 * Distribution.of(durations_ns).p50
+    assert scattered(_span(old_spell, [_COMPUTE_BIT] * 3000)) is None
+    # the same spell in the most recent steps is seen
+    recent_spell = list(reversed(old_spell))
+    found = scattered(_span(recent_spell, [_COMPUTE_BIT] * 3000))
+    assert found is not None
+    assert found.steps <= MAX_SCATTER_STEPS
 
 
 def test_waits_for_data_are_not_scatter() -> None:

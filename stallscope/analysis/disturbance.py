@@ -7,13 +7,14 @@ report says why. Two signs, either of which is enough:
 
 * the host sampler saw other processes keep at least half of the machine's cores busy (only
   spans with enough sampled time count: the machine's CPU is read once a second);
-* steps that did the same work took very different times: among the recent steps of the span's
-  most common kind (the same phases entered: a step that also saved a checkpoint, validated or
-  ran the epoch's end is of another kind and is left out, and so is the step after it, which may
-  still pay for it: that slowdown is the frequency rules' evidence), the 90th percentile of the step's own
-  work (its wall time less its wait for data) is ``SCATTER_RATIO`` times the median or more. The
-  work of a step is the same from one to the next; a step preempted for another process's
-  time slice is not. Waits for data are left out: a loader's bursts are the data rules' evidence.
+* steps that did the same work took very different times: among the recent steps (the last
+  ``MAX_SCATTER_STEPS`` at most) of the span's most common kind (the same phases entered: a step
+  that also saved a checkpoint, validated or ran the epoch's end is of another kind and is left
+  out, and so is the step after it, which may still pay for it: that slowdown is the frequency
+  rules' evidence), the 90th percentile of the step's own work (its wall time less its wait for
+  data) is ``SCATTER_RATIO`` times the median or more. The work of a step is the same from one to
+  the next; a step preempted for another process's time slice is not. Waits for data are left
+  out: a loader's bursts are the data rules' evidence.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ SCATTER_RATIO = 3.0
 MIN_SCATTER_STEPS = 50
 #: ... with a median of at least this much work (below it, timer and scheduler granularity rule)
 MIN_SCATTER_MEDIAN_S = 100e-6
+#: the scatter is read from at most this many of the span's most recent steps: plenty for a
+#: median and a 90th percentile, and a run's report (rewritten during the run) reads it each time
+MAX_SCATTER_STEPS = 1024
 
 _LOWER: dict[Confidence, Confidence] = {"high": "medium", "medium": "low", "low": "low"}
 
@@ -64,7 +68,7 @@ class Scatter:
 
 
 #: the last span's recent steps and their scatter: a run's report asks twice (its diagnosis and
-#: its note), over up to 4,096 steps each time
+#: its note)
 _last: tuple[RecentSteps, Scatter | None] | None = None
 
 
@@ -78,14 +82,15 @@ def step_scatter(span: SpanStats) -> Scatter | None:
     last = _last
     if last is not None and last[0] is recent:
         return last[1]
-    kinds = recent.kinds
+    first = max(1, len(recent) - MAX_SCATTER_STEPS)
+    kinds = recent.kinds[first - 1 :]  # from the step before the first
     kind, _ = Counter(kinds).most_common(1)[0]
     # a step right after one of another kind (a save, a validation run) may still pay for it
     work = sorted(
         duration - wait if duration > wait else 0
         for duration, wait, this, before in zip(
-            recent.duration_ns[1:],
-            recent.wait_ns[1:],
+            recent.duration_ns[first:],
+            recent.wait_ns[first:],
             kinds[1:],
             kinds,
             strict=False,  # kinds: one longer
