@@ -71,6 +71,20 @@ def test_writes_at_once_while_writes_take_under_a_quarter_percent(tmp_path: Path
     assert writer.writes == 2
 
 
+def test_the_first_write_waits_as_if_one_of_first_write_s_had_just_ended(tmp_path: Path, clock: FakeClock) -> None:
+    disk = Disk(clock, cost_ms=2)
+    writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk, first_write_s=0.002)
+    built: list[int] = []
+    clock.advance_ms(799)
+    writer.submit(_builder(1, built))  # 2 ms / 0.25% = 800 ms after the writer was made: not yet
+    assert disk.writes == []
+    clock.advance_ms(1)
+    writer.submit(_builder(2, built))  # due: written now, the pending one dropped
+    writer.close()
+    assert disk.writes == [(2, False)]
+    assert built == [2]
+
+
 def test_a_report_that_waits_is_written_by_the_thread_once_its_time_comes(tmp_path: Path, clock: FakeClock) -> None:
     disk = Disk(clock, cost_ms=2)
     writer = ReportWriter(tmp_path / "report.json", clock=clock, write=disk)

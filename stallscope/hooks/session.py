@@ -37,7 +37,7 @@ from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import print_diagnosis
 from stallscope.report.schema import EpochReport, RankEntry, Report, RunInfo, Summary
-from stallscope.report.writer import ReportWriter
+from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
@@ -154,7 +154,9 @@ class Session:
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = (
-            ReportWriter(config.report_dir / REPORT_NAME, clock=clock, on_error=self._write_error)
+            ReportWriter(
+                config.report_dir / REPORT_NAME, clock=clock, on_error=self._write_error, first_write_s=FIRST_WRITE_S
+            )
             if config.report_dir is not None
             else None
         )

@@ -8,7 +8,9 @@ as a builder (``Callable[[], Report]``), and the writer writes it:
 * at once, on the caller's thread, when the time since the previous write ended is at least
   ``1 / share`` times what that write took (``share`` = 0.25%; the epoch panels have as much,
   so together they take at most about 0.5% of the run), and an epoch longer than that has each of
-  its reports written at its end, as before;
+  its reports written at its end, as before. The first write waits as if a write of
+  ``first_write_s`` had just ended when the writer was made (the session's: 2 ms, so 0.8 s): a
+  run of many short epochs does not pay for a write at its very first epoch end;
 * else later: it is kept as the pending report, and a background thread writes it once it has
   waited that long itself, unless an epoch end writes a newer one first (with short epochs, one
   soon does). While a report is pending, later epoch ends need not hand theirs in
@@ -40,6 +42,8 @@ WRITE_SHARE = 0.0025
 #: the longest wait between two mid-run writes (a write that takes more than 12.5 ms, on a slow
 #: network disk, is then more than 0.25% of the time)
 MAX_INTERVAL_S = 5.0
+#: what the session's writer takes a write to cost before it has timed one
+FIRST_WRITE_S = 0.002
 #: how long ``close`` waits for a write in progress before going on (the final write still
 #: waits for it, under the lock: it must come last)
 JOIN_TIMEOUT_S = 5.0
@@ -57,6 +61,7 @@ class ReportWriter:
         max_interval_s: float = MAX_INTERVAL_S,
         write: Callable[..., object] | None = None,
         on_error: Callable[[OSError], None] | None = None,
+        first_write_s: float = 0.0,
     ) -> None:
         self.path = path
         self._clock = clock
@@ -75,10 +80,11 @@ class ReportWriter:
         self._pending_since = 0
         self._submitted = 0
         self._written = 0
+        #: the wait between writes that keeps them to ``share`` of the time, ns (the first: as if
+        #: a write of ``first_write_s`` had just ended)
+        self._interval_ns = min(self._max_interval_ns, round(first_write_s * 1e9 / share))
         #: no mid-run write before this clock reading
-        self._next_ns = 0
-        #: the wait between writes that keeps them to ``share`` of the time, ns
-        self._interval_ns = 0
+        self._next_ns = clock() + self._interval_ns if first_write_s > 0 else 0
         self._closed = False
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

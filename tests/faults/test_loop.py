@@ -121,10 +121,11 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
 
 def test_sigterm_without_a_handler(tmp_path: Path) -> None:
     """The default action kills the process at once: the last report written stays on disk,
-    whole (it is replaced atomically). Mid-run writes keep to 1% of the run, so with epochs this
-    short the second epoch's may still have been waiting: the first epoch's is there at least."""
-    bare = script_run(None, sigterm_at=19)
-    scoped = script_run(tmp_path, sigterm_at=19)
+    whole (it is replaced atomically). Epochs of 1 s: the first epoch's report is written at its
+    end (the first write waits 0.8 s into the run); the second's may still have been waiting
+    (mid-run writes keep to 0.25% of the run)."""
+    bare = script_run(None, sigterm_at=19, step_s=0.125)
+    scoped = script_run(tmp_path, sigterm_at=19, step_s=0.125)
     assert bare.returncode == scoped.returncode == -signal.SIGTERM
     assert scoped.items == bare.items == list(range(19))
     report = valid_report(tmp_path)

@@ -15,6 +15,7 @@ import pytest
 
 from faults.harness import assert_unchanged, numbers, plain_run, valid_report
 from stallscope import StallScope
+from stallscope.hooks import session as session_module
 
 
 def _no_fault(epoch: int, item: int) -> None:
@@ -51,7 +52,17 @@ def _check_whole(scope: StallScope, report_dir: Path, capsys: pytest.CaptureFixt
     assert [n for n in on_disk.notes if "could not be written" in n] == notes
 
 
-def test_a_report_folder_under_a_file_then_mended(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _write_from_the_first_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs last a fraction of a second: without the first write's wait (0.8 s into the
+    run, ``report/writer.py``) each epoch end writes the report, so the fault meets a write at
+    the epoch it is planted in."""
+    monkeypatch.setattr(session_module, "FIRST_WRITE_S", 0.0)
+
+
+def test_a_report_folder_under_a_file_then_mended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_from_the_first_epoch(monkeypatch)
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where a folder should be")
     report_dir = blocker / "scope"
@@ -81,7 +92,10 @@ def _tmpfs(where: Path, *options: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
 
 
-def test_a_full_disk_then_space_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_full_disk_then_space_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_from_the_first_epoch(monkeypatch)
     with _tmpfs(tmp_path / "disk") as disk:
         report_dir = disk / "scope"
         report_dir.mkdir()
