@@ -456,6 +456,30 @@ def test_by_default_panels_take_at_most_a_quarter_percent_of_the_run(
         assert epoch_panels[1].endswith("more since the last panel)")
 
 
+def test_a_slow_first_panel_does_not_hold_back_the_next(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first panel takes 50 ms (rich warming up), the others 1 ms; epochs of 500 ms: every
+    epoch's panel is printed (by the first one's cost alone the next would wait 20 s)."""
+    costly = _Costly(clocked, monkeypatch)
+    first = [True]
+    printed = costly.print
+
+    def slow_first(console: Console, title: str, *args: Any, **kwargs: Any) -> None:
+        if first[0]:
+            first[0] = False
+            clocked.advance_ms(49)
+        printed(console, title, *args, **kwargs)
+
+    monkeypatch.setattr(session_module, "print_diagnosis", slow_first)
+    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(6):
+            for _ in scope.iter(range(1)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(500)
+    assert costly.panels == [f"epoch {i}" for i in range(6)] + ["run (6 epochs)"]
+
+
 def test_the_final_report_has_every_epoch_whatever_was_written_mid_run(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

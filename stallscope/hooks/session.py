@@ -52,6 +52,8 @@ TAIL_NOTE_NS = 100_000_000
 #: by default, epoch panels take at most about this share of the run (``_print_epoch``); the
 #: mid-run report writes as much (``report/writer.py``): together 0.5%
 PRINT_SHARE = 0.0025
+#: what a panel is taken to cost until two have been timed (the first pays for warming up)
+PANEL_GUESS_S = 0.001
 
 #: most epochs kept in the report (the first few and the most recent)
 MAX_EPOCHS_IN_REPORT = 500
@@ -165,8 +167,9 @@ class Session:
         #: when the last epoch panel was printed (a clock reading), and epochs ended since
         self._last_panel: int | None = None
         self._unprinted = 0
-        #: what the last epoch panel took to make and print (ns)
-        self._panel_cost_ns = 0
+        #: what an epoch panel takes to make and print (ns): the smaller of the last two (before
+        #: the second, of the first and ``PANEL_GUESS_S``)
+        self._panel_cost_ns = round(PANEL_GUESS_S * 1e9)
         #: the run's device kind (``cpu``, ``cuda``...), read at the first print
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
@@ -345,7 +348,9 @@ class Session:
         short = too_short(span)
         self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=ranks)
         end = self._clock()
-        self._panel_cost_ns = end - now
+        # the smaller of this panel's cost and the previous one's: a single slow panel (the first,
+        # which loads rich's rendering, or one a garbage collection hit) does not hold back the next
+        self._panel_cost_ns = min(end - now, self._panel_cost_ns)
         self._last_panel = now if self.config.print_interval_s is not None else end
         self._unprinted = 0
 
