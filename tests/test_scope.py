@@ -480,6 +480,29 @@ def test_a_slow_first_panel_does_not_hold_back_the_next(
     assert costly.panels == [f"epoch {i}" for i in range(6)] + ["run (6 epochs)"]
 
 
+def test_panels_that_are_always_slow_are_spaced_by_their_cost(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every panel takes 5 ms; epochs of 1 s: a panel waits 5 ms / 0.25% = 2 s after the last, so
+    every other epoch's is printed (the 1 ms first guess does not stay once two are timed)."""
+    costly = _Costly(clocked, monkeypatch)
+    printed = costly.print
+
+    def slow(console: Console, title: str, *args: Any, **kwargs: Any) -> None:
+        clocked.advance_ms(4)
+        printed(console, title, *args, **kwargs)
+
+    monkeypatch.setattr(session_module, "print_diagnosis", slow)
+    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(9):
+            for _ in scope.iter(range(1)):
+                with scope.phase("compute"):
+                    clocked.advance_ms(1000)
+    epoch_panels = [p.split(" (")[0] for p in costly.panels[:-1]]
+    # epoch 0, then epoch 1 (the wait is the 1 ms guess's 0.4 s), then 2 s apart
+    assert epoch_panels == ["epoch 0", "epoch 1", "epoch 3", "epoch 5", "epoch 7"]
+
+
 def test_the_final_report_has_every_epoch_whatever_was_written_mid_run(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -168,8 +168,9 @@ class Session:
         self._last_panel: int | None = None
         self._unprinted = 0
         #: what an epoch panel takes to make and print (ns): the smaller of the last two (before
-        #: the second, of the first and ``PANEL_GUESS_S``)
+        #: the second, of the first and ``PANEL_GUESS_S``); and the last one's alone
         self._panel_cost_ns = round(PANEL_GUESS_S * 1e9)
+        self._previous_panel_ns = self._panel_cost_ns
         #: the run's device kind (``cpu``, ``cuda``...), read at the first print
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
@@ -350,7 +351,8 @@ class Session:
         end = self._clock()
         # the smaller of this panel's cost and the previous one's: a single slow panel (the first,
         # which loads rich's rendering, or one a garbage collection hit) does not hold back the next
-        self._panel_cost_ns = min(end - now, self._panel_cost_ns)
+        self._panel_cost_ns = min(end - now, self._previous_panel_ns)
+        self._previous_panel_ns = end - now
         self._last_panel = now if self.config.print_interval_s is not None else end
         self._unprinted = 0
 
