@@ -248,13 +248,9 @@ def _work(rounds: int) -> bytes:
     return data
 
 
-def test_a_real_run_with_competing_processes_during_part_of_it_says_it_was_disturbed(tmp_path: Path) -> None:
-    """A plain loop of identical steps; during 60 of its 200 steps, processes spinning on every
-    core (four per core) take most of the CPU. Each step does the same work, so those steps take
-    several times as long as the rest, and the final report says the timings are disturbed. (The
-    steps' work, about 5 ms, is longer than a scheduler's time slice, so the time taken from the
-    run lands mostly in the steps' work, not in their waits for the next item, which the check
-    leaves out.)"""
+def _run_with_competition(report_dir: Path) -> tuple[str, ...]:
+    """200 identical steps; during steps 100 to 159, processes spinning on every core (four per
+    core) take most of the CPU. The final report's notes."""
     cores = os.cpu_count() or 1
     spin = "import sys\nsys.stdout.write('x')\nsys.stdout.flush()\nwhile True:\n    pass\n"
     spinners: list[subprocess.Popen[bytes]] = []
@@ -269,7 +265,7 @@ def test_a_real_run_with_competing_processes_during_part_of_it_says_it_was_distu
         spinners.clear()
 
     try:
-        with StallScope(tmp_path, console=False) as scope:
+        with StallScope(report_dir, console=False) as scope:
             for i in scope.iter(range(200)):
                 if i == 100:
                     spinners.extend(
@@ -284,6 +280,21 @@ def test_a_real_run_with_competing_processes_during_part_of_it_says_it_was_distu
                     _work(16000)
     finally:
         stop()
-    report = scope.report
-    assert report is not None
-    assert any("steps that did the same work" in note for note in report.notes), report.notes
+    assert scope.report is not None
+    return scope.report.notes
+
+
+def test_a_real_run_with_competing_processes_during_part_of_it_says_it_was_disturbed(tmp_path: Path) -> None:
+    """Each step does the same work, so the 60 steps that compete with the spinners take several
+    times as long as the rest, and the final report says the timings are disturbed. (A step's
+    work, about 5 ms, is longer than a scheduler's time slice, so the time taken from the run
+    lands mostly in the steps' work, not in their waits for the next item, which the check leaves
+    out.) A runner already busy with other jobs throughout slows every step and can hide the
+    planted contrast: up to three runs, and one of them must show it; a check that never sees
+    scatter fails all three."""
+    notes: list[tuple[str, ...]] = []
+    for attempt in range(3):
+        notes.append(_run_with_competition(tmp_path / f"run-{attempt}"))
+        if any("steps that did the same work" in note for note in notes[-1]):
+            return
+    pytest.fail(f"no run said its timings were disturbed: {notes}")
