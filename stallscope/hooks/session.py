@@ -330,9 +330,10 @@ class Session:
     ) -> None:
         """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
         epochs ended unprinted before it. Due: by default when the time since the last panel is at
-        least ``1 / PRINT_SHARE`` times what that panel took (every epoch, unless epochs are so short
-        that their panels would take more than 0.25% of the run); with ``print_interval_s``, when that
-        many seconds passed since the last one (0: every epoch)."""
+        least ``1 / PRINT_SHARE`` times what a panel takes (the smaller of the last two panels'
+        costs): every epoch, unless epochs are so short that their panels would take more than
+        0.25% of the run; with ``print_interval_s``, when that many seconds passed since the last
+        one (0: every epoch)."""
         if self._console is None:
             return
         now = self._clock()
