@@ -380,10 +380,12 @@ def test_by_default_a_panel_waits_print_interval_s_after_the_last(tmp_path: Path
 
 class _Costly:
     """Replaces the report write and the panel print: counts them, and makes each take time on the
-    fake clock (a write 2 ms, a panel 1 ms), as they do for real."""
+    fake clock (a write 2 ms; the n-th panel ``panel_ms[n]``, the last value for every later one:
+    1 ms by default), as they do for real."""
 
-    def __init__(self, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, panel_ms: tuple[float, ...] = (1,)) -> None:
         self.clock = clock
+        self.panel_ms = panel_ms
         self.writes: list[bool] = []  # ``durable`` of each write
         self.panels: list[str] = []
         self._write = writer_module.write_report
@@ -397,9 +399,18 @@ class _Costly:
         return self._write(report, path, durable=durable)
 
     def print(self, console: Console, title: str, *args: Any, **kwargs: Any) -> None:
-        self.clock.advance_ms(1)
+        self.clock.advance_ms(self.panel_ms[min(len(self.panels), len(self.panel_ms) - 1)])
         self.panels.append(title)
         self._print(console, title, *args, **kwargs)
+
+
+def _one_step_epochs(report_dir: Path, clock: FakeClock, epochs: int, *, epoch_ms: float) -> None:
+    """A run of ``epochs`` epochs of one ``epoch_ms`` step, panels on (to memory), default budgets."""
+    with StallScope(report_dir, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(epochs):
+            for _ in scope.iter(range(1)):
+                with scope.phase("compute"):
+                    clock.advance_ms(epoch_ms)
 
 
 def test_a_thousand_instant_epochs_keep_to_the_budget(
@@ -440,11 +451,7 @@ def test_by_default_panels_take_at_most_a_quarter_percent_of_the_run(
     Epochs of 1 ms: one at most every 400 ms of the run (0.25% of it), not 1,000."""
     costly = _Costly(clocked, monkeypatch)
     start = clocked.now
-    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
-        for _ in range(epochs):
-            for _ in scope.iter(range(1)):
-                with scope.phase("compute"):
-                    clocked.advance_ms(epoch_ms)
+    _one_step_epochs(tmp_path, clocked, epochs, epoch_ms=epoch_ms)
     elapsed_ms = (clocked.now - start) / 1e6
     *epoch_panels, run_panel = costly.panels
     assert run_panel == f"run ({epochs} epochs)"
@@ -461,22 +468,8 @@ def test_a_slow_first_panel_does_not_hold_back_the_next(
 ) -> None:
     """The first panel takes 50 ms (rich warming up), the others 1 ms; epochs of 500 ms: every
     epoch's panel is printed (by the first one's cost alone the next would wait 20 s)."""
-    costly = _Costly(clocked, monkeypatch)
-    first = [True]
-    printed = costly.print
-
-    def slow_first(console: Console, title: str, *args: Any, **kwargs: Any) -> None:
-        if first[0]:
-            first[0] = False
-            clocked.advance_ms(49)
-        printed(console, title, *args, **kwargs)
-
-    monkeypatch.setattr(session_module, "print_diagnosis", slow_first)
-    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
-        for _ in range(6):
-            for _ in scope.iter(range(1)):
-                with scope.phase("compute"):
-                    clocked.advance_ms(500)
+    costly = _Costly(clocked, monkeypatch, panel_ms=(50, 1))
+    _one_step_epochs(tmp_path, clocked, 6, epoch_ms=500)
     assert costly.panels == [f"epoch {i}" for i in range(6)] + ["run (6 epochs)"]
 
 
@@ -485,19 +478,8 @@ def test_panels_that_are_always_slow_are_spaced_by_their_cost(
 ) -> None:
     """Every panel takes 5 ms; epochs of 1 s: a panel waits 5 ms / 0.25% = 2 s after the last, so
     every other epoch's is printed (the 1 ms first guess does not stay once two are timed)."""
-    costly = _Costly(clocked, monkeypatch)
-    printed = costly.print
-
-    def slow(console: Console, title: str, *args: Any, **kwargs: Any) -> None:
-        clocked.advance_ms(4)
-        printed(console, title, *args, **kwargs)
-
-    monkeypatch.setattr(session_module, "print_diagnosis", slow)
-    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100)) as scope:
-        for _ in range(9):
-            for _ in scope.iter(range(1)):
-                with scope.phase("compute"):
-                    clocked.advance_ms(1000)
+    costly = _Costly(clocked, monkeypatch, panel_ms=(5,))
+    _one_step_epochs(tmp_path, clocked, 9, epoch_ms=1000)
     epoch_panels = [p.split(" (")[0] for p in costly.panels[:-1]]
     # epoch 0, then epoch 1 (the wait is the 1 ms guess's 0.4 s), then 2 s apart
     assert epoch_panels == ["epoch 0", "epoch 1", "epoch 3", "epoch 5", "epoch 7"]
