@@ -87,14 +87,8 @@ def step_scatter(span: SpanStats) -> Scatter | None:
     kind, _ = Counter(kinds).most_common(1)[0]
     # a step right after one of another kind (a save, a validation run) may still pay for it
     work = sorted(
-        duration - wait if duration > wait else 0
-        for duration, wait, this, before in zip(
-            recent.duration_ns[first:],
-            recent.wait_ns[first:],
-            kinds[1:],
-            kinds,
-            strict=False,  # kinds: one longer
-        )
+        step
+        for step, this, before in zip(recent.work_ns[first:], kinds[1:], kinds, strict=False)  # kinds: one longer
         if this == kind and before == kind
     )
     found = (

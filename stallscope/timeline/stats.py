@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,13 @@ class RecentSteps:
 
     def __len__(self) -> int:
         return len(self.duration_ns)
+
+    @cached_property
+    def work_ns(self) -> list[int]:
+        """Each step's own work, ns: its wall time less its wait for data (a loader's wobble is the
+        data rules' evidence, not the step's). Made once: the scatter check and the frequency
+        rules both read it."""
+        return [d - w if d > w else 0 for d, w in zip(self.duration_ns, self.wait_ns, strict=True)]
 
 
 @dataclass(frozen=True)

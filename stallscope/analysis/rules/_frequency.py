@@ -126,7 +126,7 @@ def after_run_s(recent: RecentSteps | None, phase: str) -> float:
     if recent is None or phase not in BUILTIN_PHASES:
         return 0.0
     bit = 1 << BUILTIN_PHASES.index(phase)
-    work = [max(0, d - w) for d, w in zip(recent.duration_ns, recent.wait_ns, strict=True)]
+    work = recent.work_ns
     runs = [i for i, kind in enumerate(recent.kinds) if kind & bit]
     extras = []
     for a, b in zip(runs, runs[1:], strict=False):
