@@ -3,10 +3,22 @@
 Evidence: torch runs on CUDA, the loop spends time in the ``h2d`` phase, and the loader does not
 pin its batches (``pin_memory=False``, or a checked batch held pageable CPU tensors).
 
-Model: a copy from pinned memory runs about ``PINNED_SPEEDUP`` times faster than one staged
-through pageable memory, and with ``non_blocking=True`` the host only enqueues it. The host gets
-the whole ``h2d`` time back; the device does the copy instead, at the pinned speed, which costs
-wall time only beyond the idle time the device already had.
+Model. A copy from pageable memory is a host copy into a pinned staging buffer plus the transfer;
+with ``pin_memory=True`` the loader makes that host copy itself (``pin_s``, taken as long as the
+``h2d`` time per step: on a real H100 host the pinning copy took as long as the pageable copy had),
+and with ``non_blocking=True`` the training thread only enqueues the transfer. What the step gains
+depends on where that copy goes:
+
+- ``num_workers=0``: the loader pins in the training process, inside ``next()``: the host copy
+  stays on the training thread, nothing is gained, no finding;
+- with workers, a pin-memory thread makes the copy beside the training thread. The step becomes
+  the slowest of: the training thread without its copies, the pin thread (``pin_s`` a batch),
+  and, when the loop already waits for its workers (or their batch was timed), the workers'
+  production rate and the CPU of the cores (the loop model's terms; a loop that does not wait
+  has workers to spare, and its model bounds their cost only from above).
+
+Then the device makes the transfer at the pinned speed (``PINNED_SPEEDUP`` times the pageable
+one), which costs wall time only beyond the idle time the device already had.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ from __future__ import annotations
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import device_view
 from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.loop_model import LoopModel
 from stallscope.analysis.numbers import fmt_ms, frac, ms
 from stallscope.timeline.phases import COMPUTE, H2D
 
@@ -21,6 +34,18 @@ ID = "data.pin_memory"
 
 #: how much faster a copy from pinned memory is than one from pageable memory (assumed)
 PINNED_SPEEDUP = 2.0
+
+
+def pinned_step_s(model: LoopModel, h2d_s: float) -> float:
+    """The loop's steady step time with pinned batches and non-blocking copies (module doc);
+    ``h2d_s`` is the pageable copy's time per step."""
+    if model.workers <= 0:
+        return model.predict_step_s(0)  # pinned in next(), on the training thread
+    limits = [max(0.0, model.consumer_s - h2d_s) + model.transfer_main_s, h2d_s]
+    if model.starved or model.load_source == "probe":
+        # the workers' cost is known (not only bounded by their rate): their pace and the cores'
+        limits += [(model.load_s + model.transfer_worker_s) / model.workers, model.cores_step_s]
+    return max(limits)
 
 
 def rule(ctx: Context) -> Finding | None:
@@ -37,10 +62,19 @@ def rule(ctx: Context) -> Finding | None:
         return None
     if checked > 0 and pageable == 0:
         return None  # the batches were pinned after all (a custom collate or pin step)
+    per_step = span.phase_s(H2D) / span.steps
+    host_share = h2d  # of the wall time, what the training thread gets back
+    after_ms: float | None = None
+    model = ctx.loop_model if ctx.loader is not None else None
+    if model is not None and per_step > 0:
+        now = model.predict_step_s(model.workers)
+        after = pinned_step_s(model, per_step)
+        after_ms = after * 1e3
+        host_share = h2d * min(1.0, max(0.0, now - after) / per_step)
     view = device_view(ctx)
     idle = 1.0 - view.busy if view is not None else 1.0 - span.phase_fraction(COMPUTE)
     device_copy = h2d / PINNED_SPEEDUP
-    saving = frac(h2d - max(0.0, device_copy - idle))
+    saving = frac(host_share - max(0.0, device_copy - idle))
     if saving <= 0:
         return None
     lightning = ctx.config.framework == "lightning"
@@ -53,7 +87,6 @@ def rule(ctx: Context) -> Finding | None:
             "from pinned memory while the host moves on."
         )
         snippet = 'DataLoader(dataset, ..., pin_memory=True)\nx = x.to("cuda", non_blocking=True)'
-    per_step = span.phase_s(H2D) / span.steps
     return Finding(
         id=ID,
         title=f"Copies to the GPU from pageable memory take {h2d:.0%} of the time ({fmt_ms(per_step)} per step)",
@@ -68,6 +101,7 @@ def rule(ctx: Context) -> Finding | None:
             "pageable_batches": pageable,
             "device_idle_fraction": frac(idle),
             "assumed_pinned_speedup": PINNED_SPEEDUP,
+            "predicted_step_ms": round(after_ms, 3) if after_ms is not None else None,
         },
         fix=fix,
         suggestion={"pin_memory": True, "non_blocking": True},
