@@ -175,7 +175,8 @@ def test_memory_power_clocks_temperature(rig: Any) -> None:
         mem_used_busy=30 * 2**30,
         power_mw=90_000,
         power_busy_mw=400_000,
-        power_limit_mw=700_000,
+        power_limit_mw=500_000,
+        power_default_limit_mw=700_000,
         sm_clock=1980,
         sm_clock_busy=1400,
         sm_clock_max=1980,
@@ -187,11 +188,23 @@ def test_memory_power_clocks_temperature(rig: Any) -> None:
         r.step(0, 500)  # always busy, power-capped
     s = summary(r)
     assert (s.mem_used_max_bytes, s.mem_total_bytes) == (30 * 2**30, 80 * 2**30)
-    assert (s.power_max_w, s.power_limit_w, s.temperature_max_c) == (400.0, 700.0, 83.0)
+    assert (s.power_max_w, s.power_limit_w, s.temperature_max_c) == (400.0, 500.0, 83.0)
+    assert s.power_default_limit_w == 700.0
     assert (s.sm_clock_max_mhz, s.sm_clock_throttled_mhz) == (1980.0, 1400.0)
     assert s.throttle["power"] == pytest.approx(1.0)
     assert s.throttle["any"] == pytest.approx(1.0)
     assert s.throttle["thermal"] == 0.0
+    assert s.throttle["power_brake"] == 0.0
+
+
+def test_a_power_brake_is_not_the_power_cap(rig: Any) -> None:
+    r = rig(sm_clock_busy=900, sm_clock_max=1980, reasons_idle=0x1, reasons_busy=0x80)  # HwPowerBrakeSlowdown
+    for _ in range(10):
+        r.step(0, 500)
+    s = summary(r)
+    assert s.throttle["power_brake"] == pytest.approx(1.0)
+    assert s.throttle["power"] == 0.0
+    assert s.power_default_limit_w == s.power_limit_w  # the stub's default: the enforced limit
 
 
 def test_no_new_samples_is_not_an_error(rig: Any) -> None:
@@ -221,6 +234,7 @@ def test_each_metric_degrades_on_its_own(rig: Any) -> None:
             "nvmlDeviceGetTemperature": 4,  # NO_PERMISSION
             "nvmlDeviceGetCurrentClocksEventReasons": 3,
             "nvmlDeviceGetEnforcedPowerLimit": 3,
+            "nvmlDeviceGetPowerManagementDefaultLimit": 3,
         }
     )
     for _ in range(10):
@@ -231,6 +245,7 @@ def test_each_metric_degrades_on_its_own(rig: Any) -> None:
     assert s.mem_total_bytes is not None
     assert s.sm_clock_mean_mhz is not None
     assert (s.power_mean_w, s.power_limit_w, s.temperature_max_c, s.throttle) == (None, None, None, {})
+    assert s.power_default_limit_w is None
     notes = r.sampler.notes()
     assert "NVML: power draw not available on this GPU (Not Supported)" in notes
     assert "NVML: temperature not available on this GPU (Insufficient Permissions)" in notes

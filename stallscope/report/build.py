@@ -65,6 +65,7 @@ def nvml_fields(nvml: NvmlSummary | None) -> dict[str, Any] | None:
         "power_mean_w": _r(nvml.power_mean_w, 1),
         "power_max_w": _r(nvml.power_max_w, 1),
         "power_limit_w": _r(nvml.power_limit_w, 1),
+        "power_default_limit_w": _r(nvml.power_default_limit_w, 1),
         "sm_clock_mean_mhz": _r(nvml.sm_clock_mean_mhz, 1),
         "sm_clock_max_mhz": _r(nvml.sm_clock_max_mhz, 1),
         "throttle": {k: _frac(v) for k, v in nvml.throttle.items()},

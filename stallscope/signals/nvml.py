@@ -31,7 +31,8 @@ from stallscope.timeline.recorder import PhaseProbe
 
 #: clock-event reason bits (NVML ``nvmlClocksEventReason*``) grouped by what the user can act on
 THROTTLE_REASONS: Mapping[str, int] = {
-    "power": 0x4 | 0x80,  # SwPowerCap, HwPowerBrakeSlowdown
+    "power": 0x4,  # SwPowerCap: the board's power limit (its normal state under full load)
+    "power_brake": 0x80,  # HwPowerBrakeSlowdown: an external power brake
     "thermal": 0x20 | 0x40,  # SwThermalSlowdown, HwThermalSlowdown
     "hw_slowdown": 0x8,  # HwSlowdown
 }
@@ -54,6 +55,7 @@ _METRIC_LABELS = {
     "memory": "memory in use",
     "power": "power draw",
     "power_limit": "power limit",
+    "power_default_limit": "default power limit",
     "clock": "SM clock",
     "clock_max": "maximum SM clock",
     "reasons": "clock-event (throttle) reasons",
@@ -97,12 +99,14 @@ class NvmlSummary:
     power_mean_w: float | None = None
     power_max_w: float | None = None
     power_limit_w: float | None = None
+    #: the board's default power limit; an enforced limit below it was lowered on purpose
+    power_default_limit_w: float | None = None
     sm_clock_mean_mhz: float | None = None
     sm_clock_max_mhz: float | None = None
     #: mean SM clock while busy and throttled / busy and not throttled, MHz
     sm_clock_throttled_mhz: float | None = None
     sm_clock_unthrottled_mhz: float | None = None
-    #: share of the sampled busy time with each throttle reason (``power``, ``thermal``,
+    #: share of the sampled busy time with each throttle reason (``power``, ``power_brake``, ``thermal``,
     #: ``hw_slowdown``, ``any``); empty when reasons are not available
     throttle: Mapping[str, float] = field(default_factory=dict)
     temperature_max_c: float | None = None
@@ -191,6 +195,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         self.device_name: str | None = None
         self._clock_max: float | None = None
         self._power_limit: float | None = None
+        self._power_default_limit: float | None = None
         self._mig = False
 
     # -- target --------------------------------------------------------------------------
@@ -267,6 +272,8 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         self._clock_max = float(clock_max) if clock_max else None
         limit = self._try("power_limit", nv.nvmlDeviceGetEnforcedPowerLimit, handle, quiet=True)
         self._power_limit = limit / 1000.0 if limit else None
+        default = self._try("power_default_limit", nv.nvmlDeviceGetPowerManagementDefaultLimit, handle, quiet=True)
+        self._power_default_limit = default / 1000.0 if default else None
         return True
 
     def _by_uuid(self, uuid: str) -> Any:
@@ -519,6 +526,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             power_mean_w=w.power_sum / w.power_n if w.power_n else None,
             power_max_w=w.power_max,
             power_limit_w=self._power_limit,
+            power_default_limit_w=self._power_default_limit,
             sm_clock_mean_mhz=w.clock_sum / w.clock_n if w.clock_n else None,
             sm_clock_max_mhz=self._clock_max,
             sm_clock_throttled_mhz=w.clock_thr_sum / w.clock_thr_n if w.clock_thr_n else None,

@@ -16,6 +16,7 @@
  *   power_mw 100000           milliwatts while idle
  *   power_busy_mw 250000      milliwatts while busy (default: power_mw)
  *   power_limit_mw 300000     enforced power limit
+ *   power_default_limit_mw 0  the board's default power limit (0: the enforced one)
  *   sm_clock 1410             SM clock, MHz, while idle
  *   sm_clock_busy 1410        SM clock, MHz, while busy (default: sm_clock)
  *   sm_clock_max 1980         maximum SM clock, MHz
@@ -89,7 +90,7 @@ static struct {
     int devices;
     char name[96];
     unsigned long long mem_total, mem_used, mem_used_busy;
-    unsigned int power_mw, power_busy_mw, power_limit_mw;
+    unsigned int power_mw, power_busy_mw, power_limit_mw, power_default_limit_mw;
     unsigned int sm_clock, sm_clock_busy, sm_clock_max, temperature;
     unsigned long long reasons_idle, reasons_busy;
     unsigned int busy_util, idle_util;
@@ -129,6 +130,7 @@ static void defaults(void) {
     cfg.mem_used_busy = 0;
     cfg.power_mw = 100000;
     cfg.power_limit_mw = 300000;
+    cfg.power_default_limit_mw = 0;
     cfg.sm_clock = 1410;
     cfg.sm_clock_max = 1980;
     cfg.temperature = 60;
@@ -160,6 +162,7 @@ static void load_script(void) {
                 else if (!strcmp(key, "power_mw")) cfg.power_mw = (unsigned)v;
                 else if (!strcmp(key, "power_busy_mw")) cfg.power_busy_mw = (unsigned)v;
                 else if (!strcmp(key, "power_limit_mw")) cfg.power_limit_mw = (unsigned)v;
+                else if (!strcmp(key, "power_default_limit_mw")) cfg.power_default_limit_mw = (unsigned)v;
                 else if (!strcmp(key, "sm_clock")) cfg.sm_clock = (unsigned)v;
                 else if (!strcmp(key, "sm_clock_busy")) cfg.sm_clock_busy = (unsigned)v;
                 else if (!strcmp(key, "sm_clock_max")) cfg.sm_clock_max = (unsigned)v;
@@ -458,6 +461,15 @@ nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *
     *limit = cfg.power_limit_mw;
     LEAVE(OK);
 }
+
+#ifndef OMIT_nvmlDeviceGetPowerManagementDefaultLimit
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int *limit) {
+    ENTER("nvmlDeviceGetPowerManagementDefaultLimit");
+    if (!check_device(device)) LEAVE(ERR_INVALID_ARGUMENT);
+    *limit = cfg.power_default_limit_mw ? cfg.power_default_limit_mw : cfg.power_limit_mw;
+    LEAVE(OK);
+}
+#endif
 
 #ifndef OMIT_nvmlDeviceGetClockInfo
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
