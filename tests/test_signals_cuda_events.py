@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 from typing import Any
 
@@ -158,3 +159,44 @@ def test_without_cuda_nothing_is_asked_of_torch() -> None:
     assert cuda_events.cuda_facts() is None
     assert cuda_events.event_factory() is None
     assert not torch.cuda.is_initialized()
+
+
+def _torch_with_cuda(*, initialised: bool, allocated: int) -> SimpleNamespace:
+    def memory_allocated() -> int:
+        if not initialised:
+            raise AssertionError("asked the allocator of an uninitialised CUDA")
+        return allocated
+
+    cuda = SimpleNamespace(
+        is_initialized=lambda: initialised,
+        memory_allocated=memory_allocated,
+        current_device=lambda: 0,
+        get_device_properties=lambda index: SimpleNamespace(
+            name="GPU", uuid="1234", major=9, minor=0, total_memory=2**30
+        ),
+        max_memory_reserved=lambda index: allocated,
+        max_memory_allocated=lambda index: allocated,
+        Event=lambda enable_timing: object(),
+    )
+    return SimpleNamespace(
+        cuda=cuda, backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=False)))
+    )
+
+
+@pytest.mark.parametrize(
+    ("initialised", "allocated", "in_use"), [(False, 0, False), (True, 0, False), (True, 4096, True)]
+)
+def test_cuda_counts_only_with_tensors_on_the_device(
+    monkeypatch: pytest.MonkeyPatch, initialised: bool, allocated: int, in_use: bool
+) -> None:
+    """A process that initialised CUDA but keeps nothing on it trains on the CPU: on a GPU machine,
+    a CPU run after CUDA had been touched in the same process was read as "accelerator idle 100%
+    (cuda_events)" and told to train in mixed precision."""
+    from stallscope.hooks import environment
+
+    fake = _torch_with_cuda(initialised=initialised, allocated=allocated)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert cuda_events.cuda_in_use(fake) is in_use
+    assert (cuda_events.cuda_facts() is not None) is in_use
+    assert (cuda_events.event_factory() is not None) is in_use
+    assert environment.current_device().kind == ("cuda" if in_use else "cpu")

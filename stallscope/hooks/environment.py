@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from stallscope.report.schema import DeviceInfo
+from stallscope.signals.cuda_events import cuda_in_use
 
 
 def utc_now_iso() -> str:
@@ -42,11 +43,12 @@ def _cpu_name() -> str:
 
 
 def current_device() -> DeviceInfo:
-    """The accelerator torch is using. CUDA counts only once the user's code initialised it, so
-    StallScope never creates a CUDA context (or breaks forked workers) on its own."""
+    """The accelerator torch is using. CUDA counts only once the user's code initialised it and
+    keeps tensors on it (``cuda_in_use``), so StallScope never creates a CUDA context (or breaks
+    forked workers) on its own, and a CPU run in a process that touched CUDA stays a CPU run."""
     torch: Any = sys.modules.get("torch")
     try:
-        if torch is not None and torch.cuda.is_initialized():
+        if torch is not None and cuda_in_use(torch):
             index = int(torch.cuda.current_device())
             props = torch.cuda.get_device_properties(index)
             uuid = getattr(props, "uuid", None)
@@ -68,7 +70,7 @@ def compute_threads() -> int:
     if torch is None:
         return 1
     try:
-        if torch.cuda.is_initialized():
+        if cuda_in_use(torch):
             return 1
         return max(1, int(torch.get_num_threads()))
     except Exception:

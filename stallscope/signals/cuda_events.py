@@ -12,8 +12,9 @@ The device span of a compute phase runs from when the device reached its first p
 when it finished the last; gaps in between (a launch-bound loop) count as busy, so the idle
 fraction from CUDA events is a lower bound.
 
-Also here: facts about the CUDA device read on the training thread without initialising CUDA
-(``cuda_facts``), and ``batch_pinning``, which tells whether a batch lies in pinned memory.
+Also here: whether the run computes on CUDA at all (``cuda_in_use``), facts about the CUDA device
+read on the training thread without initialising CUDA (``cuda_facts``), and ``batch_pinning``,
+which tells whether a batch lies in pinned memory.
 """
 
 from __future__ import annotations
@@ -216,11 +217,20 @@ class CudaComputeTimer:
 # -- torch, only when the user's code already initialised CUDA ----------------------------------
 
 
+def cuda_in_use(torch: Any) -> bool:
+    """Whether this process computes on CUDA: the user's code initialised CUDA and holds tensors
+    on the device (torch's caching allocator counts their bytes). CUDA initialised with nothing
+    on the device (a library that probed it, an evaluation that is over) is a run on the CPU: its
+    compute phases would time nothing on the device, and NVML would report another process's
+    use of the GPU as this run's. Never initialises CUDA; may raise on a broken install."""
+    return bool(torch.cuda.is_initialized()) and int(torch.cuda.memory_allocated()) > 0
+
+
 def _cuda_torch() -> Any:
-    """torch, when it is imported and CUDA is initialised; else None. Never initialises CUDA."""
+    """torch, when it is imported and the run computes on CUDA (``cuda_in_use``); else None."""
     torch: Any = sys.modules.get("torch")
     try:
-        if torch is not None and torch.cuda.is_initialized():
+        if torch is not None and cuda_in_use(torch):
             return torch
     except Exception:
         return None
