@@ -755,7 +755,9 @@ def test_a_hook_set_to_none_is_read_from_the_instance_alone() -> None:
     twin = copy.deepcopy(scope)  # ddp_spawn pickles callbacks: the copy is quiet too
     assert "on_before_backward" in vars(twin)
     assert twin.on_before_backward is None
-    # each None handed out is a reference of its own (a missing one would free None on 3.11)
+    # each None handed out is a reference of its own (a missing one would free None on 3.11;
+    # from 3.12 None is immortal and its count never moves)
     before = sys.getrefcount(None)
     held = [fast.on_late for _ in range(10_000)]
-    assert sys.getrefcount(None) - before > len(held) // 2  # other code moves it by a few
+    if sys.version_info < (3, 12):
+        assert sys.getrefcount(None) - before > len(held) // 2  # other code moves it by a few
