@@ -15,11 +15,17 @@ from stallscope.signals.cuda_events import CudaComputeTimer, batch_pinning
 class FakeDevice:
     """A device timeline: events complete when ``run_until`` passes their time."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_cost_ms: float = 0.0) -> None:
         self.now_ms = 0.0
         self.done_until = -1.0
         self.created = 0
         self.synchronized = False
+        #: host time one event record takes (the fake clock moves by it)
+        self.record_cost_ms = record_cost_ms
+
+    def clock(self) -> int:
+        """The host's clock, ns: here the same timeline as the device's."""
+        return round(self.now_ms * 1e6)
 
     def event(self) -> FakeEvent:
         self.created += 1
@@ -33,6 +39,7 @@ class FakeEvent:
 
     def record(self) -> None:
         self.at = self.device.now_ms
+        self.device.now_ms += self.device.record_cost_ms
 
     def query(self) -> bool:
         return self.at is not None and self.at <= self.device.done_until
@@ -55,7 +62,7 @@ def compute_phase(timer: CudaComputeTimer, device: FakeDevice, ms: float) -> Non
 
 def test_pairs_resolve_once_the_device_is_done_and_never_wait() -> None:
     device = FakeDevice()
-    timer = CudaComputeTimer(device.event, poll_every=1)
+    timer = CudaComputeTimer(device.event, clock=device.clock, poll_every=1)
     for _ in range(3):
         compute_phase(timer, device, 10)
         device.now_ms += 5  # data wait
@@ -74,7 +81,7 @@ def test_pairs_resolve_once_the_device_is_done_and_never_wait() -> None:
 def test_events_are_pooled() -> None:
     device = FakeDevice()
     device.done_until = 1e9
-    timer = CudaComputeTimer(device.event, poll_every=1)
+    timer = CudaComputeTimer(device.event, clock=device.clock, poll_every=1)
     for _ in range(100):
         compute_phase(timer, device, 1)
     run = timer.run_summary()
@@ -85,7 +92,7 @@ def test_events_are_pooled() -> None:
 
 def test_the_pending_queue_is_bounded() -> None:
     device = FakeDevice()  # never finishes anything
-    timer = CudaComputeTimer(device.event, max_pending=8, poll_every=4)
+    timer = CudaComputeTimer(device.event, clock=device.clock, max_pending=8, poll_every=4)
     for _ in range(50):
         compute_phase(timer, device, 1)
     assert len(timer._pending) == 8
@@ -99,7 +106,7 @@ def test_the_pending_queue_is_bounded() -> None:
 def test_nested_compute_phases_are_timed_once() -> None:
     device = FakeDevice()
     device.done_until = 1e9
-    timer = CudaComputeTimer(device.event)
+    timer = CudaComputeTimer(device.event, clock=device.clock)
     timer.begin()
     device.now_ms += 3
     compute_phase(timer, device, 4)  # nested
@@ -126,7 +133,7 @@ def test_a_failing_event_turns_the_timer_off_with_a_note() -> None:
 
 def test_batches_checked_for_pinning() -> None:
     device = FakeDevice()
-    timer = CudaComputeTimer(device.event)
+    timer = CudaComputeTimer(device.event, clock=device.clock)
     timer.note_batch(pinned=0, pageable=2)
     timer.note_batch(pinned=2, pageable=0)
     timer.note_batch(pinned=0, pageable=0)  # no CPU tensors: not a check
@@ -200,3 +207,37 @@ def test_cuda_counts_only_with_tensors_on_the_device(
     assert (cuda_events.cuda_facts() is not None) is in_use
     assert (cuda_events.event_factory() is not None) is in_use
     assert environment.current_device().kind == ("cuda" if in_use else "cpu")
+
+
+def test_records_are_sampled_to_keep_their_cost_within_budget() -> None:
+    """Two records cost 40 us of host time (about what an H100 host measured, 38 us); steps come
+    every 1.5 ms. Timing every phase would take 2.7% of the host's time; the timer times one in
+    ``every``, keeps the records within the budget, and the busy time it reports is the device
+    time of all the phases."""
+    device = FakeDevice(record_cost_ms=0.02)
+    timer = CudaComputeTimer(device.event, clock=device.clock)
+    for _ in range(2000):
+        compute_phase(timer, device, 1.0)  # 1 ms of device work a phase
+        device.now_ms += 0.5  # the rest of the step
+    device.done_until = device.now_ms
+    window = timer.close_window()
+    assert window is not None
+    budget_every = 0.04 / (cuda_events.TIMING_BUDGET * 1.5)  # about 10.7
+    assert timer.every == pytest.approx(budget_every + 0.5, abs=1.0)  # rounded up
+    assert window.phases + window.untimed == 2000
+    assert window.phases < 2000 / 8
+    # each timed phase spans its 1 ms plus the start record's cost; scaled to all 2000 phases
+    assert window.busy_ns == pytest.approx(2000 * 1.02e6, rel=0.01)
+    # the records' share of the host's time: timed phases x 40 us over the wall time
+    assert window.phases * 0.04 / device.now_ms <= 1.5 * cuda_events.TIMING_BUDGET
+
+
+def test_long_phases_are_all_timed() -> None:
+    device = FakeDevice(record_cost_ms=0.02)
+    timer = CudaComputeTimer(device.event, clock=device.clock)
+    for _ in range(50):
+        compute_phase(timer, device, 20.0)
+    device.done_until = device.now_ms
+    window = timer.close_window()
+    assert window is not None
+    assert (timer.every, window.phases, window.untimed) == (1, 50, 0)
