@@ -63,14 +63,15 @@ def current_device() -> DeviceInfo:
     return DeviceInfo(kind="cpu", name=_cpu_name(), index=None)
 
 
-def compute_threads() -> int:
+def compute_threads(*, on_cuda: bool | None = None) -> int:
     """Host threads the compute competes with loader workers for: torch's intra-op threads when
-    the accelerator is the CPU itself, 1 when CUDA does the compute."""
+    the accelerator is the CPU itself, 1 when CUDA does the compute (``on_cuda``: what the caller
+    saw; None: whether CUDA is in use now)."""
     torch: Any = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or on_cuda:
         return 1
     try:
-        if cuda_in_use(torch):
+        if on_cuda is None and cuda_in_use(torch):
             return 1
         return max(1, int(torch.get_num_threads()))
     except Exception:

@@ -36,7 +36,7 @@ from stallscope.hooks.environment import compute_threads, current_device, torch_
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import print_diagnosis
-from stallscope.report.schema import EpochReport, RankEntry, Report, RunInfo, Summary
+from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
@@ -325,6 +325,16 @@ class Session:
             self._writer.submit(lambda: report)
         return shown_later
 
+    def _device(self) -> DeviceInfo:
+        """The accelerator the run uses. Once CUDA was seen in use it stays the device, also after
+        the user's code moved its tensors off it (Lightning's teardown does, before the final
+        report)."""
+        device = current_device()
+        facts = self.signals.cuda_device
+        if device.kind != "cuda" and facts is not None:
+            return DeviceInfo(kind="cuda", name=facts.name, index=facts.index, uuid=facts.uuid)
+        return device
+
     def _print_epoch(
         self, index: int, later: Later[EpochReport], span: SpanStats, *, ranks: tuple[RankEntry, ...] = ()
     ) -> None:
@@ -433,7 +443,7 @@ class Session:
             batch_tensors=self.batch_tensors,
             batch_bytes=self.batch_bytes,
             in_process_batch_s=self.in_process_batch_s,
-            compute_threads=compute_threads(),
+            compute_threads=compute_threads(on_cuda=True if self.signals.cuda_device is not None else None),
             nvml=signals.nvml,
             host_signals=signals.host,
             cuda=signals.cuda,
@@ -484,7 +494,7 @@ class Session:
             started_at=self._started_at,
             host=self.host.name,
             torch_version=torch_version(),
-            device=current_device(),
+            device=self._device(),
             dataloader=self.loader.to_dict() if self.loader is not None else None,
             stallscope_version=__version__,
             framework=self.framework,
@@ -524,7 +534,7 @@ class Session:
     ) -> None:
         if self._console is not None:
             if self._device_kind is None:  # what the accelerator is, named in the headline
-                self._device_kind = current_device().kind
+                self._device_kind = self._device().kind
             if ranks and self.job is not None:
                 title = f"{title} · job of {self.job.info.world_size} ranks"
             print_diagnosis(

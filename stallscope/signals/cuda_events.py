@@ -9,11 +9,11 @@ The queue is bounded: when the device falls far behind, phases go untimed (count
 piling up events. Events are pooled and reused.
 
 Recording costs the host: on an H100 host two records cost about 38 us, 2.5% of a 1.5 ms step
-there. So not every compute phase is timed: one in ``every`` is, with ``every`` chosen from the
-records' measured cost and the time between compute phases so that timing stays within
-``TIMING_BUDGET`` of the host's time (every phase of a 10 ms step, about one in eleven of a
-1.5 ms one). The busy time of a window is the timed phases' busy time scaled by all its phases
-over the timed ones: an estimate for steps that vary, exact for steps that repeat.
+there. So not every compute phase is timed: a phase is timed when at least the records' measured cost
+over ``TIMING_BUDGET`` of host time (16 ms for 40 us) has passed since the last timed one begun,
+which keeps timing within that share of the host's time: every phase of steps that long, about
+one in eleven of 1.5 ms steps. The busy time of a window is the timed phases' busy time scaled by
+all its phases over the timed ones: an estimate for steps that vary, exact for steps that repeat.
 
 The device span of a compute phase runs from when the device reached its first piece of work to
 when it finished the last; gaps in between (a launch-bound loop) count as busy, so the idle
@@ -26,7 +26,6 @@ which tells whether a batch lies in pinned memory.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections import deque
@@ -40,8 +39,6 @@ MAX_PENDING = 256
 POLL_EVERY = 16
 #: most of the host's time the event records may take (module doc)
 TIMING_BUDGET = 0.0025
-#: time at least one compute phase in this many
-MAX_EVERY = 32
 
 
 class EventLike(Protocol):
@@ -127,9 +124,8 @@ class CudaComputeTimer:
         self._pageable = 0
         self._started = 0  # timed phases whose start was recorded
         self._untimed = 0
-        # sampling: one phase in ``every`` is timed (module doc)
-        self.every = 1
-        self._since = 0  # phases since the last timed one
+        # sampling (module doc): host time between timed phases, from the records' cost
+        self.gap_ns = 0.0
         self._last_begin_ns: int | None = None
         self._record_ns = 0.0  # the records' cost per timed phase (start + end), smoothed
         self._open_cost_ns = 0
@@ -142,18 +138,12 @@ class CudaComputeTimer:
         self._depth += 1
         if self._depth > 1 or not self.enabled:
             return
-        self._since += 1
-        if self._since < self.every:
-            self._untimed += 1
-            return
         try:
             t0 = self._clock()
-            if self._last_begin_ns is not None and self._record_ns > 0:
-                period = (t0 - self._last_begin_ns) / self._since
-                if period > 0:
-                    self.every = min(MAX_EVERY, max(1, math.ceil(self._record_ns / (TIMING_BUDGET * period))))
+            if self._last_begin_ns is not None and t0 - self._last_begin_ns < self.gap_ns:
+                self._untimed += 1
+                return
             self._last_begin_ns = t0
-            self._since = 0
             if len(self._pending) >= self._max_pending:
                 self._poll()
                 if len(self._pending) >= self._max_pending:
@@ -182,6 +172,7 @@ class CudaComputeTimer:
             event.record()
             cost = self._open_cost_ns + self._clock() - t0
             self._record_ns = cost if self._record_ns <= 0 else 0.8 * self._record_ns + 0.2 * cost
+            self.gap_ns = self._record_ns / TIMING_BUDGET
             self._pending.append((start, event))
             self._ended += 1
             if self._ended % self._poll_every == 0:
