@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections import deque
 from types import SimpleNamespace
 from typing import Any
 
@@ -269,3 +270,34 @@ def test_a_loop_that_runs_ahead_of_the_device_is_timed_once_it_waits() -> None:
     assert window is not None
     assert window.untimed <= 3  # only among the first launches
     assert window.busy_ns == pytest.approx(60 * 100e6, rel=0.03)
+
+
+def test_released_at_the_end_of_the_run_holding_no_event() -> None:
+    """The events are let go in the training process when the run ends: one left to the garbage
+    collector could be destroyed in a DataLoader worker forked by a later fit, where CUDA cannot
+    be used (on an H100 that aborted the worker)."""
+    device = FakeDevice()
+    timer = CudaComputeTimer(device.event, clock=device.clock, poll_every=1)
+    for _ in range(3):
+        compute_phase(timer, device, 10)
+    device.done_until = 15  # the first phase is done, two are still on the device
+    timer.release()
+    assert (timer._pending, timer._free, timer._open) == (deque(), [], None)
+    run = timer.run_summary()
+    assert run is not None
+    assert (run.phases, run.busy_ns, run.dropped, run.pending) == (1, 10_000_000, 2, 0)
+    timer.begin()  # after the end: nothing recorded, nothing raised
+    timer.end()
+    assert device.created == 6
+
+
+def test_the_collector_releases_the_timer_when_it_stops() -> None:
+    from stallscope.signals.collector import SignalCollector
+    from stallscope.timeline.recorder import Timeline
+
+    device = FakeDevice()
+    collector = SignalCollector(Timeline(), nvml_device=None, interval_s=0.2, host=False)
+    collector.timer = CudaComputeTimer(device.event, clock=device.clock)
+    compute_phase(collector.timer, device, 10)
+    collector.stop()
+    assert collector.timer._pending == deque()

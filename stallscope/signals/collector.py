@@ -97,6 +97,8 @@ class SignalCollector:
             return
         self._stopped = True
         self._guard("cuda", self._timeline.unwatch)
+        if self.timer is not None:
+            self._guard("cuda", self.timer.release)
         for sampler in self._samplers():
             self._guard(sampler.name, sampler.stop)
 

@@ -203,6 +203,23 @@ class CudaComputeTimer:
         except Exception as exc:
             self._fail(exc)
 
+    def release(self) -> None:
+        """The run is over: resolve what the device has finished, then let go of every event.
+
+        Called in the training process while CUDA is valid there. An event still held when the
+        timer becomes garbage could be collected in a DataLoader worker forked later (a second
+        fit in the same process), whose CUDA cannot be used: destroying it there aborts the
+        worker (seen on an H100: ``cudaErrorInitializationError`` in ``ExchangeDevice``)."""
+        try:
+            if self.enabled:
+                self._poll()
+        finally:
+            self._dropped += len(self._pending)
+            self._pending.clear()
+            self._free.clear()
+            self._open = None
+            self._new_event = _no_event
+
     def note_batch(self, pinned: int, pageable: int) -> None:
         """A batch was checked: ``pinned`` / ``pageable`` CPU tensors in it."""
         if pinned or pageable:
@@ -248,6 +265,10 @@ class CudaComputeTimer:
             pageable_batches=pageable,
             untimed=untimed,
         )
+
+
+def _no_event() -> EventLike:
+    raise RuntimeError("the CUDA-event timer was released")
 
 
 # -- torch, only when the user's code already initialised CUDA ----------------------------------
