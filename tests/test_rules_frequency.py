@@ -253,6 +253,7 @@ def test_an_asynchronous_save_keeps_the_copy_and_the_preparation_on_the_training
     assert "the copy of its 10.0 MB of state (5.0 ms, timed here)" in finding.fix
     assert "and building the checkpoint (10" in finding.fix
     assert "in its teardown, after the fit" in finding.fix
+    assert "GIL" not in finding.fix  # no write during the fit
 
 
 def test_an_asynchronous_save_is_not_suggested_when_its_copy_costs_as_much_as_the_save() -> None:
@@ -308,7 +309,7 @@ def test_an_epoch_and_the_run_agree_on_the_asynchronous_save() -> None:
     assert first.est_saving_fraction == pytest.approx(1200 / 1500, abs=1e-4)
 
 
-def test_the_async_cost_counts_overlapped_writes_against_training_when_no_core_is_spare() -> None:
+def test_the_async_cost_counts_overlapped_writes_against_training() -> None:
     split = checkpoint_frequency.SaveSplit(
         write_s=0.030, write_cpu_s=0.020, prepare_s=0.0, copy_s=0.005, save_bytes=1e7
     )
@@ -336,6 +337,27 @@ def test_no_spare_core_counts_the_process_its_workers_and_other_processes() -> N
     ) == pytest.approx(1.0)
     idle = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40, waits=True)
     assert checkpoint_frequency.no_spare_core(dataclasses.replace(_ctx(idle), cores=1)) < 1.0
+    # a write's CPU is counted at least in part: the writer takes the GIL for its Python work
+    assert checkpoint_frequency.write_cpu_counted(_ctx(span)) == checkpoint_frequency.WRITER_SHARE
+    busy = _ctx(span, host_signals=host(others_cores=0.8))
+    assert checkpoint_frequency.write_cpu_counted(busy) == pytest.approx(0.8)
+
+
+def test_saves_during_a_fit_count_part_of_their_writes_cpu() -> None:
+    """max_steps=300, saves every 5 steps; an interval of 100 keeps 3 saves: 2 during the fit,
+    which each keep their copy and preparation (15 ms) and half their write's 15 ms of CPU, and
+    the last, at the fit's last step, its 15 ms. Reached by a target share that needs 100 steps."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
+    ctx = _ctx(span, "lightning", shape=shape, saves=saves)
+    est = checkpoint_frequency.estimate(ctx, "checkpoint", 0.02)
+    assert est is not None
+    split = checkpoint_frequency.save_split(ctx, est)
+    assert split is not None
+    cost = checkpoint_frequency.async_cost_s(split, 3, est.each_s, 0.5, last_waits=False, last_after_fit=True)
+    stays = 0.015 + checkpoint_frequency.HANDOFF_S
+    assert cost == pytest.approx(2 * (stays + 0.0075) + stays)
 
 
 def test_checkpoint_wording_gives_training_time_in_readable_units() -> None:

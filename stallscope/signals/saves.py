@@ -15,7 +15,7 @@ network store) and the bytes the process handed to ``write()`` meanwhile (``wcha
 end, some 20 us a save.
 
 **Once per run**, after the first save that wrote bytes: what a copy of that many bytes costs
-here (``probe_copy_s``: one tensor of the save's size, at least 256 KiB and at most 16 MiB,
+here (``probe_copy_s``: one tensor of the save's size, at least 256 KiB and at most 64 MiB,
 filled, then cloned three times; the median wall time per byte). The hooks run it with the
 timeline paused, so it is in no phase. A clone is what ``AsyncCheckpointIO`` does to each tensor
 of the checkpoint; it allocates fresh memory, so it costs more than a ``memcpy`` into memory
@@ -37,10 +37,14 @@ from typing import Any
 
 from stallscope.signals.procfs import written_bytes
 
-#: the copy probe's size: the save's bytes, within these bounds (a probe of a few MiB costs what
-#: a larger one does per byte; 16 MiB bounds its memory and its time, about 30 ms once per run)
+#: the copy probe's size: the save's bytes, within these bounds. The size matters: glibc serves
+#: an allocation of 32 MiB or more with fresh pages every time (each page faulted in: about 0.42
+#: ms per MB on the 2-core test host), a smaller one often from memory the process already has
+#: (several times faster), as the copies of a real asynchronous save would be. 64 MiB bounds the
+#: probe's memory (twice that, for a moment) and time (about 120 ms once per run; a save that
+#: large takes longer than that itself)
 PROBE_MIN_BYTES = 1 << 18
-PROBE_MAX_BYTES = 1 << 24
+PROBE_MAX_BYTES = 1 << 26
 #: clones timed by the probe (their median is taken)
 PROBE_REPEATS = 3
 

@@ -13,9 +13,9 @@ measured by ``signals.saves`` (``SaveSplit``):
 * a save that stays keeps on the training thread what is not the write (in Lightning, building
   the checkpoint; nothing in a plain loop's phase), the copy of the state the asynchronous save
   makes first (the save's bytes times the probed cost of a copy), and the hand-off;
-* the write moves to a background thread, but its CPU time still needs a core: the part of a
-  core the host has no room for while training runs (``no_spare_core``) is counted against
-  training;
+* the write moves to a background thread, but its CPU time still slows training: the part of a
+  core the host has no room for while training runs (``no_spare_core``), and at least
+  ``WRITER_SHARE`` of it (the GIL), is counted against training for each write during it;
 * a save whose write cannot overlap training: in a plain loop the run's last save (the run
   waits for its write before it ends, so it costs what it costs now, written directly); in
   Lightning the save at the fit's last step, whose write Lightning waits for in its teardown,
@@ -50,6 +50,13 @@ ID = "checkpoint.frequency"
 #: what handing the copy to the background thread costs the training thread (a ``submit`` to a
 #: one-thread executor: about 20 us on the 2-core test host; more here, for slower hosts)
 HANDOFF_S = 50e-6
+
+#: at least this share of a background write's CPU time slows training, even with a core to
+#: spare: the writer takes the GIL for its Python parts (the pickler, copies into buffers) and
+#: shares the memory bus. Measured on the 2-core test host, saves every 20 steps, 3 runs: about
+#: 0 for a plain ``torch.save`` into a file, about half for Lightning's ``TorchCheckpointIO``,
+#: which serializes into a ``BytesIO`` first (docs/predictions.md)
+WRITER_SHARE = 0.5
 
 MB = 1e6
 
@@ -137,6 +144,12 @@ def _runs(before: int, steps: int, k: int, *, at_end: bool) -> int:
     return runs
 
 
+def write_cpu_counted(ctx: Context) -> float:
+    """Share of a background write's CPU time counted against training: what the host cannot
+    spare of a core, and at least ``WRITER_SHARE``."""
+    return max(WRITER_SHARE, no_spare_core(ctx))
+
+
 def _split_evidence(split: SaveSplit, charge: float, ctx: Context) -> dict[str, float]:
     assert ctx.saves is not None
     assert ctx.saves.copy_s_per_byte is not None
@@ -147,11 +160,11 @@ def _split_evidence(split: SaveSplit, charge: float, ctx: Context) -> dict[str, 
         "prepare_ms": ms(split.prepare_s),
         "copy_ms": ms(split.copy_s),
         "copy_ms_per_mb": round(ctx.saves.copy_s_per_byte * MB * 1e3, 3),
-        "no_spare_core": round(charge, 3),
+        "write_cpu_counted": round(charge, 3),
     }
 
 
-def _split_text(split: SaveSplit, each_s: float, charge: float, *, lightning: bool) -> str:
+def _split_text(split: SaveSplit, each_s: float, charge: float, *, lightning: bool, overlapped: bool) -> str:
     """How one save splits, in words, for the fix."""
     where = "that thread" if lightning else "the background thread"
     text = (
@@ -162,10 +175,11 @@ def _split_text(split: SaveSplit, each_s: float, charge: float, *, lightning: bo
     if split.prepare_s >= 1e-4:
         text += f" and building the checkpoint ({fmt_ms(split.prepare_s)})"
     text += " stay on the training thread."
-    if charge > 0 and split.write_cpu_s > 0:
+    if overlapped and split.write_cpu_s > 0:
         text += (
-            f" The host has {'no' if charge >= 1 else 'not a whole'} core to spare for the writer: the prediction"
-            f" counts {charge:.0%} of the write's CPU against training for each save during it."
+            f" A write during training still slows it: the prediction counts {charge:.0%} of its CPU time"
+            " against training (the writer competes for the GIL"
+            + (" and for the cores, which the host has few to spare)." if charge > WRITER_SHARE else ").")
         )
     return text
 
@@ -194,12 +208,12 @@ def rule(ctx: Context) -> Finding | None:
         lever = False  # the saves are asynchronous already
     saving = est.saving_for(runs_after)
     split = save_split(ctx, est)
-    charge = no_spare_core(ctx)
+    charge = write_cpu_counted(ctx)
     async_save = False
     bound: SpeedupBound = "lower"  # the interval only removes saves
+    ends_fit = total is not None and total % k == 0  # the fit's last save is at its last step
     if lever and split is not None:
         # decided over the whole fit, so that an epoch's finding and the run's agree
-        ends_fit = total is not None and total % k == 0
         whole = async_cost_s(split, fit_runs, est.each_s, charge, last_waits=at_end, last_after_fit=ends_fit)
         async_save = whole < fit_runs * est.each_s
         if async_save and runs_after:
@@ -244,7 +258,8 @@ def rule(ctx: Context) -> Finding | None:
                 "    writer.submit(torch.save, copy_of(state), path)  # a one-thread ThreadPoolExecutor"
             )
     if async_save and split is not None:
-        fix += _split_text(split, est.each_s, charge, lightning=lightning)
+        overlapped = fit_runs > (1 if at_end or ends_fit else 0)
+        fix += _split_text(split, est.each_s, charge, lightning=lightning, overlapped=overlapped)
         if lightning:
             fix += (
                 f" Lightning waits for the last write ({fmt_ms(split.write_s)}) in its teardown, after the fit:"
