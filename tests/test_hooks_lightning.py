@@ -217,6 +217,7 @@ def probes_left(tr: Any) -> list[str]:
     left = [name for name in probed if name in vars(tr.fit_loop.epoch_loop)]
     left += ["on_batch_start"] if "on_batch_start" in vars(tr._logger_connector) else []
     left += ["save_checkpoint"] if "save_checkpoint" in vars(tr) else []
+    left += ["checkpoint_io.save_checkpoint"] if "save_checkpoint" in vars(tr.strategy.checkpoint_io) else []
     for logger in tr.loggers:
         left += [f"{type(logger).__name__}.{n}" for n in lightning_hooks.LOGGER_METHODS if n in vars(logger)]
     for callback in tr.callbacks:  # a fit's own step hooks on the scope
@@ -1057,6 +1058,47 @@ def test_loader_exception_propagates_unchanged(tmp_path: Path) -> None:
     data = on_disk(tmp_path)
     assert data["complete"] is True
     assert any("OSError: planted read error" in note for note in data["notes"])
+    assert probes_left(tr) == []
+
+
+def test_each_write_of_the_checkpoint_io_is_measured(tmp_path: Path, clock: FakeClock) -> None:
+    """The checkpoint IO's ``save_checkpoint`` (what ``AsyncCheckpointIO`` would move to its
+    thread) is metered: one measurement per file written, its bytes, and the copy probed once
+    with the timeline paused (the checkpoint phase keeps exactly its planted time)."""
+    pl = import_pl("lightning")
+    costs = Costs(clock, save=7)
+    scope = scope_for(tmp_path)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    tr = trainer(pl, tmp_path, [scope, checkpoint], enable_checkpointing=True)
+    tr.fit(tiny_class(pl)(costs), loader(24, costs))
+    assert costs.counts["save"] == 3
+    summary = scope._session.saves.summary()
+    assert summary is not None
+    assert summary.saves == 3
+    assert not summary.already_async
+    if Path("/proc/self/io").exists():
+        files = sorted((tmp_path / "ckpt").iterdir())
+        assert len(files) == 3
+        assert summary.bytes is not None
+        assert summary.bytes >= sum(f.stat().st_size for f in files)
+        assert summary.copy_s_per_byte is not None
+    assert scope.report is not None
+    assert scope.report.summary.phase_seconds["checkpoint"] == pytest.approx(0.021)
+    assert probes_left(tr) == []
+
+
+def test_an_asynchronous_checkpoint_io_is_noted(tmp_path: Path, clock: FakeClock) -> None:
+    pl = import_pl("lightning")
+    costs = Costs(clock)
+    scope = scope_for(tmp_path)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    io_plugin = pl.plugins.io.AsyncCheckpointIO()
+    tr = trainer(pl, tmp_path, [scope, checkpoint], enable_checkpointing=True, plugins=[io_plugin])
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    summary = scope._session.saves.summary()
+    assert summary is not None
+    assert summary.already_async
+    assert len(list((tmp_path / "ckpt").iterdir())) == 2
     assert probes_left(tr) == []
 
 

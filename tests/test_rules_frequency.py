@@ -7,11 +7,13 @@ import dataclasses
 from typing import Any
 
 import pytest
+from signal_fakes import host
 
 from stallscope.analysis.context import AnalysisConfig, Context, RunShape
 from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
 from stallscope.analysis.rules._frequency import after_run_s, epoch_pieces, runs_every
 from stallscope.analysis.rules.validation_frequency import lightning_runs, plain_runs
+from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.phases import BUILTIN_PHASES
 from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
 
@@ -203,13 +205,159 @@ def test_a_plain_loop_saves_at_the_end_when_the_interval_is_longer_than_the_run(
     span = _span(steps=400, epochs=1, phase="checkpoint", count=40, each_ms=150)
     finding = checkpoint_frequency.rule(_ctx(span))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 5000, "at_end": True, "async_save": True}
+    # the one save left is the run's last: the run waits for its write, a background one would not help
+    assert finding.suggestion == {"every_n_steps": 5000, "at_end": True}
+    assert finding.est_speedup_bound == "lower"
+    assert "Saving in the background would not shorten this run" in finding.fix
     assert finding.evidence["saves_after"] == 1  # the save at the end
     assert "The 400 steps seen so far are fewer than 5000" in finding.fix
     assert "about every 10 s of training" in finding.fix
     assert "step == last_step" in finding.snippet
     assert "ModelCheckpoint" not in finding.fix + finding.snippet
     assert finding.est_saving_fraction == pytest.approx((6000 - 150) / 6800, abs=1e-4)
+
+
+def _saves(
+    *, saves: int, write_ms: float, cpu_ms: float, mb: float, copy_ms_per_mb: float, already_async: bool = False
+) -> SaveSummary:
+    """``saves`` measured saves, each ``write_ms`` long (``cpu_ms`` of it CPU) writing ``mb`` MB;
+    a copy costs ``copy_ms_per_mb``."""
+    return SaveSummary(
+        saves=saves,
+        wall_ns=round(saves * write_ms * MS),
+        cpu_ns=round(saves * cpu_ms * MS),
+        bytes=round(saves * mb * 1e6),
+        copy_s_per_byte=copy_ms_per_mb / 1e3 / 1e6,
+        already_async=already_async,
+    )
+
+
+def test_an_asynchronous_save_keeps_the_copy_and_the_preparation_on_the_training_thread() -> None:
+    """max_steps=300, a 40 ms save every 5 steps of 2 ms: 30 ms of it the IO's write (15 ms of
+    CPU), 10 ms building the checkpoint; 10 MB a save, a copy at 0.5 ms/MB (5 ms). Every 300
+    steps (once, at the fit's last step) asynchronously: the save left costs the fit 10 + 5 ms and
+    the hand-off; its write comes after the fit. An estimate."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
+    finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.est_speedup_bound == "estimate"
+    stays_ms = 10 + 5 + checkpoint_frequency.HANDOFF_S * 1e3
+    assert finding.est_saving_fraction == pytest.approx((2400 - stays_ms) / 3000, abs=1e-4)
+    ev = finding.evidence
+    assert (ev["write_ms"], ev["write_cpu_ms"], ev["prepare_ms"], ev["copy_ms"]) == pytest.approx((30, 15, 10, 5))
+    assert (ev["save_mb"], ev["copy_ms_per_mb"]) == pytest.approx((10, 0.5))
+    assert "the write (30 ms, 15 ms of it CPU) moves to that thread" in finding.fix
+    assert "the copy of its 10.0 MB of state (5.0 ms, timed here)" in finding.fix
+    assert "and building the checkpoint (10" in finding.fix
+    assert "in its teardown, after the fit" in finding.fix
+    assert "GIL" not in finding.fix  # no write during the fit
+
+
+def test_an_asynchronous_save_is_not_suggested_when_its_copy_costs_as_much_as_the_save() -> None:
+    """The same fit, but copying the 10 MB costs 4 ms/MB: 40 ms, as long as the save itself."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=4)
+    finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 300}
+    assert finding.est_speedup_bound == "lower"
+    assert finding.est_saving_fraction == pytest.approx((2400 - 40) / 3000, abs=1e-4)
+    assert "Saving asynchronously would not help" in finding.fix
+    assert finding.evidence["copy_ms"] == pytest.approx(40)
+
+
+def test_saves_already_asynchronous_get_no_second_async_lever() -> None:
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5, already_async=True)
+    finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 300}
+    assert "asynchronously" not in finding.fix
+
+
+def test_a_plain_loops_last_save_is_waited_for_so_a_background_writer_does_not_help() -> None:
+    span = _span(steps=400, epochs=1, phase="checkpoint", count=40, each_ms=150)
+    saves = _saves(saves=40, write_ms=150, cpu_ms=60, mb=30, copy_ms_per_mb=0.4)
+    finding = checkpoint_frequency.rule(_ctx(span, saves=saves))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 5000, "at_end": True}
+    assert finding.est_speedup_bound == "lower"
+    assert "copy its 30.0 MB of state first, 12 ms" in finding.fix
+    assert finding.evidence["write_ms"] == pytest.approx(150)
+    assert finding.est_saving_fraction == pytest.approx((6000 - 150) / 6800, abs=1e-4)
+
+
+def test_an_epoch_and_the_run_agree_on_the_asynchronous_save() -> None:
+    """A 2-epoch fit of 150 steps each, max_steps 300: the first epoch saves nothing with the
+    setting (its finding is the saves removed), the run's keeps the copy of the one at the end;
+    both name the same setting."""
+    shape = RunShape(max_steps=300, max_epochs=2, batches_per_epoch=150)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
+    run = _span(steps=300, epochs=2, phase="checkpoint", count=60, each_ms=40)
+    epoch = _span(steps=150, epochs=1, phase="checkpoint", count=30, each_ms=40)
+    first = checkpoint_frequency.rule(_ctx(epoch, "lightning", shape=shape, saves=saves, run_span=run))
+    whole = checkpoint_frequency.rule(_ctx(run, "lightning", shape=shape, saves=saves))
+    assert first is not None
+    assert whole is not None
+    assert first.suggestion == whole.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert first.evidence["saves_after"] == 0
+    assert first.est_saving_fraction == pytest.approx(1200 / 1500, abs=1e-4)
+
+
+def test_the_async_cost_counts_overlapped_writes_against_training() -> None:
+    split = checkpoint_frequency.SaveSplit(
+        write_s=0.030, write_cpu_s=0.020, prepare_s=0.0, copy_s=0.005, save_bytes=1e7
+    )
+    stays = 0.005 + checkpoint_frequency.HANDOFF_S
+    cost = checkpoint_frequency.async_cost_s
+    # three saves during training, a core to spare: the copies alone
+    assert cost(split, 3, 0.030, 0.0, last_waits=False, last_after_fit=False) == pytest.approx(3 * stays)
+    # half a core missing: half of each write's CPU too
+    assert cost(split, 3, 0.030, 0.5, last_waits=False, last_after_fit=False) == pytest.approx(3 * (stays + 0.010))
+    # a plain run's last save is waited for: it costs the whole save
+    assert cost(split, 3, 0.030, 1.0, last_waits=True, last_after_fit=False) == pytest.approx(
+        2 * (stays + 0.020) + 0.030
+    )
+    # a fit's last save writes after the fit: its copy only
+    assert cost(split, 1, 0.030, 1.0, last_waits=False, last_after_fit=True) == pytest.approx(stays)
+    assert cost(split, 0, 0.030, 1.0, last_waits=True, last_after_fit=False) == 0.0
+
+
+def test_no_spare_core_counts_the_process_its_workers_and_other_processes() -> None:
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)  # CPU-busy: 1 core
+    assert checkpoint_frequency.no_spare_core(_ctx(span)) == pytest.approx(0.0)  # 2 cores: 1 spare
+    assert checkpoint_frequency.no_spare_core(_ctx(span, host_signals=host(others_cores=0.6))) == pytest.approx(0.6)
+    assert checkpoint_frequency.no_spare_core(
+        _ctx(span, host_signals=host(workers_cpu_s=5.0, others_cores=0.6))
+    ) == pytest.approx(1.0)
+    idle = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40, waits=True)
+    assert checkpoint_frequency.no_spare_core(dataclasses.replace(_ctx(idle), cores=1)) < 1.0
+    # a write's CPU is counted at least in part: the writer takes the GIL for its Python work
+    assert checkpoint_frequency.write_cpu_counted(_ctx(span)) == checkpoint_frequency.WRITER_SHARE
+    busy = _ctx(span, host_signals=host(others_cores=0.8))
+    assert checkpoint_frequency.write_cpu_counted(busy) == pytest.approx(0.8)
+
+
+def test_saves_during_a_fit_count_part_of_their_writes_cpu() -> None:
+    """max_steps=300, saves every 5 steps; an interval of 100 keeps 3 saves: 2 during the fit,
+    which each keep their copy and preparation (15 ms) and half their write's 15 ms of CPU, and
+    the last, at the fit's last step, its 15 ms. Reached by a target share that needs 100 steps."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    shape = RunShape(max_steps=300, batches_per_epoch=1000)
+    saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
+    ctx = _ctx(span, "lightning", shape=shape, saves=saves)
+    est = checkpoint_frequency.estimate(ctx, "checkpoint", 0.02)
+    assert est is not None
+    split = checkpoint_frequency.save_split(ctx, est)
+    assert split is not None
+    cost = checkpoint_frequency.async_cost_s(split, 3, est.each_s, 0.5, last_waits=False, last_after_fit=True)
+    stays = 0.015 + checkpoint_frequency.HANDOFF_S
+    assert cost == pytest.approx(2 * (stays + 0.0075) + stays)
 
 
 def test_checkpoint_wording_gives_training_time_in_readable_units() -> None:

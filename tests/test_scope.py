@@ -20,6 +20,7 @@ from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, S
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
 from stallscope.report.schema import report_to_dict
+from stallscope.signals.saves import SaveMeter
 from stallscope.timeline.recorder import FOLD_AT, Timeline
 
 MS = 1_000_000
@@ -851,6 +852,53 @@ def test_a_phase_before_the_first_iter_starts_the_clock(tmp_path: Path, clocked:
     summary = _read(tmp_path)["summary"]
     assert summary["wall_s"] == pytest.approx(0.040)
     assert summary["phase_seconds"]["checkpoint"] == pytest.approx(0.010)
+
+
+def test_each_save_is_measured_and_the_copy_probe_is_not_in_the_run(tmp_path: Path, clocked: FakeClock) -> None:
+    """A ``checkpoint`` phase is metered (``signals.saves``): wall time, the bytes written; after
+    the first save, a copy of as many bytes is timed once, with the clock paused."""
+    probed: list[float] = []
+
+    def probe(nbytes: float) -> float:
+        probed.append(nbytes)
+        clocked.advance_ms(30)  # the probe's own time: in no phase, in no step
+        return 4e-10
+
+    written = iter([0, 1_000_000, 1_000_000, 3_000_000])
+    with StallScope(tmp_path, console=False) as scope:
+        meter = SaveMeter(clock=clocked, cpu_clock=lambda: 0, written=lambda: next(written), probe=probe)
+        scope._session.saves = meter
+        for i in scope.iter(TimedLoader(range(4), clocked, wait_ms=2)):
+            _train_step(scope, clocked)
+            if i % 2 == 1:
+                with scope.phase("checkpoint"):
+                    clocked.advance_ms(10)
+    summary = meter.summary()
+    assert summary is not None
+    assert (summary.saves, summary.wall_ns, summary.bytes, summary.copy_s_per_byte) == (2, 20 * MS, 3_000_000, 4e-10)
+    assert probed == [1_000_000]
+    data = _read(tmp_path)["summary"]
+    assert data["phase_seconds"]["checkpoint"] == pytest.approx(0.020)
+    assert data["wall_s"] == pytest.approx(4 * 0.010 + 0.020)
+
+
+def _failing_save(scope: StallScope, clock: FakeClock) -> None:
+    with scope.phase("checkpoint"):
+        clock.advance_ms(3)
+        raise OSError("disk full")
+
+
+def test_a_save_that_raises_is_measured_and_the_error_propagates(tmp_path: Path, clocked: FakeClock) -> None:
+    with StallScope(tmp_path, console=False) as scope:
+        meter = SaveMeter(clock=clocked, cpu_clock=lambda: 0, written=lambda: 0)
+        scope._session.saves = meter
+        for _ in scope.iter(TimedLoader(range(2), clocked, wait_ms=2)):
+            with pytest.raises(OSError, match="disk full"):
+                _failing_save(scope, clocked)
+    assert not any("turned itself off" in note for note in _read(tmp_path)["notes"])
+    summary = meter.summary()
+    assert summary is not None
+    assert (summary.saves, summary.wall_ns) == (2, 6 * MS)
 
 
 def test_a_scope_with_no_steps_writes_an_empty_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.signals.loader import LoaderConfig
 from stallscope.signals.nvml import NvmlSummary
+from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.stats import SpanStats
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ class Context:
     run_span: SpanStats | None = None
     #: GPUs an ``nn.DataParallel`` in the watched model drives; None when there is none
     data_parallel_devices: int | None = None
+    #: the checkpoint saves measured so far (bytes, write time, its CPU, the copy's cost); None
+    #: before the first
+    saves: SaveSummary | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
     # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)

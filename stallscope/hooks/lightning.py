@@ -17,7 +17,8 @@ Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
     compute     ``on_train_batch_start`` to ``on_train_batch_end``: the training step, backward and
                 the optimizer step
     logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``)
-    checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event
+    checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event;
+                the checkpoint IO's write inside it is measured apart (``signals.saves``)
     validation  ``on_validation_start`` to ``on_validation_end``: the validation steps and the waits
                 on their own loader. The validation loader's set-up happens before
                 ``on_validation_start`` and counts as ``other``.
@@ -26,7 +27,8 @@ Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
     other       the rest: progress bars, other callbacks, Lightning's bookkeeping
 
 The logging and checkpoint wrappers are instance attributes on this trainer's own objects (its
-loggers, the trainer), set at ``on_fit_start`` and removed at teardown; nothing global is patched.
+loggers, the trainer, its strategy's checkpoint IO), set at ``on_fit_start`` and removed at
+teardown; nothing global is patched.
 A burst of logger calls (``log_metrics`` then ``save``, for each logger) or of checkpoint saves
 (top-k, then ``last``) is one entry of its phase, so the frequency rules count events, not calls.
 
@@ -395,6 +397,20 @@ class _FitRun:
                 except (AttributeError, TypeError):  # a logger that refuses attributes: not timed
                     self.session.note(f"calls to {type(logger).__name__}.{name} are not timed (not wrappable)")
         self._undo.append(_wrap_method(self.trainer, "save_checkpoint", self._checkpoint_wrapper))
+        self._meter_writes()
+
+    def _meter_writes(self) -> None:
+        """Measure each write of the Trainer's checkpoint IO (``signals.saves``): the call that
+        ``AsyncCheckpointIO`` would move to its thread. A save through an IO already asynchronous
+        is noted as such."""
+        io = getattr(getattr(self.trainer, "strategy", None), "checkpoint_io", None)
+        if io is None:
+            return
+        self.session.saves.already_async = type(io).__name__ == "AsyncCheckpointIO"
+        try:
+            self._undo.append(_wrap_method(io, "save_checkpoint", self._write_wrapper))
+        except (AttributeError, TypeError):  # an IO that refuses attributes: its saves are not split
+            self.session.note(f"{type(io).__name__}.save_checkpoint is not measured (not wrappable)")
 
     def detach(self) -> None:
         undo, self._undo = self._undo, []
@@ -430,6 +446,26 @@ class _FitRun:
             finally:
                 if entered:
                     run.guard(run.lazy_end, False)
+
+        return save_checkpoint
+
+    def _write_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        run = self
+        saves = self.session.saves
+
+        @functools.wraps(original)
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            entered = run.on_training_thread() and run.guard(saves.begin)
+            try:
+                result = original(*args, **kwargs)
+            except BaseException:
+                if entered:
+                    run.guard(saves.end)
+                raise
+            if entered:
+                run.guard(saves.end)
+                run.guard(run.session.probe_saves)  # once per run, with the timeline paused
+            return result
 
         return save_checkpoint
 

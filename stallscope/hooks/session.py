@@ -42,6 +42,7 @@ from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig, probe_batch_s
+from stallscope.signals.saves import SaveMeter
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanSnapshot, SpanStats
@@ -137,6 +138,8 @@ class Session:
         self.batch_bytes: int | None = None
         #: seconds to build one batch in this process, timed once while workers build them
         self.in_process_batch_s: float | None = None
+        #: each checkpoint save, measured as an asynchronous save would split it (the hooks drive it)
+        self.saves = SaveMeter(clock=clock)
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
@@ -226,6 +229,17 @@ class Session:
             self.in_process_batch_s = probe_batch_s(iterable)
         except Exception:  # a dataset that cannot be indexed here is no reason to stop
             self.in_process_batch_s = None
+        finally:
+            self.timeline.resume()
+
+    def probe_saves(self) -> None:
+        """Once per run, after the first save that wrote bytes: time a copy of as many bytes (what
+        an asynchronous save would add to the training thread). The timeline does not count it."""
+        if not self.saves.wants_probe:
+            return
+        self.timeline.pause()
+        try:
+            self.saves.probe()
         finally:
             self.timeline.resume()
 
@@ -455,6 +469,7 @@ class Session:
             first_epoch=first_epoch,
             run_span=run_span,
             data_parallel_devices=self.data_parallel_devices,
+            saves=self.saves.summary(),
         )
 
     @property

@@ -1,4 +1,5 @@
-"""Two figures the host sampler reads once a second, straight from Linux's /proc.
+"""Figures read straight from Linux's /proc: two the host sampler reads once a second, and the
+bytes this process wrote, which the checkpoint meter reads around each save.
 
 psutil reads them too, and more: ``disk_io_counters()`` checks a sysfs path per block device on
 every call, ``virtual_memory()`` parses every line of ``/proc/meminfo`` into a dozen fields. Here
@@ -92,3 +93,17 @@ def machine_cpu(path: Path = Path("/proc/stat")) -> tuple[float, int] | None:
     if ticks <= 0 or cores <= 0:
         return None
     return (user + nice + system + irq + softirq + steal) / ticks, cores
+
+
+def written_bytes(path: Path = Path("/proc/self/io")) -> int | None:
+    """Bytes this process has handed to ``write()`` and its kin since it started (``wchar`` of
+    ``/proc/self/io``: files, pipes and sockets alike, counted when written, before any
+    writeback). None where the file is missing, unreadable or unexpected."""
+    try:
+        with open(path, "rb") as fh:
+            for line in fh:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -62,6 +62,9 @@ class FrequencyEstimate:
     #: how much longer the steps right after one run take than the steps before the next, seconds
     #: (``after_run_s``); 0 when not seen
     after_s: float = 0.0
+    #: runs of the phase that ``each_s`` and ``step_without_s`` were taken over (the run so far,
+    #: or the span)
+    runs_seen: int = 0
 
     def evidence(self) -> dict[str, float | int | str]:
         return {
@@ -179,6 +182,7 @@ def estimate(ctx: Context, phase: str, target_share: float) -> FrequencyEstimate
         wall_s=span.wall_s,
         phase_s=total_ns / 1e9,
         after_s=after_run_s(pool.recent, phase),
+        runs_seen=pool.phase_counts[phase],
     )
     before, steps = span_steps(ctx)
     return FrequencyEstimate(
