@@ -27,7 +27,7 @@ from rich.console import Console
 
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
-from stallscope.analysis.diagnose import diagnose, too_short
+from stallscope.analysis.diagnose import diagnose, too_short, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
@@ -364,6 +364,7 @@ class Session:
             self._writer.close()  # no mid-run report is written after this
         self._close_tail()
         report = self.build_report(complete=True)
+        own = report.summary  # this process's run
         ranks: tuple[RankEntry, ...] = ()
         if self.job is not None:
             if self.job.leader:
@@ -374,7 +375,8 @@ class Session:
         if print_run:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
-            short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
+            # (from the summary: the run's statistics again would sort its recent steps again)
+            short = too_short_for(own.steps, own.wall_s) if own.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
             self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
         self.write()
@@ -391,7 +393,7 @@ class Session:
         if tail.wall_ns <= 0:
             return
         self.tail = self.summarize(tail)
-        run_ns = self.timeline.run_stats().wall_ns
+        run_ns = self.timeline.run_wall_ns()
         if run_ns > 0 and tail.wall_ns >= max(0.01 * run_ns, TAIL_NOTE_NS):
             top = max(tail.phase_ns, key=lambda name: tail.phase_ns[name])
             self.note(

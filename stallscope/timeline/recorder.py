@@ -841,6 +841,10 @@ class Timeline:
         """Statistics of the whole run so far (closes nothing)."""
         return self.run_snapshot().stats()
 
+    def run_wall_ns(self) -> int:
+        """The run's wall time so far, ns (``run_stats().wall_ns`` without the statistics)."""
+        return self._flush() - self._start_ns
+
     def run_snapshot(self) -> SpanSnapshot:
         """What ``run_stats`` returns, with the sorting for its percentiles left to
         ``SpanSnapshot.stats()``: the recent steps are copied (two ``memcpy``), so the statistics
