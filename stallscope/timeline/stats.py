@@ -24,17 +24,18 @@ class Distribution:
     def of(cls, values_ns: Sequence[int]) -> Distribution:
         """Summarise ``values_ns`` (nanoseconds); an empty sequence gives all zeros."""
         if not values_ns:
-            return cls(n=0, mean=0.0, p10=0.0, p50=0.0, p90=0.0, max=0.0)
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
         ordered = sorted(values_ns)
         n = len(ordered)
-        return cls(
-            n=n,
-            mean=sum(ordered) / n / 1e9,
-            p10=quantile(ordered, 0.10) / 1e9,
-            p50=quantile(ordered, 0.50) / 1e9,
-            p90=quantile(ordered, 0.90) / 1e9,
-            max=ordered[-1] / 1e9,
-        )
+        # positional, and ``quantile``'s arithmetic inline: an epoch's report makes two of these
+        last = n - 1
+        qs = []
+        for q in (0.10, 0.50, 0.90):
+            pos = last * q
+            lo = math.floor(pos)
+            hi = lo + 1 if lo < last else last
+            qs.append((ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)) / 1e9)
+        return cls(n, sum(ordered) / n / 1e9, qs[0], qs[1], qs[2], ordered[-1] / 1e9)
 
 
 def quantile(ordered: Sequence[int], q: float) -> float:
