@@ -17,7 +17,7 @@ left out (under valgrind a run takes some 50 times longer while the sampler keep
 period, so it would sample 50 times too often). ``step_cost.py`` measures the sampler's share.
 
     .venv/bin/python benchmarks/profiling/epoch_instructions.py [--cache-sim] [--epochs 100]
-    (about 3 minutes on 2 cores; needs valgrind)
+    (about 10 minutes on 2 cores with --cache-sim; needs valgrind)
 """
 
 from __future__ import annotations
