@@ -20,6 +20,7 @@ from stallscope.report.schema import (
     finding_to_dict,
     report_from_dict,
     report_to_dict,
+    summary_to_dict,
 )
 
 MakeReport = Callable[..., Report]
@@ -135,6 +136,35 @@ def test_nan_and_infinity_become_null(
     assert data["summary"]["nvml"] == {"util_mean": None, "mem_used_max_bytes": None}
     assert data["findings"][0]["evidence"] == {"ratio": None, "nested": [1.0, None]}
     json.dumps(data, allow_nan=False)  # strict JSON
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("phase_fractions", {"compute": math.nan}),
+        ("phase_seconds", {"compute": math.inf}),
+        ("step_time_s", {"mean": -math.inf, "p50": 1.0}),
+        ("data_wait_s", {"mean": 1e308, "max": 1e308}),  # finite, but their sum is not
+        ("idle_windows", ({"steps": 2, "wall_s": math.nan, "idle_fraction": 0.5},)),
+    ],
+)
+def test_a_summary_of_numbers_is_copied_and_any_other_is_cleaned(
+    make_summary: Callable[..., Summary], field: str, bad: Any
+) -> None:
+    """Summaries of finite numbers go to the JSON as they are (checked with C's loops); a NaN or an
+    infinity anywhere in them still becomes null, and the result is the same either way."""
+    clean = make_summary(idle_windows=({"steps": 2, "wall_s": 0.5, "idle_fraction": 0.25},))
+    out = summary_to_dict(clean)
+    assert out["phase_fractions"] == dict(clean.phase_fractions)
+    assert out["phase_fractions"] is not clean.phase_fractions  # a copy
+    assert out["idle_windows"] == [{"steps": 2, "wall_s": 0.5, "idle_fraction": 0.25}]
+    data = summary_to_dict(make_summary(**{field: bad}))
+    json.dumps(data, allow_nan=False)  # strict JSON
+    cleaned = data[field] if field != "idle_windows" else data[field][0]
+    if field == "data_wait_s":
+        assert cleaned == {"mean": 1e308, "max": 1e308}
+    else:
+        assert None in cleaned.values()
 
 
 def test_a_minimal_report_reads_with_defaults() -> None:

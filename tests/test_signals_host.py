@@ -307,3 +307,23 @@ def test_psutil_sees_real_dataloader_workers() -> None:
     assert summary.mem_limit_bytes is not None
     assert summary.mem_available_min_bytes is not None
     assert os.getpid() == PsutilProbe()._main_pid
+
+
+def test_a_short_window_no_sample_fell_in_is_none_and_keeps_its_start() -> None:
+    """Epochs of a few milliseconds: a window shorter than the interval with no sample in it has
+    no summary, and is not swapped for a new one (nothing to close); the sample that comes next
+    counts in the next epoch's window, from the same start."""
+    host = FakeHost()
+    rig = Rig(host)
+    window = rig.sampler._win
+    rig.now += 5 * MS
+    host.own = 0.004
+    assert rig.sampler.close_window() is None
+    assert rig.sampler._win is window
+    assert host.scans == 1  # the priming listing only: no sample taken for the short window
+    rig.tick(200)
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    assert summary.main_cpu_s == pytest.approx(0.004)
+    assert summary.wall_s == pytest.approx(0.205)
+    assert rig.sampler._win is not window

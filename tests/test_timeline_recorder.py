@@ -828,3 +828,34 @@ def test_a_pass_ended_during_next_logs_nothing_more(tl: Timeline) -> None:
     assert codes.count(STEP) == 3  # the third was logged before its next()
     assert codes.count(GOT) == 2
     assert NONE not in codes
+
+
+def test_an_epoch_snapshot_that_pauses_reads_each_clock_once_and_cuts_the_pause_out(
+    tl: Timeline, clock: FakeClock, cpu_clock: FakeClock
+) -> None:
+    """An epoch end pauses the clock where the epoch ends, with the readings the snapshot took (the
+    process CPU clock sums every thread: one read fewer per epoch end); the paused time and CPU
+    are in no epoch."""
+    _open_pass(tl, clock)
+    _step(tl, clock, wait=10, compute=100)
+    cpu_clock.advance(50)
+    clock_calls, cpu_calls = clock.calls, cpu_clock.calls
+    first = tl.end_epoch_snapshot(pause=True)
+    assert (clock.calls - clock_calls, cpu_clock.calls - cpu_calls) == (1, 1)
+    assert tl.paused
+    assert (first.steps, first.epochs, first.wall_ns) == (1, 1, 110)
+    assert first.phase_ns["compute"] == 100
+    clock.advance(1000)  # StallScope's own work at the epoch end
+    cpu_clock.advance(700)
+    tl.resume()
+    assert not tl.paused
+    _step(tl, clock, wait=20, compute=200)
+    cpu_clock.advance(30)
+    second = tl.end_epoch_snapshot().stats()
+    assert (second.wall_ns, second.process_cpu_ns) == (220, 30)
+    span = first.stats()  # made now, from what the epoch end kept
+    assert (span.wall_ns, span.steps, span.process_cpu_ns) == (110, 1, 50)
+    assert span.phase_counts["compute"] == 1
+    assert span.boundaries == ()
+    _assert_partition(span)
+    assert tl.run_stats().wall_ns == 330

@@ -19,13 +19,18 @@ MIN_JUDGED_STEPS = 30
 
 def too_short(span: SpanStats) -> str | None:
     """What to tell the user when ``span`` is too short to judge; None when it is long enough."""
-    if span.steps >= MIN_JUDGED_STEPS and span.wall_s >= MIN_JUDGED_WALL_S:
+    return too_short_for(span.steps, span.wall_s)
+
+
+def too_short_for(steps: int, wall_s: float) -> str | None:
+    """``too_short`` of a span of ``steps`` steps and ``wall_s`` seconds (a report's summary)."""
+    if steps >= MIN_JUDGED_STEPS and wall_s >= MIN_JUDGED_WALL_S:
         return None
     lacking = []
-    if span.steps < MIN_JUDGED_STEPS:
-        lacking.append(f"{span.steps} steps, fewer than {MIN_JUDGED_STEPS}")
-    if span.wall_s < MIN_JUDGED_WALL_S:
-        lacking.append(f"{span.wall_s:.2g} s, under {MIN_JUDGED_WALL_S:g} s")
+    if steps < MIN_JUDGED_STEPS:
+        lacking.append(f"{steps} steps, fewer than {MIN_JUDGED_STEPS}")
+    if wall_s < MIN_JUDGED_WALL_S:
+        lacking.append(f"{wall_s:.2g} s, under {MIN_JUDGED_WALL_S:g} s")
     return f"too short to judge ({' and '.join(lacking)}): every finding is low confidence"
 
 

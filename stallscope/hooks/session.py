@@ -27,7 +27,7 @@ from rich.console import Console
 
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
-from stallscope.analysis.diagnose import diagnose, too_short
+from stallscope.analysis.diagnose import diagnose, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
@@ -254,15 +254,19 @@ class Session:
     def end_epoch(self) -> Later[EpochReport] | None:
         """Close the epoch: print it, write the report (on their budgets); its report, made when
         asked for. None for an empty epoch."""
-        snapshot = self.timeline.end_epoch_snapshot()
-        if snapshot.span.steps == 0 and snapshot.span.epochs == 0:
+        timeline = self.timeline
+        was_paused = timeline.paused
+        # the work below (and a report write or a panel, when due) is StallScope's time, not the
+        # run's: the clock pauses where the epoch ends
+        snapshot = timeline.end_epoch_snapshot(pause=True)
+        if snapshot.steps == 0 and snapshot.epochs == 0:
+            if not was_paused:
+                timeline.resume()
             return None
-        # the work below (and a report write or a panel, when due) is StallScope's time, not the run's
-        self.timeline.pause()
         try:
             return self._close_epoch(snapshot)
         finally:
-            self.timeline.resume()
+            timeline.resume()
 
     @property
     def report(self) -> Report | None:
@@ -276,15 +280,15 @@ class Session:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
-        steps = snapshot.span.steps
+        steps = snapshot.steps
         if steps > 0:
             self.epoch_steps = max(self.epoch_steps or 0, steps)
         # where the epoch lies in the run, and the run so far: the frequency rules take a phase's
         # cost from its totals (not its percentiles: the snapshot's span is used unsorted), so only
         # an epoch where such a phase could be worth a finding pays for the snapshot
-        span = snapshot.span
-        frequent = sum(span.phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
-        pooled = span.wall_ns > 0 and frequent >= self.config.min_saving * span.wall_ns
+        phase_ns = snapshot.phase_ns
+        frequent = sum(phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
+        pooled = snapshot.wall_ns > 0 and frequent >= self.config.min_saving * snapshot.wall_ns
         run_span = self.timeline.run_snapshot().span if pooled else None
         known = self._known(signals, steps_before=self.timeline.steps - steps, first_epoch=index, run_span=run_span)
 
@@ -306,9 +310,9 @@ class Session:
         if index == 0 and (self.job is None or self.job.exchange is None):
             self._join_job()  # torch.distributed may have come up inside the ``with`` block
         if self.job is not None:  # rank 0 speaks for the job; the others write their own file
-            return self._close_job_epoch(index, epoch, snapshot.span)
+            return self._close_job_epoch(index, epoch, snapshot)
         if steps > 0:
-            self._print_epoch(index, epoch, snapshot.span)
+            self._print_epoch(index, epoch, snapshot)
         writer = self._writer
         if writer is not None and writer.wants_report():
             job = self._latest = self._report_job(complete=False)
@@ -317,7 +321,7 @@ class Session:
             self._latest = None  # taken when asked for (``report``)
         return epoch
 
-    def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanStats) -> Later[EpochReport]:
+    def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
         """An epoch end of a distributed job: this rank's epoch and report are made now (the
         ranks exchange them); rank 0 prints and writes the job's, the others write their own
         ``ranks/rank-<R>.json``."""
@@ -350,7 +354,7 @@ class Session:
         return device
 
     def _print_epoch(
-        self, index: int, later: Later[EpochReport], span: SpanStats, *, ranks: tuple[RankEntry, ...] = ()
+        self, index: int, later: Later[EpochReport], span: SpanSnapshot, *, ranks: tuple[RankEntry, ...] = ()
     ) -> None:
         """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
         epochs ended unprinted before it. Due: by default when the time since the last panel is at
@@ -371,7 +375,7 @@ class Session:
         title = f"epoch {index}"
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
-        short = too_short(span)
+        short = too_short_for(span.steps, span.wall_ns / 1e9)
         self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=ranks)
         end = self._clock()
         # the smaller of this panel's cost and the previous one's: a single slow panel (the first,
@@ -388,6 +392,7 @@ class Session:
             self._writer.close()  # no mid-run report is written after this
         self._close_tail()
         report = self.build_report(complete=True)
+        own = report.summary  # this process's run
         ranks: tuple[RankEntry, ...] = ()
         if self.job is not None:
             if self.job.leader:
@@ -398,7 +403,8 @@ class Session:
         if print_run:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
-            short = too_short(self.timeline.run_stats()) if report.summary.steps > 0 else None
+            # (from the summary: the run's statistics again would sort its recent steps again)
+            short = too_short_for(own.steps, own.wall_s) if own.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
             self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
         self.write()
@@ -415,7 +421,7 @@ class Session:
         if tail.wall_ns <= 0:
             return
         self.tail = self.summarize(tail)
-        run_ns = self.timeline.run_stats().wall_ns
+        run_ns = self.timeline.run_wall_ns()
         if run_ns > 0 and tail.wall_ns >= max(0.01 * run_ns, TAIL_NOTE_NS):
             top = max(tail.phase_ns, key=lambda name: tail.phase_ns[name])
             self.note(

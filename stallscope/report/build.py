@@ -24,13 +24,21 @@ def _dist(d: Distribution) -> dict[str, float]:
 
 def phase_fractions(span: SpanStats) -> dict[str, float]:
     """Fractions of wall time per phase, rounded so that they still sum to 1."""
-    if span.wall_ns <= 0:
+    wall = span.wall_ns
+    if wall <= 0:
         return dict.fromkeys(span.phase_ns, 0.0)
-    raw = {name: max(0, ns) / span.wall_ns for name, ns in span.phase_ns.items()}
-    rounded = {name: round(v, 6) for name, v in raw.items()}
+    # one pass (every epoch's report makes one): rounded fractions and the first largest of them
+    rounded: dict[str, float] = {}
+    largest = ""
+    top = -1.0
+    for name, ns in span.phase_ns.items():
+        value = rounded[name] = round((ns if ns > 0 else 0) / wall, 6)
+        if value > top:
+            largest, top = name, value
+    if not rounded:
+        return rounded
     # put the rounding residue on the largest phase so the sum is 1 to 6 decimals
-    largest = max(rounded, key=lambda n: rounded[n])
-    rounded[largest] = round(min(1.0, max(0.0, rounded[largest] + 1.0 - sum(rounded.values()))), 6)
+    rounded[largest] = round(min(1.0, max(0.0, top + 1.0 - sum(rounded.values()))), 6)
     return rounded
 
 
@@ -102,13 +110,17 @@ def summarize(
     if idle_fraction is None:
         idle_fraction = 1.0 - span.phase_fraction(COMPUTE) if span.wall_ns > 0 else 0.0
         idle_source = "host_phases"
-    windows = tuple(
-        {
-            "steps": w.steps,
-            "wall_s": round(w.wall_ns / 1e9, 6),
-            "idle_fraction": round(w.idle_fraction, 6),
-        }
-        for w in span.windows
+    windows = (
+        tuple(
+            {
+                "steps": w.steps,
+                "wall_s": round(w.wall_ns / 1e9, 6),
+                "idle_fraction": round(w.idle_fraction, 6),
+            }
+            for w in span.windows
+        )
+        if span.windows  # an epoch's: none
+        else ()
     )
     return Summary(
         wall_s=round(span.wall_s, 6),

@@ -198,7 +198,61 @@ def finding_to_dict(f: Finding) -> dict[str, Any]:
     )
 
 
+_STR = frozenset((str,))
+
+
+def _numbers(value: Any) -> dict[str, Any] | None:
+    """A copy of ``value`` when it is a dict of names to finite numbers (what ``summarize`` makes),
+    checked with C's loops; None when it is anything else, for ``_clean`` to copy."""
+    if type(value) is not dict:
+        return None
+    try:
+        # a finite sum: no NaN or infinity among them (TypeError for anything but numbers; a sum
+        # that overflows goes the slow way)
+        finite = math.isfinite(sum(value.values()))
+    except (TypeError, OverflowError):
+        return None
+    if not finite or not set(map(type, value)) <= _STR:
+        return None
+    return dict(value)
+
+
 def summary_to_dict(s: Summary) -> dict[str, Any]:
+    # a summary ``summarize`` made holds dicts of finite numbers: copied as they are (every
+    # report holds every epoch's); anything else is cleaned
+    fractions = _numbers(s.phase_fractions)
+    seconds = _numbers(s.phase_seconds)
+    step_time = _numbers(s.step_time_s)
+    data_wait = _numbers(s.data_wait_s)
+    windows = [_numbers(w) for w in s.idle_windows]
+    try:
+        scalars = math.isfinite(s.wall_s + s.steps + s.steps_per_s + s.gpu_idle_fraction)
+    except (TypeError, OverflowError):
+        scalars = False
+    if (
+        scalars
+        and fractions is not None
+        and seconds is not None
+        and step_time is not None
+        and data_wait is not None
+        and s.nvml is None
+        and None not in windows
+        and type(s.idle_source) is str
+    ):
+        fast: dict[str, Any] = {
+            "wall_s": s.wall_s,
+            "steps": s.steps,
+            "steps_per_s": s.steps_per_s,
+            "gpu_idle_fraction": s.gpu_idle_fraction,
+            "idle_source": s.idle_source,
+            "phase_fractions": fractions,
+            "phase_seconds": seconds,
+            "step_time_s": step_time,
+            "data_wait_s": data_wait,
+        }
+        if windows:
+            fast["idle_windows"] = windows
+        return fast
     out: dict[str, Any] = {
         "wall_s": s.wall_s,
         "steps": s.steps,

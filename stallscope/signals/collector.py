@@ -47,6 +47,9 @@ class Signals:
     cuda_device: CudaDevice | None = None
 
 
+_NO_SIGNALS = Signals()
+
+
 class SignalCollector:
     """Starts, feeds and stops the samplers of one run. See the module docstring."""
 
@@ -172,12 +175,13 @@ class SignalCollector:
     def close_window(self) -> Signals:
         """The signals of the epoch that just ended; starts the next window."""
         self.check_device()
-        return Signals(
-            nvml=self._summary("nvml", self.nvml.close_window if self.nvml is not None else None),
-            host=self._summary("host", self.host.close_window if self.host is not None else None),
-            cuda=self._summary("cuda", self.timer.close_window if self.timer is not None else None),
-            cuda_device=self._refresh_device(),
-        )
+        nvml = self._summary("nvml", self.nvml.close_window) if self.nvml is not None else None
+        host = self._summary("host", self.host.close_window) if self.host is not None else None
+        cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
+        device = self._refresh_device()
+        if nvml is None and host is None and cuda is None and device is None:
+            return _NO_SIGNALS  # a short epoch on the CPU: frozen, so one serves them all
+        return Signals(nvml=nvml, host=host, cuda=cuda, cuda_device=device)
 
     def run_window(self) -> Signals:
         """The signals of the whole run so far."""

@@ -353,6 +353,11 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         window = self._win
         if window is None or self._clock() - window.start_ns >= self.interval_s * 1e9:
             self._fresh(self._close_tick)
+        elif window.end_ns <= window.start_ns:
+            # a short window no sample fell in (most epochs of a few milliseconds): its summary is
+            # None, and the next one would start where it did, so there is nothing to swap (a
+            # sample the thread adds meanwhile goes to the next window, as if taken just after)
+            return None
         return self._summary(self._with_lock(self._swap_window))  # None when the lock timed out
 
     def _close_tick(self, now_ns: int) -> None:

@@ -795,38 +795,70 @@ class Timeline:
         """
         return self.end_epoch_snapshot().stats()
 
-    def end_epoch_snapshot(self) -> SpanSnapshot:
+    def end_epoch_snapshot(self, *, pause: bool = False) -> SpanSnapshot:
         """``end_epoch``, with the sorting for the epoch's percentiles left to
-        ``SpanSnapshot.stats()`` (its steps are copied: two short ``memcpy``)."""
+        ``SpanSnapshot.stats()`` (its steps are copied: two short ``memcpy``), and the rest of its
+        record (phase counts, data CPU, boundaries) made when first asked for. ``pause``: also
+        ``pause`` the clock, at the instant the epoch ends (one reading of each clock for both)."""
         now = self._flush()
         if self._in_step:
             self._log.extend((END, now))
             self._fold()
         ep_steps = self._steps - self._ep_steps
         cpu = self._cpu_clock()
-        stats = SpanStats(
-            wall_ns=now - self._ep_start_ns,
-            steps=ep_steps,
-            epochs=1 if self._ep_boundaries or ep_steps else 0,
-            step_total_ns=self._step_total - self._ep_step_total,
-            phase_ns=self._diff(self._totals, self._ep_totals),
-            phase_counts=self._diff(self._counts, self._ep_counts),
-            step=_UNSORTED,
-            data_wait=_UNSORTED,
-            data_cpu_ns=self._scaled_data_cpu(
+        if pause and self._paused_at is None and self._started:
+            self._paused_at = now
+            self._paused_cpu = cpu
+        totals, then_totals = self._totals, self._ep_totals
+        names = self._names
+        # the phases' times now (the report's statistics and the frequency check need them); the
+        # rest is read from what the epoch end keeps: the lists it replaces are not changed again
+        phase_ns = self._diff(totals, then_totals)
+        new_totals = list(totals)
+        new_counts = list(self._counts)
+        then_counts = self._ep_counts
+        boundaries = self._ep_boundaries
+        epochs = 1 if boundaries or ep_steps else 0
+        wall_ns = now - self._ep_start_ns
+        step_total_ns = self._step_total - self._ep_step_total
+        process_cpu_ns = cpu - self._ep_cpu
+        data_cpu_ns = (
+            self._scaled_data_cpu(
                 self._data_cpu_total - self._ep_data_cpu,
                 self._data_cpu_wall - self._ep_data_cpu_wall,
-                self._totals[_DATA] - self._ep_totals[_DATA],
+                totals[_DATA] - then_totals[_DATA],
             )
             if self._data_cpu_valid_epoch
-            else None,
-            process_cpu_ns=cpu - self._ep_cpu,
-            boundaries=tuple(self._ep_boundaries),
+            else None
         )
-        snapshot = SpanSnapshot(stats, *(self._recent_values(which, ep_steps) for which in range(4)))
+        known = len(names)
+
+        def make() -> SpanStats:
+            return SpanStats(
+                wall_ns=wall_ns,
+                steps=ep_steps,
+                epochs=epochs,
+                step_total_ns=step_total_ns,
+                phase_ns=phase_ns,
+                phase_counts=_diff(names, known, new_counts, then_counts, new_counts),
+                step=_UNSORTED,
+                data_wait=_UNSORTED,
+                data_cpu_ns=data_cpu_ns,
+                process_cpu_ns=process_cpu_ns,
+                boundaries=tuple(boundaries),
+            )
+
+        snapshot = SpanSnapshot(
+            make,
+            *(self._recent_values(which, ep_steps) for which in range(4)),
+            steps=ep_steps,
+            epochs=epochs,
+            wall_ns=wall_ns,
+            phase_ns=phase_ns,
+        )
         self._ep_start_ns = now
-        self._ep_totals = list(self._totals)
-        self._ep_counts = list(self._counts)
+        self._ep_totals = new_totals
+        self._ep_counts = new_counts
         self._ep_steps = self._steps
         self._ep_step_total = self._step_total
         self._ep_cpu = cpu
@@ -840,6 +872,10 @@ class Timeline:
     def run_stats(self) -> SpanStats:
         """Statistics of the whole run so far (closes nothing)."""
         return self.run_snapshot().stats()
+
+    def run_wall_ns(self) -> int:
+        """The run's wall time so far, ns (``run_stats().wall_ns`` without the statistics)."""
+        return self._flush() - self._start_ns
 
     def run_snapshot(self) -> SpanSnapshot:
         """What ``run_stats`` returns, with the sorting for its percentiles left to
@@ -950,6 +986,11 @@ class Timeline:
 
     # -- StallScope's own work -----------------------------------------------------------
 
+    @property
+    def paused(self) -> bool:
+        """Whether the clock is paused (``pause`` ... ``resume``)."""
+        return self._paused_at is not None
+
     def pause(self) -> None:
         """Stop the clock for StallScope's own work (the epoch-end diagnosis, printing, the report
         write): until ``resume``, no time is credited to any phase, epoch or the run."""
@@ -980,11 +1021,7 @@ class Timeline:
         self._folds += 1
 
     def _diff(self, now: list[int], then: list[int]) -> dict[str, int]:
-        out = {name: now[i] - then[i] for i, name in enumerate(self._names) if i < len(BUILTIN_PHASES)}
-        for i in range(len(BUILTIN_PHASES), len(self._names)):
-            if now[i] - then[i] or self._counts[i]:
-                out[self._names[i]] = now[i] - then[i]
-        return out
+        return _diff(self._names, len(self._names), now, then, self._counts)
 
     def _recent_values(self, which: int, count: int) -> array[int]:
         """A copy of the last ``count`` values of a ring (0: step times, 1: waits, 2: compute
@@ -995,6 +1032,17 @@ class Timeline:
         if count <= end:
             return ring[end - count : end]
         return ring[self._ring_size - (count - end) :] + ring[:end]
+
+
+def _diff(names: list[str], known: int, now: list[int], then: list[int], counts: list[int]) -> dict[str, int]:
+    """``now - then`` by phase name, for the first ``known`` phases: every built-in one, and a
+    custom one when it has time in the span or was ever entered (``counts``)."""
+    builtin = len(BUILTIN_PHASES)
+    out = {names[i]: now[i] - then[i] for i in range(min(builtin, known))}
+    for i in range(builtin, known):
+        if now[i] - then[i] or counts[i]:
+            out[names[i]] = now[i] - then[i]
+    return out
 
 
 def _apply_phases(events: list[int], cur: int, mark: int, totals: list[int], stack: list[int]) -> tuple[int, int]:

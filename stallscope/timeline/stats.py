@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -24,17 +25,18 @@ class Distribution:
     def of(cls, values_ns: Sequence[int]) -> Distribution:
         """Summarise ``values_ns`` (nanoseconds); an empty sequence gives all zeros."""
         if not values_ns:
-            return cls(n=0, mean=0.0, p10=0.0, p50=0.0, p90=0.0, max=0.0)
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
         ordered = sorted(values_ns)
         n = len(ordered)
-        return cls(
-            n=n,
-            mean=sum(ordered) / n / 1e9,
-            p10=quantile(ordered, 0.10) / 1e9,
-            p50=quantile(ordered, 0.50) / 1e9,
-            p90=quantile(ordered, 0.90) / 1e9,
-            max=ordered[-1] / 1e9,
-        )
+        # positional, and ``quantile``'s arithmetic inline: an epoch's report makes two of these
+        last = n - 1
+        qs = []
+        for q in (0.10, 0.50, 0.90):
+            pos = last * q
+            lo = math.floor(pos)
+            hi = lo + 1 if lo < last else last
+            qs.append((ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)) / 1e9)
+        return cls(n, sum(ordered) / n / 1e9, qs[0], qs[1], qs[2], ordered[-1] / 1e9)
 
 
 def quantile(ordered: Sequence[int], q: float) -> float:
@@ -100,7 +102,14 @@ class RecentSteps:
         """Each step's own work, ns: its wall time less its wait for data (a loader's wobble is the
         data rules' evidence, not the step's). Made once: the scatter check and the frequency
         rules both read it."""
-        return [d - w if d > w else 0 for d, w in zip(self.duration_ns, self.wait_ns, strict=True)]
+        if len(self.duration_ns) != len(self.wait_ns):
+            raise ValueError("duration_ns and wait_ns differ in length")
+        # at C speed (a run's report reads up to 4,096 steps): a wait is part of its step, so the
+        # clamp at 0 is needed only where a step's record is off
+        work = list(map(operator.sub, self.duration_ns, self.wait_ns))
+        if work and min(work) < 0:
+            work = [w if w > 0 else 0 for w in work]
+        return work
 
 
 @dataclass(frozen=True)
@@ -151,22 +160,61 @@ class SpanStats:
         return self.phase_ns.get(name, 0) / self.wall_ns
 
 
-@dataclass(frozen=True)
 class SpanSnapshot:
     """A span's statistics (an epoch's, or the run's so far) before the sorting that their
     percentiles need: the timeline takes it cheaply on the training thread at an epoch end
     (``Timeline.end_epoch_snapshot``, ``Timeline.run_snapshot``), ``stats()`` finishes it later,
-    on any thread (the report writer's)."""
+    on any thread (the report writer's).
 
-    #: the span's statistics, with placeholders for ``step`` and ``data_wait``
-    span: SpanStats
-    #: the span's recent steps' wall times (ns; at most the recent-steps window)
-    step: Sequence[int]
-    #: their waits for data (ns)
-    data_wait: Sequence[int]
-    #: their compute times (ns), and the phases entered in each (``RecentSteps.kinds``)
-    compute: Sequence[int] = ()
-    kinds: Sequence[int] = ()
+    ``span`` is the span's ``SpanStats`` with placeholders for ``step`` and ``data_wait``, or a
+    function that makes it when first asked for: an epoch end of a short epoch needs only its
+    steps, wall time and phase times (``steps``, ``epochs``, ``wall_ns``, ``phase_ns``, given with
+    the function), and the rest (the phase counts, the data CPU, the record itself) waits for its
+    report. Two threads asking at once may both make it; they make equal ones."""
+
+    __slots__ = ("_span", "_make", "steps", "epochs", "wall_ns", "phase_ns", "step", "data_wait", "compute", "kinds")
+
+    def __init__(
+        self,
+        span: SpanStats | Callable[[], SpanStats],
+        step: Sequence[int],
+        data_wait: Sequence[int],
+        compute: Sequence[int] = (),
+        kinds: Sequence[int] = (),
+        *,
+        steps: int = 0,
+        epochs: int = 0,
+        wall_ns: int = 0,
+        phase_ns: Mapping[str, int] | None = None,
+    ) -> None:
+        #: the span's recent steps' wall times (ns; at most the recent-steps window), their waits
+        #: for data (ns), their compute times (ns), and the phases entered in each
+        #: (``RecentSteps.kinds``)
+        self.step = step
+        self.data_wait = data_wait
+        self.compute = compute
+        self.kinds = kinds
+        if isinstance(span, SpanStats):
+            self._span: SpanStats | None = span
+            self._make: Callable[[], SpanStats] | None = None
+            steps, epochs, wall_ns, phase_ns = span.steps, span.epochs, span.wall_ns, span.phase_ns
+        else:
+            self._span, self._make = None, span
+        #: the span's completed steps, passes, wall time and time per phase (``SpanStats``'s)
+        self.steps = steps
+        self.epochs = epochs
+        self.wall_ns = wall_ns
+        self.phase_ns: Mapping[str, int] = phase_ns if phase_ns is not None else {}
+
+    @property
+    def span(self) -> SpanStats:
+        """The span's statistics, with placeholders for ``step`` and ``data_wait``."""
+        span = self._span
+        if span is None:
+            make = self._make
+            assert make is not None
+            span = self._span = make()
+        return span
 
     def stats(self) -> SpanStats:
         """The span's ``SpanStats``: the snapshot's, with its distributions and recent steps (a copy
