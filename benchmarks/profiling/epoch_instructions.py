@@ -30,6 +30,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from instructions import window_counts  # noqa: E402  (the sibling script: callgrind's second dump)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,21 +55,6 @@ def child(variant: str, epochs: int) -> None:
     else:
         loop.watched_epochs(epochs, report_dir)
     os.getppid()
-
-
-def window_counts(out_dir: Path, pid: int) -> dict[str, int]:
-    """The training thread's counts between the two marks, by callgrind event name: callgrind's
-    second dump of thread 1 (the main one)."""
-    dump = out_dir / f"out.{pid}.2-01"
-    events: list[str] = []
-    for line in dump.read_text().splitlines():
-        if line.startswith("events:"):
-            events = line.split()[1:]
-        elif line.startswith("summary:"):
-            values = [int(value) for value in line.split()[1:]]
-            values += [0] * (len(events) - len(values))  # callgrind leaves out trailing zeros
-            return dict(zip(events, values, strict=True))
-    raise RuntimeError(f"no summary line in {dump}")
 
 
 def main() -> int:
