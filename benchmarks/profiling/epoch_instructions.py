@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from instructions import window_counts  # noqa: E402  (the sibling script: callgrind's second dump)
+from instructions import callgrind_command, window_counts  # noqa: E402  (the sibling script)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,24 +70,12 @@ def main() -> int:
     if valgrind is None:
         print("epoch_instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    prefix = ["setarch", "-R"] if shutil.which("setarch") else []
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
     procs = {}
     for variant in ("bare", "watched"):
-        command = [
-            *prefix,
-            valgrind,
-            "--tool=callgrind",
-            "--separate-threads=yes",
-            "--dump-before=getppid",
-            *(["--cache-sim=yes"] if args.cache_sim else []),
-            f"--callgrind-out-file={out_dir}/out.%p",
-            sys.executable,
-            __file__,
-            f"--epochs={args.epochs}",
-            "--child",
-            variant,
-        ]
+        command = callgrind_command(
+            valgrind, out_dir, __file__, [f"--epochs={args.epochs}", "--child", variant], cache_sim=args.cache_sim
+        )
         log = (out_dir / f"{variant}.log").open("w")
         procs[variant] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
     counts = {}

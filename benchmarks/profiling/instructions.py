@@ -140,6 +140,29 @@ def _no_probe(*args: object, **kwargs: object) -> Callable[[], None]:
     return lambda: None
 
 
+def callgrind_command(
+    valgrind: str, out_dir: Path, script: str, script_args: list[str], *, cache_sim: bool
+) -> list[str]:
+    """``python script script_args`` under callgrind: each thread counted apart, a dump at each
+    ``os.getppid()`` mark, output to ``out_dir/out.<pid>``. Addresses can decide the order sets of
+    objects are walked in, and so the count: ``setarch -R`` keeps them the same from run to run,
+    where util-linux provides it."""
+    setarch = shutil.which("setarch")
+    prefix = [setarch, platform.machine(), "-R"] if setarch else []
+    return [
+        *prefix,
+        valgrind,
+        "--tool=callgrind",
+        "--separate-threads=yes",
+        "--dump-before=getppid",
+        *(["--cache-sim=yes"] if cache_sim else []),
+        f"--callgrind-out-file={out_dir}/out.%p",
+        sys.executable,
+        script,
+        *script_args,
+    ]
+
+
 def window_counts(out_dir: Path, pid: int) -> dict[str, int]:
     """The training thread's counts between the two marks, by callgrind event name (``Ir``: the
     instructions; with ``--cache-sim``, ``I1mr``, ``D1mr``, ``D1mw``: first-level cache misses):
@@ -183,10 +206,6 @@ def main() -> int:
     if valgrind is None:
         print("instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    # addresses can decide the order sets of objects are walked in, and so the count: setarch -R
-    # keeps them the same from run to run, where util-linux provides it
-    setarch = shutil.which("setarch")
-    prefix = [setarch, platform.machine(), "-R"] if setarch else []
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     counts: dict[tuple[str, str], dict[str, int]] = {}
@@ -195,22 +214,13 @@ def main() -> int:
         print(f"loop ({loop}): {len(variants)} processes under callgrind ...", file=sys.stderr, flush=True)
         procs = {}
         for variant in variants:
-            command = [
-                *prefix,
+            command = callgrind_command(
                 valgrind,
-                "--tool=callgrind",
-                "--separate-threads=yes",
-                "--dump-before=getppid",
-                *(["--cache-sim=yes"] if args.cache_sim else []),
-                f"--callgrind-out-file={out_dir}/out.%p",
-                sys.executable,
+                out_dir,
                 __file__,
-                "--child",
-                loop,
-                variant,
-                f"--warm={args.warm}",
-                f"--steps={args.steps}",
-            ]
+                ["--child", loop, variant, f"--warm={args.warm}", f"--steps={args.steps}"],
+                cache_sim=args.cache_sim,
+            )
             log = (out_dir / f"{loop}-{variant}.log").open("w")
             procs[variant] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
         failed = []
