@@ -13,6 +13,7 @@ from stallscope.analysis.context import AnalysisConfig, Context, RunShape
 from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
 from stallscope.analysis.rules._frequency import after_run_s, epoch_pieces, runs_every
 from stallscope.analysis.rules.validation_frequency import lightning_runs, plain_runs
+from stallscope.signals.calls import CallSummary
 from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.phases import BUILTIN_PHASES
 from stallscope.timeline.stats import Distribution, RecentSteps, SpanStats
@@ -442,6 +443,30 @@ def test_a_blocking_logger_on_tiny_steps_keeps_its_hand_offs_under_the_target() 
     assert fast.evidence["calls_after"] == 200
     wall = 400 * 0.001 + 400 * 0.0012
     assert fast.est_saving_fraction == pytest.approx((400 * 0.0012 - 200 * 20e-6) / wall, abs=1e-4)
+
+
+def test_measured_logger_calls_keep_their_cpu_on_the_training_thread_and_give_a_floor() -> None:
+    """Lightning measures each logger call: 3 ms calls of which 10% was the training thread's own
+    CPU. The wait moves to the thread, the CPU (0.3 ms) and the hand-off stay: a floor. Calls
+    measured as 70% CPU are work, not waits: fewer calls instead."""
+    span = _span(steps=400, epochs=1, phase="logging", count=401, each_ms=3, step_ms=4, waits=True)
+    shape = RunShape(max_epochs=1, batches_per_epoch=400)
+    calls = CallSummary(calls=401, wall_ns=401 * 3 * MS, cpu_ns=401 * 3 * MS // 10)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape, logging_calls=calls))
+    assert finding is not None
+    assert finding.suggestion == {"async_logging": True}
+    assert finding.est_speedup_bound == "lower"
+    assert finding.evidence["call_cpu_share"] == pytest.approx(0.1)
+    wall = 400 * 0.004 + 401 * 0.003
+    stays = 20e-6 + 0.0003
+    assert finding.est_saving_fraction == pytest.approx(401 * (0.003 - stays) / wall, abs=1e-4)
+    assert "0.30 ms, measured" in finding.fix
+    # the same calls, measured as mostly CPU (the process-wide idle time says nothing then)
+    busy = CallSummary(calls=401, wall_ns=401 * 3 * MS, cpu_ns=401 * 3 * MS * 7 // 10)
+    fewer = logging_frequency.rule(_ctx(span, "lightning", shape=shape, logging_calls=busy))
+    assert fewer is not None
+    assert set(fewer.suggestion) == {"log_every_n_steps"}
+    assert fewer.evidence["blocking_calls"] is False
 
 
 def test_long_logging_calls_that_compute_are_made_fewer_not_moved() -> None:

@@ -10,6 +10,7 @@ from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.signals.loader import LoaderConfig
 from stallscope.signals.nvml import NvmlSummary
+from stallscope.signals.calls import CallSummary
 from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.stats import SpanStats
 
@@ -133,6 +134,9 @@ class Context:
     #: the checkpoint saves measured so far (bytes, write time, its CPU, the copy's cost); None
     #: before the first
     saves: SaveSummary | None = None
+    #: the calls to the Trainer's loggers measured so far (wall time, the training thread's CPU in
+    #: them; Lightning); None in plain loops and before the first
+    logging_calls: CallSummary | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
     # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)

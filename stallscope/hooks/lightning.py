@@ -420,15 +420,19 @@ class _FitRun:
     def _logging_wrapper(self, logger: object, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         ends_burst = name == "save"
         run = self
+        meter = self.session.logging_calls
 
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def timed(*args: Any, **kwargs: Any) -> Any:
                 entered = run.on_training_thread() and run.guard(run.lazy_begin, run.logging)
+                if entered:
+                    run.guard(meter.begin)  # the call's wall time and the thread's CPU in it
                 try:
                     return original(*args, **kwargs)
                 finally:
                     if entered:
+                        run.guard(meter.end)
                         run.guard(run.lazy_end, ends_burst and logger is run._last_logger)
 
             return timed

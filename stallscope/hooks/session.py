@@ -38,6 +38,7 @@ from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import print_diagnosis
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
+from stallscope.signals.calls import CallMeter
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
@@ -140,6 +141,8 @@ class Session:
         self.in_process_batch_s: float | None = None
         #: each checkpoint save, measured as an asynchronous save would split it (the hooks drive it)
         self.saves = SaveMeter(clock=clock)
+        #: each call to the Trainer's loggers, its wall time and CPU (the Lightning hooks drive it)
+        self.logging_calls = CallMeter(clock=clock)
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
@@ -476,6 +479,7 @@ class Session:
             run_span=run_span,
             data_parallel_devices=self.data_parallel_devices,
             saves=self.saves.summary(),
+            logging_calls=self.logging_calls.summary(),
         )
 
     @property

@@ -18,8 +18,11 @@ Two levers, chosen by what one call costs:
   makes the calls one after another, so it must keep up: a logger slower than the steps would
   fall behind, and the run's end would wait for it. So the suggestion also logs every ``K``
   steps when a call takes longer than a step (``K`` = call / step rounded up to 1, 2, 5, 10,
-  ...), or when even the hand-offs would take more than the target share. An estimate, not a
-  floor: the background thread still wakes up and takes the GIL for the call's own Python work.
+  ...), or when even the hand-offs would take more than the target share. The call's own CPU
+  work still needs the GIL: where it was measured (Lightning's logger calls, ``signals.calls``)
+  it stays on the training thread in the prediction, which then counts only the wait removed: a
+  floor (steps that run faster once the thread no longer sleeps between them are not counted).
+  Where it was not (a plain loop's ``logging`` phase), an estimate that moves the whole call.
 """
 
 from __future__ import annotations
@@ -121,7 +124,11 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         runs_after = runs_every(ctx.steps_before, ctx.span.steps, k) + (ctx.span.epochs if lightning else 0)
         runs_after = min(runs_after, est.count)
         every = f", log_every_n_steps={k}"
-    saving = est.saving_for(runs_after, HANDOFF_S)
+    calls = ctx.logging_calls
+    # the call's own CPU work, where measured, stays on the training thread (the GIL): the wait
+    # alone is removed, and the prediction is a floor
+    cpu_s = est.each_s * calls.cpu_share if calls is not None else 0.0
+    saving = est.saving_for(runs_after, HANDOFF_S + cpu_s)
     if saving <= 0:
         return None
     wait = f"Each logging call waits {est.each_s * 1e3:.1f} ms (on a server or a disk)"
@@ -142,16 +149,22 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         )
     else:
         fix += " Every step is still logged."
+    if calls is not None:
+        kept = f" and the call's own CPU work ({cpu_s * 1e3:.2f} ms, measured)"
+    else:
+        kept = ""
     fix += (
-        f" The prediction takes {HANDOFF_S * 1e6:.0f} us a call for the hand-off. Logging less often would do"
-        f" it too (every {est.interval} steps), with fewer points logged."
+        f" The prediction keeps {HANDOFF_S * 1e6:.0f} us a call for the hand-off{kept} on the training thread."
+        f" Logging less often would do it too (every {est.interval} steps), with fewer points logged."
     )
     if lightning:
         snippet = _LIGHTNING_SNIPPET.format(every=every)
     else:
         guard = f"if step % {k} == 0:\n    " if "log_every_n_steps" in suggestion else ""
         snippet = _PLAIN_SNIPPET.format(guard=guard)
-    return _finding(est, saving, suggestion, fix, snippet, runs_after, "estimate")
+    bound: SpeedupBound = "lower" if calls is not None else "estimate"
+    measured = {"call_cpu_share": round(calls.cpu_share, 4)} if calls is not None else {}
+    return _finding(est, saving, suggestion, fix, snippet, runs_after, bound, **measured)
 
 
 def _finding(
@@ -162,6 +175,7 @@ def _finding(
     snippet: str,
     runs_after: int,
     bound: SpeedupBound,
+    **evidence: float,
 ) -> Finding:
     return Finding(
         id=ID,
@@ -169,11 +183,16 @@ def _finding(
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="high",
-        evidence={**est.evidence(), "calls_after": runs_after, "blocking_calls": bound == "estimate"},
+        evidence={
+            **est.evidence(),
+            "calls_after": runs_after,
+            "blocking_calls": "async_logging" in suggestion,
+            **evidence,
+        },
         fix=fix,
         suggestion=suggestion,
         snippet=snippet,
-        est_speedup_bound=bound,  # fewer calls only removes work; a thread's hand-off is modelled
+        est_speedup_bound=bound,  # fewer calls, or only the waits moved off, removes work
     )
 
 
@@ -188,8 +207,15 @@ def rule(ctx: Context) -> Finding | None:
 
 def waits(ctx: Context, est: FrequencyEstimate) -> bool:
     """Whether the logging calls block on I/O: each is long (``BLOCKING_CALL_S`` or more), and
-    the process was idle for at least half of the logging time (its CPU time over the span is
-    at most the span's wall time less half the logging time), so they mostly wait, not compute."""
+    they mostly wait, not compute: the training thread's CPU in them is at most half of their
+    time where it was measured (``ctx.logging_calls``), else the process was idle for at least
+    half of the logging time (its CPU time over the span is at most the span's wall time less
+    half the logging time)."""
+    if est.each_s < BLOCKING_CALL_S:
+        return False
+    calls = ctx.logging_calls
+    if calls is not None:
+        return calls.cpu_share <= 1 - WAITING_SHARE
     span = ctx.span
     idle_ns = span.wall_ns - span.process_cpu_ns
     return est.each_s >= BLOCKING_CALL_S and idle_ns >= WAITING_SHARE * span.phase_ns.get(LOGGING, 0)

@@ -1,0 +1,35 @@
+"""``signals.calls.CallMeter``: the logger calls' wall time and the training thread's CPU in them,
+on fake clocks."""
+
+from __future__ import annotations
+
+from stallscope.signals.calls import CallMeter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_a_call_inside_another_counts_once_and_cpu_never_exceeds_wall() -> None:
+    wall, cpu = Clock(), Clock()
+    meter = CallMeter(clock=wall, cpu_clock=cpu)
+    assert meter.summary() is None
+    meter.begin()
+    meter.begin()  # log_metrics calling save, say
+    wall.now += 3_000
+    cpu.now += 300
+    meter.end()
+    meter.end()
+    meter.end()  # one end too many: ignored
+    meter.begin()
+    wall.now += 1_000
+    cpu.now += 5_000  # another thread's time read as this one's: capped at the wall time
+    meter.end()
+    summary = meter.summary()
+    assert summary is not None
+    assert (summary.calls, summary.wall_ns, summary.cpu_ns) == (2, 4_000, 1_300)
+    assert summary.cpu_share == 1_300 / 4_000
