@@ -1011,3 +1011,42 @@ def test_a_phase_timed_inside_the_loader_nests_in_the_wait(tmp_path: Path, clock
     assert seconds["data"] == pytest.approx(0.004)
     assert seconds["compute"] == pytest.approx(0.020)
     assert seconds["other"] == pytest.approx(0.0)
+
+
+def test_a_pass_over_the_same_loader_reuses_its_reading_until_a_setting_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many short epochs over one DataLoader: its settings and first batch are read at its first
+    pass, not at every one; a changed ``num_workers`` is read again (and shows in the report), and
+    so is another loader."""
+    counted: list[object] = []
+    real = scope_module.count_tensors
+
+    def counting(batch: object) -> int | None:
+        counted.append(batch)
+        return real(batch)
+
+    monkeypatch.setattr(scope_module, "count_tensors", counting)
+    loader = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in range(3):
+            for _ in scope.iter(loader):
+                pass
+        assert len(counted) == 1
+        loader.num_workers, loader.prefetch_factor = 1, 2  # allowed on a DataLoader once made
+        for _ in scope.iter(loader):
+            pass
+        assert len(counted) == 2
+        other = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)
+        for _ in scope.iter(other):
+            pass
+        assert len(counted) == 3
+        assert scope._session.batch_tensors == 2  # the other loader's batch: read, not reused
+        for _ in scope.iter(loader):
+            pass
+        assert scope._session.batch_tensors == 1
+    report = scope.report
+    assert report is not None
+    assert report.run.dataloader is not None
+    assert report.run.dataloader["num_workers"] == 1
+    assert scope._last_pass is None  # the loader is not held after the run

@@ -207,6 +207,7 @@ def test_real_children_and_grandchildren_as_psutil_lists_them() -> None:
 
     listing = ProcDescendants(os.getpid(), span=100_000)  # other jobs on the host may fork meanwhile
     before = listing.listing()
+    full = listing.full_listings  # 0 when this process had no child (nothing to list), else 1
     assert before == psutil_listing()
     code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'input()']).wait()"
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
@@ -216,10 +217,46 @@ def test_real_children_and_grandchildren_as_psutil_lists_them() -> None:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         now = listing.listing()
-        assert listing.full_listings == 1  # found without reading every process
+        assert listing.full_listings == full  # found without reading every process
         assert now == psutil_listing()
         assert now[child.pid] is True
         assert sorted(now.values()).count(False) >= 1
     finally:
         child.communicate(b"\n", timeout=30)
     assert listing.listing() == psutil_listing() == before
+
+
+def test_a_root_with_no_child_is_not_listed_in_full_and_its_first_child_is_found(tmp_path: Path) -> None:
+    """The first listing of a process with no child reads nothing (the kernel said so); the next
+    one reads the ids handed out since, as any later listing does."""
+    proc = FakeProc(tmp_path)
+    for pid in range(2, 90):  # the rest of the machine
+        proc.add(pid, parent=1)
+    listing = CountingDescendants(tmp_path)
+    listing._childless = lambda: True
+    assert listing.listing() == {}
+    assert listing.read == set()
+    assert listing.full_listings == 0
+    proc.add(120, parent=ROOT)
+    proc.add(121, parent=120)
+    assert listing.listing() == {120: True, 121: False}
+    assert listing.full_listings == 0
+    assert listing.read == set(range(101, 122))
+
+
+@pytest.mark.skipif(not ProcDescendants.available(), reason="needs Linux's /proc")
+def test_the_kernel_tells_whether_this_process_has_children() -> None:
+    """In a fresh process: no child, so the first listing reads nothing; with a child (even one
+    that exited and was not reaped), the first listing is a full one and finds it."""
+    code = (
+        "import os, subprocess, sys\n"
+        "from stallscope.signals.descendants import ProcDescendants, has_no_children\n"
+        "alone = has_no_children()\n"
+        "first = ProcDescendants(os.getpid()); found = first.listing()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'pass']); os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)\n"
+        "second = ProcDescendants(os.getpid()); again = second.listing()\n"
+        "print(alone, found, first.full_listings, has_no_children(), again == {child.pid: True}, second.full_listings)\n"
+        "child.wait()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["True", "{}", "0", "False", "True", "1"]

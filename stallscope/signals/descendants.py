@@ -7,6 +7,11 @@ second or less. But the kernel hands out process ids in increasing order, and
 ids handed out since the previous one, plus the descendants it already knows (still there? the
 same process?). Between two ticks that is usually a handful of files.
 
+The first call lists every process too, unless the process has no child at all (``waitid``
+with ``WNOHANG | WNOWAIT`` says so in one system call and reaps nothing: the usual case when a
+run starts, before its DataLoader's workers): then there is nothing to find, and the next call
+reads only the ids handed out since.
+
 A full listing happens on the first call, when the ids wrapped around, when more than ``span``
 ids were handed out in between (reading each would cost more than reading every process), and
 every ``full_every`` listings, which also catches what the incremental path cannot see: a
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 #: ids handed out since the previous listing beyond which a full listing is cheaper
@@ -52,7 +58,13 @@ class ProcDescendants:
         proc: Path = Path("/proc"),
         span: int = INCREMENTAL_SPAN,
         full_every: int = FULL_EVERY,
+        childless: Callable[[], bool] | None = None,
     ) -> None:
+        """``childless``: whether the root has no child process now (for the first listing);
+        by default asked of the kernel when the root is this process, else not known."""
+        if childless is None and root_pid == os.getpid():
+            childless = has_no_children
+        self._childless = childless
         self._root = root_pid
         self._proc = proc
         self._root_dir = os.fspath(proc)
@@ -78,6 +90,11 @@ class ProcDescendants:
         last = self._read_int(self._proc / "sys" / "kernel" / "ns_last_pid")
         previous, self._last = self._last, last
         self._since_full += 1
+        if previous is None and last is not None and self._childless is not None and self._childless():
+            # no child now (asked after the last id was read): any descendant will have a later id
+            self._known = {}
+            self._since_full = 0
+            return {}
         if (
             last is None
             or previous is None
@@ -186,3 +203,16 @@ class ProcDescendants:
                 return int(fh.read().strip())
         except (OSError, ValueError):
             return None
+
+
+def has_no_children() -> bool:
+    """Whether this process has no child process, living or waiting to be reaped: ``waitid`` on
+    any child, without waiting (``WNOHANG``) and without reaping (``WNOWAIT``), fails with
+    ``ECHILD`` exactly then. False when it cannot tell."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    except (OSError, AttributeError):  # AttributeError: no waitid here (not Linux)
+        return False
+    return False
