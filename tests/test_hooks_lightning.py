@@ -760,6 +760,29 @@ def test_many_short_epochs_keep_every_epoch_and_log_once_per_epoch(pl: ModuleTyp
     assert final["summary"]["steps"] == 4 * epochs
 
 
+def test_the_train_loader_is_read_at_the_first_epoch_not_at_every_one(
+    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six short epochs over one train loader: its settings and first batch are read once (an
+    epoch start of many short epochs need not pay for them again); the report still has them."""
+    counted: list[object] = []
+    real = lightning_hooks.count_tensors
+
+    def counting(batch: object) -> int | None:
+        counted.append(batch)
+        return real(batch)
+
+    monkeypatch.setattr(lightning_hooks, "count_tensors", counting)
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=6)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    assert len(counted) == 1
+    final = on_disk(tmp_path)
+    assert len(final["epochs"]) == 6
+    assert final["run"]["dataloader"]["batch_size"] is not None
+
+
 def test_a_subclass_hook_still_runs_and_the_step_is_still_timed(
     pl: ModuleType, tmp_path: Path, clock: FakeClock
 ) -> None:

@@ -1049,4 +1049,4 @@ def test_a_pass_over_the_same_loader_reuses_its_reading_until_a_setting_changes(
     assert report is not None
     assert report.run.dataloader is not None
     assert report.run.dataloader["num_workers"] == 1
-    assert scope._last_pass is None  # the loader is not held after the run
+    assert scope._loaders._last is None  # the loader is not held after the run

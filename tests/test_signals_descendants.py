@@ -253,9 +253,11 @@ def test_the_kernel_tells_whether_this_process_has_children() -> None:
         "from stallscope.signals.descendants import ProcDescendants, has_no_children\n"
         "alone = has_no_children()\n"
         "first = ProcDescendants(os.getpid()); found = first.listing()\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'pass']); os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
+        "os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped\n"
         "second = ProcDescendants(os.getpid()); again = second.listing()\n"
-        "print(alone, found, first.full_listings, has_no_children(), again == {child.pid: True}, second.full_listings)\n"
+        "alone_after = has_no_children()\n"
+        "print(alone, found, first.full_listings, alone_after, again == {child.pid: True}, second.full_listings)\n"
         "child.wait()\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -10,7 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, T
 
 from stallscope.hooks.environment import batch_bytes
 from stallscope.signals import loader as loader_module
-from stallscope.signals.loader import inspect_loader, probe_batch_s
+from stallscope.signals.loader import LoaderReader, inspect_loader, probe_batch_s
 
 
 def tensor_dataset(rows: int = 640) -> TensorDataset:
@@ -96,3 +96,35 @@ def test_the_probe_takes_the_fastest_batch(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(loader_module.time, "perf_counter", lambda: next(readings))
     seconds = probe_batch_s(DataLoader(tensor_dataset(), batch_size=64, num_workers=0))
     assert seconds == pytest.approx(0.001)
+
+
+def test_a_loader_is_read_once_until_its_changeable_settings_change() -> None:
+    """``LoaderReader``: the same DataLoader again is not read again (its reading comes back, not
+    fresh); new ``num_workers`` / ``pin_memory`` / ``prefetch_factor`` values, or another loader,
+    are; ``forget`` drops the loader."""
+    data = TensorDataset(torch.randn(8, 2))
+    loader = DataLoader(data, batch_size=4)
+    reader = LoaderReader()
+    first, fresh = reader.read(loader)
+    assert fresh
+    assert first is not None
+    assert first.num_workers == 0
+    again, fresh = reader.read(loader)
+    assert again is first
+    assert not fresh
+    loader.num_workers, loader.prefetch_factor = 2, 4
+    changed, fresh = reader.read(loader)
+    assert fresh
+    assert changed is not None
+    assert (changed.num_workers, changed.prefetch_factor) == (2, 4)
+    other = DataLoader(data, batch_size=2)
+    read, fresh = reader.read(other)
+    assert fresh
+    assert read is not None
+    assert read.batch_size == 2
+    plain, fresh = reader.read([1, 2, 3])
+    assert plain is None
+    assert fresh
+    reader.forget()
+    _, fresh = reader.read(other)
+    assert fresh

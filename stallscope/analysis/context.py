@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+from stallscope.signals.calls import CallSummary
 from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.signals.loader import LoaderConfig
 from stallscope.signals.nvml import NvmlSummary
-from stallscope.signals.calls import CallSummary
 from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.stats import SpanStats
 

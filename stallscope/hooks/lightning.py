@@ -61,7 +61,7 @@ from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import EpochReport
-from stallscope.signals.loader import inspect_loader
+from stallscope.signals.loader import LoaderReader
 from stallscope.timeline import recorder
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, H2D, LOGGING, VALIDATION
 from stallscope.timeline.stats import EpochBoundary
@@ -336,6 +336,7 @@ class _FitRun:
         "_setup_ns",
         "_first_wait_ns",
         "_count_tensors",
+        "_loaders",
         "_last_logger",
         "_probed",
         "_undo",
@@ -371,6 +372,8 @@ class _FitRun:
         self._setup_ns = 0
         self._first_wait_ns: int | None = None
         self._count_tensors = False
+        #: the train loader's settings, read once per loader (and settings) in the fit
+        self._loaders = LoaderReader()
         self._last_logger: object | None = None
         #: compute is timed by ``attach_step_probe``, not by the batch hooks
         self._probed = False
@@ -771,7 +774,7 @@ class _FitRun:
         self._set_top(None)
         loaders = getattr(self.trainer, "train_dataloader", None)
         first = _first_loader(loaders)
-        loader = inspect_loader(first)
+        loader, fresh = self._loaders.read(first)
         batches = getattr(self.trainer, "num_training_batches", None)
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
         per_epoch = int(batches) if finite and batches is not None else None
@@ -781,7 +784,7 @@ class _FitRun:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
         self._in_epoch = True
-        self._count_tensors = True
+        self._count_tensors = fresh  # the first batch of a loader read anew
         self._set_top(_SETUP)
 
     def epoch_end(self, pl_module: Any) -> None:
@@ -875,6 +878,7 @@ class _FitRun:
                 self.session.note(ending_note(exception, "fit"))
             self.scope.close()
             self.closed = True
+            self._loaders.forget()  # the train loader is not held after the fit
             self.detach()
             self.flush_console(during_training=False)
 

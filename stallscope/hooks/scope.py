@@ -25,7 +25,7 @@ from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import Report
-from stallscope.signals.loader import LoaderConfig, inspect_loader
+from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 
@@ -164,9 +164,9 @@ class StallScope(LightningCallbacks):
         self._in_epoch = False
         #: [epoch index, iter() ns, first wait ns, final next() ns] of the pass in progress
         self._boundary: list[int] | None = None
-        #: the iterable of the last pass, what it was read as (``_inspect``), and whether the
-        #: first batch of this pass is still to be looked at (a new iterable's, or new settings')
-        self._last_pass: tuple[object, tuple[object, ...], LoaderConfig | None] | None = None
+        #: the loader settings of the last pass, and whether this pass's first batch is to be
+        #: counted (a new iterable's, or new settings')
+        self._loaders = LoaderReader()
         self._look_at_batch = True
 
     # -- context manager -----------------------------------------------------------------
@@ -221,7 +221,7 @@ class StallScope(LightningCallbacks):
             return
         self._finished = True
         self._generation += 1
-        self._last_pass = None  # the user's iterable is not held after the run
+        self._loaders.forget()  # the user's iterable is not held after the run
         users: Exception | None = None
         try:
             for _ in range(2):
@@ -336,26 +336,14 @@ class StallScope(LightningCallbacks):
                 self._fail(exc)
 
     def _inspect(self, iterable: object) -> tuple[LoaderConfig | None, int | None]:
-        """The settings of the loader a pass iterates and its length. Read once per iterable: a
-        pass over the same one with the same changeable settings (a ``DataLoader`` refuses new
-        values of the others once made) reuses them, and its first batch is not counted again."""
+        """The settings of the loader a pass iterates (read once per iterable and settings:
+        ``LoaderReader``; its first batch is then counted again) and its length."""
         batches: int | None
-        try:
-            batches = len(iterable)  # type: ignore[arg-type]  (a list may grow between passes)
+        try:  # read at every pass: a list may grow between passes
+            batches = len(iterable)  # type: ignore[arg-type]
         except Exception:
             batches = None
-        settings = (
-            getattr(iterable, "num_workers", None),
-            getattr(iterable, "pin_memory", None),
-            getattr(iterable, "prefetch_factor", None),
-        )
-        last = self._last_pass
-        if last is not None and last[0] is iterable and last[1] == settings:
-            self._look_at_batch = False
-            return last[2], batches
-        loader = inspect_loader(iterable)
-        self._last_pass = (iterable, settings, loader)
-        self._look_at_batch = True
+        loader, self._look_at_batch = self._loaders.read(iterable)
         return loader, batches
 
     def _first_item(self, item: object, wait_ns: int) -> None:

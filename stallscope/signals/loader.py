@@ -83,6 +83,37 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
     )
 
 
+class LoaderReader:
+    """``inspect_loader`` once per iterable: a pass over the same iterable with the same changeable
+    settings (``num_workers``, ``pin_memory``, ``prefetch_factor``; a ``DataLoader`` refuses new
+    values of the others once made) reuses the last reading. Many short epochs over one loader
+    then read it once. Holds the last iterable until ``forget``."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: tuple[object, tuple[object, ...], LoaderConfig | None] | None = None
+
+    def read(self, iterable: object) -> tuple[LoaderConfig | None, bool]:
+        """The loader's settings, and whether they were read anew (a new iterable or new settings:
+        its first batch is worth looking at again)."""
+        settings = (
+            getattr(iterable, "num_workers", None),
+            getattr(iterable, "pin_memory", None),
+            getattr(iterable, "prefetch_factor", None),
+        )
+        last = self._last
+        if last is not None and last[0] is iterable and last[1] == settings:
+            return last[2], False
+        loader = inspect_loader(iterable)
+        self._last = (iterable, settings, loader)
+        return loader, True
+
+    def forget(self) -> None:
+        """Drop the last iterable (the run is over: the user's loader is not held)."""
+        self._last = None
+
+
 def _in_memory(dataset: object) -> InMemory | None:
     """Whether a loader's dataset holds its samples as rows of in-memory tensors."""
     torch: Any = sys.modules.get("torch")

@@ -149,10 +149,7 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         )
     else:
         fix += " Every step is still logged."
-    if calls is not None:
-        kept = f" and the call's own CPU work ({cpu_s * 1e3:.2f} ms, measured)"
-    else:
-        kept = ""
+    kept = f" and the call's own CPU work ({cpu_s * 1e3:.2f} ms, measured)" if calls is not None else ""
     fix += (
         f" The prediction keeps {HANDOFF_S * 1e6:.0f} us a call for the hand-off{kept} on the training thread."
         f" Logging less often would do it too (every {est.interval} steps), with fewer points logged."
