@@ -1050,3 +1050,40 @@ def test_a_pass_over_the_same_loader_reuses_its_reading_until_a_setting_changes(
     assert report.run.dataloader is not None
     assert report.run.dataloader["num_workers"] == 1
     assert scope._loaders._last is None  # the loader is not held after the run
+
+
+class _RecordingMeter:
+    """Stands in for the session's ``logging_calls``: records begin / end."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def begin(self) -> None:
+        self.events.append("begin")
+
+    def end(self) -> None:
+        self.events.append("end")
+
+    def summary(self) -> None:
+        return None
+
+
+def test_a_plain_logging_phase_has_its_first_calls_and_then_one_in_eight_measured(tmp_path: Path) -> None:
+    """40 logging phases: the first 16 and every 8th after (24, 32, 40) are measured, each begun
+    and ended inside the phase; a call that raises is ended too, and the user's exception comes
+    out unchanged."""
+    meter = _RecordingMeter()
+    with StallScope(tmp_path, console=False) as scope:
+        scope._session.logging_calls = meter  # type: ignore[assignment]
+        for _ in scope.iter(range(40)):
+            with scope.phase("logging"):
+                pass
+        assert meter.events == ["begin", "end"] * (16 + 3)
+        meter.events.clear()
+        with pytest.raises(KeyError, match="tracker"):
+            for _ in scope.iter(range(8)):  # calls 41..48: the 48th is measured, and raises
+                with scope.phase("logging"):
+                    if len(meter.events) == 1:
+                        raise KeyError("tracker")
+        assert meter.events == ["begin", "end"]
+        assert scope.enabled

@@ -26,7 +26,7 @@ from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session, ending_note
 from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
-from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, OTHER, check_phase_name
+from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 
 T = TypeVar("T")
@@ -36,6 +36,11 @@ DEFAULT_REPORT_DIR = Path("stallscope")
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
+
+#: ``logging`` phases measured (wall and thread CPU, ``_LoggingPhase``): the first ones, then one
+#: in this many
+MEASURE_FIRST = 16
+MEASURE_EVERY = 8
 
 
 class _NullPhase:
@@ -86,6 +91,45 @@ class _SavePhase:
                 scope._session.probe_saves()
             except Exception as err:
                 scope._fail(err)
+        # returns None: the user's exception, if any, propagates unchanged
+
+
+class _LoggingPhase:
+    """The ``logging`` phase's timer, with some of its calls measured (``signals.calls``): the
+    call's wall time and the training thread's CPU in it, which tell a logger that waits (on a
+    server, a disk) from one that computes. The first ``MEASURE_FIRST`` calls and then one in
+    ``MEASURE_EVERY``: two thread-CPU clock reads (system calls) a measured call."""
+
+    __slots__ = ("_timer", "_scope", "_calls", "_measuring")
+
+    def __init__(self, timer: AbstractContextManager[None], scope: StallScope) -> None:
+        self._timer = timer
+        self._scope = scope
+        self._calls = 0
+        self._measuring = False
+
+    def __enter__(self) -> None:
+        self._timer.__enter__()
+        calls = self._calls = self._calls + 1
+        if calls <= MEASURE_FIRST or calls % MEASURE_EVERY == 0:
+            scope = self._scope
+            if scope._active:
+                try:
+                    scope._session.logging_calls.begin()
+                    self._measuring = True
+                except Exception as exc:
+                    scope._fail(exc)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._measuring:
+            self._measuring = False
+            try:
+                self._scope._session.logging_calls.end()
+            except Exception as err:
+                self._scope._fail(err)
+        self._timer.__exit__(exc_type, exc, tb)
         # returns None: the user's exception, if any, propagates unchanged
 
 
@@ -268,6 +312,8 @@ class StallScope(LightningCallbacks):
             phase = timeline.timer(timeline.phase_id(name))
             if name == CHECKPOINT:
                 phase = _SavePhase(phase, self)
+            elif name == LOGGING:
+                phase = _LoggingPhase(phase, self)
         except Exception as exc:
             self._fail(exc)
             return _NULL_PHASE

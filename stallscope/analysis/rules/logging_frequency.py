@@ -19,10 +19,11 @@ Two levers, chosen by what one call costs:
   fall behind, and the run's end would wait for it. So the suggestion also logs every ``K``
   steps when a call takes longer than a step (``K`` = call / step rounded up to 1, 2, 5, 10,
   ...), or when even the hand-offs would take more than the target share. The call's own CPU
-  work still needs the GIL: where it was measured (Lightning's logger calls, ``signals.calls``)
-  it stays on the training thread in the prediction, which then counts only the wait removed: a
-  floor (steps that run faster once the thread no longer sleeps between them are not counted).
-  Where it was not (a plain loop's ``logging`` phase), an estimate that moves the whole call.
+  work still needs the GIL: where it was measured (Lightning's logger calls, a plain loop's
+  ``logging`` phase: ``signals.calls``) it stays on the training thread in the prediction,
+  which then counts only the wait removed: a floor (steps that run faster once the thread no
+  longer sleeps between them are not counted). Where it was not, an estimate that moves the
+  whole call.
 """
 
 from __future__ import annotations
@@ -100,11 +101,12 @@ _PLAIN_SNIPPET = """\
 calls = queue.Queue()
 def drain():
     while (item := calls.get()) is not None:
-        log(*item)
+        step, loss = item
+        log(step, loss.item())  # the wait (and a sync with the device) happen on this thread
 writer = threading.Thread(target=drain)
 writer.start()
 ...
-{guard}calls.put((step, loss.item()))  # instead of log(step, loss.item())
+{guard}calls.put((step, loss.detach()))  # instead of log(step, loss.item())
 ...
 calls.put(None); writer.join()  # after the loop: the last calls are logged"""
 
