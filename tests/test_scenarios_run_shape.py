@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from stallscope.analysis.rules.logging_frequency import SATURATED_SHARE
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -91,9 +93,11 @@ def test_a_logger_that_blocks_is_moved_to_a_thread_and_still_logs(name: str, tmp
     assert k <= 2, "a 3 ms call needs at most 2 steps of this loop to keep up"
     assert top.evidence["blocking_calls"] is True
     assert top.evidence["calls_after"] >= before.summary.steps // k
-    # the calls' CPU measured (mostly waiting): only their wait is removed, a floor
-    assert top.est_speedup_bound == "lower"
+    # the calls' CPU measured (mostly waiting): only their wait is removed, a floor, unless other
+    # work on this machine saturated its cores meanwhile (then the wait may be a wait for a core)
     assert top.evidence["call_cpu_share"] < 0.5
+    saturated = top.evidence["busy_cores"] >= SATURATED_SHARE * top.evidence["machine_cores"]
+    assert top.est_speedup_bound == ("estimate" if saturated else "lower")
     # 3 ms a call before; a queue.put after (microseconds): well under a tenth of it
     assert after.summary.phase_seconds["logging"] < 0.1 * before.summary.phase_seconds["logging"]
     assert after.summary.phase_seconds["logging"] > 0, "no call was handed off: the logging was turned off"

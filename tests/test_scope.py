@@ -1061,33 +1061,53 @@ class _RecordingMeter:
     def begin(self) -> None:
         self.events.append("begin")
 
-    def end(self) -> None:
-        self.events.append("end")
+    def end(self, weight: int = 1) -> None:
+        self.events.append(f"end x{weight}")
 
     def summary(self) -> None:
         return None
 
 
 def test_a_plain_logging_phase_has_its_first_calls_and_then_one_in_eight_measured(tmp_path: Path) -> None:
-    """40 logging phases: the first 16 and every 8th after (24, 32, 40) are measured, each begun
-    and ended inside the phase; a call that raises is ended too, and the user's exception comes
-    out unchanged."""
+    """40 logging phases: the first 16 are measured, then every 8th (24, 32, 40), each counted
+    for the 8 calls it stands for, each begun and ended inside the phase; a logging phase inside
+    another is part of it; a call that raises is ended too, and the user's exception comes out
+    unchanged."""
     meter = _RecordingMeter()
     with StallScope(tmp_path, console=False) as scope:
         scope._session.logging_calls = meter  # type: ignore[assignment]
         for _ in scope.iter(range(40)):
             with scope.phase("logging"):
                 pass
-        assert meter.events == ["begin", "end"] * (16 + 3)
+        assert meter.events == ["begin", "end x1"] * 16 + ["begin", "end x8"] * 3
+        meter.events.clear()
+        for _ in scope.iter(range(8)):  # calls 41..48, each with a nested one: only 48 measured
+            with scope.phase("logging"), scope.phase("logging"):
+                pass
+        assert meter.events == ["begin", "end x8"]
         meter.events.clear()
 
         def logs_until_the_tracker_fails() -> None:
-            for _ in scope.iter(range(8)):  # calls 41..48: the 48th is measured, and raises
+            for _ in scope.iter(range(8)):  # calls 49..56: the 56th is measured, and raises
                 with scope.phase("logging"):
                     if len(meter.events) == 1:
                         raise KeyError("tracker")
 
         with pytest.raises(KeyError, match="tracker"):
             logs_until_the_tracker_fails()
-        assert meter.events == ["begin", "end"]
+        assert meter.events == ["begin", "end x8"]
         assert scope.enabled
+
+
+def test_a_pass_that_yields_nothing_leaves_the_first_batch_to_count_for_the_next(tmp_path: Path) -> None:
+    """The loader read anew, but its pass yielded no batch: the next pass over it (not read
+    anew) counts its first batch."""
+    data: list[tuple[torch.Tensor, ...]] = []
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(data):
+            pass
+        assert scope._session.batch_tensors is None
+        data.append((torch.zeros(2), torch.zeros(2), torch.zeros(2)))
+        for _ in scope.iter(data):
+            pass
+        assert scope._session.batch_tensors == 3

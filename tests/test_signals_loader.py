@@ -10,7 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, T
 
 from stallscope.hooks.environment import batch_bytes
 from stallscope.signals import loader as loader_module
-from stallscope.signals.loader import LoaderReader, inspect_loader, probe_batch_s
+from stallscope.signals.loader import REREAD_EVERY, LoaderReader, inspect_loader, probe_batch_s
 
 
 def tensor_dataset(rows: int = 640) -> TensorDataset:
@@ -128,3 +128,6 @@ def test_a_loader_is_read_once_until_its_changeable_settings_change() -> None:
     reader.forget()
     _, fresh = reader.read(other)
     assert fresh
+    # what the settings do not show (a batch sampler's batch size) is read again every 16 passes
+    again = [reader.read(other)[1] for _ in range(2 * REREAD_EVERY)]
+    assert again == ([False] * (REREAD_EVERY - 1) + [True]) * 2

@@ -134,8 +134,8 @@ class Context:
     #: the checkpoint saves measured so far (bytes, write time, its CPU, the copy's cost); None
     #: before the first
     saves: SaveSummary | None = None
-    #: the calls to the Trainer's loggers measured so far (wall time, the training thread's CPU in
-    #: them; Lightning); None in plain loops and before the first
+    #: the logging calls measured so far (wall time, the process's CPU in them: the Trainer's
+    #: loggers in Lightning, the ``logging`` phase in a plain loop); None before the first
     logging_calls: CallSummary | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``

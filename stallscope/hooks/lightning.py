@@ -430,7 +430,7 @@ class _FitRun:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 entered = run.on_training_thread() and run.guard(run.lazy_begin, run.logging)
                 if entered:
-                    run.guard(meter.begin)  # the call's wall time and the thread's CPU in it
+                    run.guard(meter.begin)  # the call's wall time and the process's CPU in it
                 try:
                     return original(*args, **kwargs)
                 finally:
@@ -784,7 +784,8 @@ class _FitRun:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
         self._in_epoch = True
-        self._count_tensors = fresh  # the first batch of a loader read anew
+        # the first batch after the loader was read anew (kept until one comes: a pass may yield none)
+        self._count_tensors = self._count_tensors or fresh
         self._set_top(_SETUP)
 
     def epoch_end(self, pl_module: Any) -> None:

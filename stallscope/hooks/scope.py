@@ -96,37 +96,43 @@ class _SavePhase:
 
 class _LoggingPhase:
     """The ``logging`` phase's timer, with some of its calls measured (``signals.calls``): the
-    call's wall time and the training thread's CPU in it, which tell a logger that waits (on a
-    server, a disk) from one that computes. The first ``MEASURE_FIRST`` calls and then one in
-    ``MEASURE_EVERY``: two thread-CPU clock reads (system calls) a measured call."""
+    call's wall time and the process's CPU in it, which tell a logger that waits (on a server, a
+    disk) from one that computes. The first ``MEASURE_FIRST`` calls, then one in
+    ``MEASURE_EVERY`` (counted ``MEASURE_EVERY`` times); a phase inside another is part of it."""
 
-    __slots__ = ("_timer", "_scope", "_calls", "_measuring")
+    __slots__ = ("_timer", "_scope", "_calls", "_depth", "_weight")
 
     def __init__(self, timer: AbstractContextManager[None], scope: StallScope) -> None:
         self._timer = timer
         self._scope = scope
         self._calls = 0
-        self._measuring = False
+        self._depth = 0
+        #: the weight of the call being measured; 0 when it is not
+        self._weight = 0
 
     def __enter__(self) -> None:
         self._timer.__enter__()
+        self._depth += 1
+        if self._depth > 1:
+            return
         calls = self._calls = self._calls + 1
         if calls <= MEASURE_FIRST or calls % MEASURE_EVERY == 0:
             scope = self._scope
             if scope._active:
                 try:
                     scope._session.logging_calls.begin()
-                    self._measuring = True
+                    self._weight = 1 if calls <= MEASURE_FIRST else MEASURE_EVERY
                 except Exception as exc:
                     scope._fail(exc)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._measuring:
-            self._measuring = False
+        self._depth -= 1
+        if self._depth == 0 and self._weight:
+            weight, self._weight = self._weight, 0
             try:
-                self._scope._session.logging_calls.end()
+                self._scope._session.logging_calls.end(weight)
             except Exception as err:
                 self._scope._fail(err)
         self._timer.__exit__(exc_type, exc, tb)
@@ -208,8 +214,8 @@ class StallScope(LightningCallbacks):
         self._in_epoch = False
         #: [epoch index, iter() ns, first wait ns, final next() ns] of the pass in progress
         self._boundary: list[int] | None = None
-        #: the loader settings of the last pass, and whether this pass's first batch is to be
-        #: counted (a new iterable's, or new settings')
+        #: the loader settings of the last pass, and whether the next first batch is to be
+        #: counted (the loader was read anew since the last one counted)
         self._loaders = LoaderReader()
         self._look_at_batch = True
 
@@ -382,14 +388,16 @@ class StallScope(LightningCallbacks):
                 self._fail(exc)
 
     def _inspect(self, iterable: object) -> tuple[LoaderConfig | None, int | None]:
-        """The settings of the loader a pass iterates (read once per iterable and settings:
-        ``LoaderReader``; its first batch is then counted again) and its length."""
+        """The settings of the loader a pass iterates (``LoaderReader``: not at every pass over the
+        same one; when read anew, its next first batch is counted again) and its length."""
         batches: int | None
         try:  # read at every pass: a list may grow between passes
             batches = len(iterable)  # type: ignore[arg-type]
         except Exception:
             batches = None
-        loader, self._look_at_batch = self._loaders.read(iterable)
+        loader, fresh = self._loaders.read(iterable)
+        if fresh:
+            self._look_at_batch = True  # until a first batch is counted (a pass may yield none)
         return loader, batches
 
     def _first_item(self, item: object, wait_ns: int) -> None:
@@ -399,6 +407,7 @@ class StallScope(LightningCallbacks):
             assert self._boundary is not None
             self._boundary[2] = max(1, wait_ns)
             if self._look_at_batch:
+                self._look_at_batch = False
                 self._session.batch_tensors = count_tensors(item)
                 self._session.batch_bytes = batch_bytes(item)
             self._session.note_batch(item)  # on CUDA: pageable tensors -> data.pin_memory

@@ -141,8 +141,9 @@ class Session:
         self.in_process_batch_s: float | None = None
         #: each checkpoint save, measured as an asynchronous save would split it (the hooks drive it)
         self.saves = SaveMeter(clock=clock)
-        #: each call to the Trainer's loggers, its wall time and CPU (the Lightning hooks drive it)
-        self.logging_calls = CallMeter(clock=clock)
+        #: logging calls measured, their wall time and the process's CPU in them (the Lightning
+        #: hooks drive it for the Trainer's loggers, the plain loop's ``logging`` phase for its own)
+        self.logging_calls = CallMeter(clock=clock, cpu_clock=cpu_clock)
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)

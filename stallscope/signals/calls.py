@@ -1,14 +1,19 @@
-"""What a run's logger calls are made of: their wall time and the training thread's CPU in them.
+"""What a run's logger calls are made of: their wall time and the process's CPU in them.
 
 ``logging.frequency`` hands a logger that blocks to a background thread. The thread takes the
 call's waiting (a server's answer, a disk) off the training thread; the call's own Python work
 still needs the GIL, so the prediction keeps that part on the training thread. Measuring it per
-call turns the prediction into a floor: only the wait is counted as removed.
+call lets the prediction count only the wait as removed.
+
+The CPU read is the process's (every thread's), not the training thread's alone: a call whose
+work runs on another thread of the process (a library's own helper thread), or that competes
+with one, counts as work, not as waiting, which errs on the side of promising less.
 
 The Lightning hooks measure each call to the Trainer's loggers (``log_metrics``, ``save``...),
 which Lightning makes every ``log_every_n_steps`` steps; a plain loop's ``logging`` phase has its
-first 16 calls measured and then one in 8 (it may run at every step). Two clock reads at each end
-of a measured call (the thread's CPU clock is a system call, about a microsecond).
+first 16 calls measured and then one in 8 (it may run at every step), each of those counted 8
+times, so that the sums stand for all the calls. Two clock reads at each end of a measured call
+(the process's CPU clock is a system call, about a microsecond).
 """
 
 from __future__ import annotations
@@ -22,19 +27,20 @@ from dataclasses import dataclass
 class CallSummary:
     """The calls measured so far."""
 
+    #: calls (measured ones counted with their weight), their wall time and the CPU in them
     calls: int
     wall_ns: int
     cpu_ns: int
 
     @property
     def cpu_share(self) -> float:
-        """The share of the calls' wall time that was the training thread's own CPU work."""
+        """The share of the calls' wall time that the process spent computing (at most 1)."""
         return self.cpu_ns / self.wall_ns if self.wall_ns > 0 else 0.0
 
 
 class CallMeter:
-    """Wall and thread-CPU time of calls on the training thread (``begin`` / ``end``; a call made
-    inside another counts once). Never raises."""
+    """Wall and process-CPU time of calls on the training thread (``begin`` / ``end``; a call
+    made inside another counts once). Never raises."""
 
     __slots__ = ("_clock", "_cpu_clock", "_depth", "_start", "_calls", "_wall_ns", "_cpu_ns")
 
@@ -42,7 +48,7 @@ class CallMeter:
         self,
         *,
         clock: Callable[[], int] = time.perf_counter_ns,
-        cpu_clock: Callable[[], int] = time.thread_time_ns,
+        cpu_clock: Callable[[], int] = time.process_time_ns,
     ) -> None:
         self._clock = clock
         self._cpu_clock = cpu_clock
@@ -57,8 +63,9 @@ class CallMeter:
         if self._depth == 1:
             self._start = (self._cpu_clock(), self._clock())
 
-    def end(self) -> None:
-        """The call that ``begin`` started is over (also when it raised)."""
+    def end(self, weight: int = 1) -> None:
+        """The call that ``begin`` started is over (also when it raised); ``weight``: how many
+        calls it stands for (a sampled call stands for those not measured)."""
         if self._depth == 0:
             return
         self._depth -= 1
@@ -68,9 +75,9 @@ class CallMeter:
         now, cpu = self._clock(), self._cpu_clock()
         self._start = None
         wall = max(0, now - start[1])
-        self._calls += 1
-        self._wall_ns += wall
-        self._cpu_ns += min(wall, max(0, cpu - start[0]))
+        self._calls += weight
+        self._wall_ns += wall * weight
+        self._cpu_ns += min(wall, max(0, cpu - start[0])) * weight
 
     def summary(self) -> CallSummary | None:
         """The calls so far; None before the first."""

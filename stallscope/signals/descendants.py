@@ -10,7 +10,8 @@ same process?). Between two ticks that is usually a handful of files.
 The first call lists every process too, unless the process has no child at all (``waitid``
 with ``WNOHANG | WNOWAIT`` says so in one system call and reaps nothing: the usual case when a
 run starts, before its DataLoader's workers): then there is nothing to find, and the next call
-reads only the ids handed out since.
+reads only the ids handed out since, and the last few before (``CHILDLESS_RECHECK``: the kernel
+hands an id out a moment before the new process becomes a child).
 
 A full listing happens on the first call, when the ids wrapped around, when more than ``span``
 ids were handed out in between (reading each would cost more than reading every process), and
@@ -40,6 +41,8 @@ from pathlib import Path
 INCREMENTAL_SPAN = 256
 #: every this many listings, a full one
 FULL_EVERY = 64
+#: after a first listing that found no child, the next one also reads this many ids before it
+CHILDLESS_RECHECK = 16
 #: a stat or status file is read in one ``read`` of this many bytes (they hold about 300 and 1,500)
 _READ_BYTES = 8192
 #: what a read of /proc/<pid>/... raises when there is no such process, or it is not ours (another
@@ -91,7 +94,10 @@ class ProcDescendants:
         previous, self._last = self._last, last
         self._since_full += 1
         if previous is None and last is not None and self._childless is not None and self._childless():
-            # no child now (asked after the last id was read): any descendant will have a later id
+            # no child now (asked after the last id was read): a descendant will have a later id,
+            # or one of the last few (a fork in another thread may hold its id a moment before it
+            # becomes a child): the next listing reads those again
+            self._last = max(0, last - CHILDLESS_RECHECK)
             self._known = {}
             self._since_full = 0
             return {}

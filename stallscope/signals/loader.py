@@ -83,30 +83,40 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
     )
 
 
-class LoaderReader:
-    """``inspect_loader`` once per iterable: a pass over the same iterable with the same changeable
-    settings (``num_workers``, ``pin_memory``, ``prefetch_factor``; a ``DataLoader`` refuses new
-    values of the others once made) reuses the last reading. Many short epochs over one loader
-    then read it once. Holds the last iterable until ``forget``."""
+#: a loader read from ``LoaderReader``'s memory is read anew at every this many passes: what its
+#: changeable settings do not show (a batch sampler's batch size, a dataset whose samples grow)
+#: is then at most this many passes old
+REREAD_EVERY = 16
 
-    __slots__ = ("_last",)
+
+class LoaderReader:
+    """``inspect_loader`` once per loader: a pass over the same iterable as the last one, with the
+    same changeable settings (``num_workers``, ``pin_memory``, ``prefetch_factor``; a
+    ``DataLoader`` refuses new values of the others once made), reuses the last reading, except
+    at every ``REREAD_EVERY``-th pass. Many short epochs over one loader then read it (and count
+    its first batch) once in 16. Holds the last iterable until ``forget``."""
+
+    __slots__ = ("_last", "_reused")
 
     def __init__(self) -> None:
         self._last: tuple[object, tuple[object, ...], LoaderConfig | None] | None = None
+        self._reused = 0
 
     def read(self, iterable: object) -> tuple[LoaderConfig | None, bool]:
-        """The loader's settings, and whether they were read anew (a new iterable or new settings:
-        its first batch is worth looking at again)."""
+        """The loader's settings, and whether they were read anew (a new iterable, new settings,
+        or the periodic re-read: its first batch is worth looking at again)."""
         settings = (
             getattr(iterable, "num_workers", None),
             getattr(iterable, "pin_memory", None),
             getattr(iterable, "prefetch_factor", None),
         )
         last = self._last
-        if last is not None and last[0] is iterable and last[1] == settings:
+        if last is not None and last[0] is iterable and last[1] == settings and self._reused < REREAD_EVERY - 1:
+            self._reused += 1
             return last[2], False
         loader = inspect_loader(iterable)
         self._last = (iterable, settings, loader)
+        self._reused = 0
         return loader, True
 
     def forget(self) -> None:

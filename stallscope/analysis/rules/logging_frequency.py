@@ -21,9 +21,10 @@ Two levers, chosen by what one call costs:
   ...), or when even the hand-offs would take more than the target share. The call's own CPU
   work still needs the GIL: where it was measured (Lightning's logger calls, a plain loop's
   ``logging`` phase: ``signals.calls``) it stays on the training thread in the prediction,
-  which then counts only the wait removed: a floor (steps that run faster once the thread no
-  longer sleeps between them are not counted). Where it was not, an estimate that moves the
-  whole call.
+  which then counts only the wait removed. That is a floor (steps that run faster once the
+  thread no longer sleeps between them are not counted) where the wait is surely the loop's to
+  lose: on the CPU as the accelerator, with cores to spare (``_wait_is_removable``). Otherwise,
+  or unmeasured, an estimate.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ WAITING_SHARE = 0.5
 #: the metrics (the logger scenarios of ``examples/`` measured about 10 us a call on a 2-core
 #: x86-64 host; twice that here, for slower hosts and bigger metrics dicts)
 HANDOFF_S = 20e-6
+#: cores busier than this share of the machine's (this process tree and others together): a
+#: call's time off the CPU may then be time waiting for a core, which no thread takes away
+SATURATED_SHARE = 0.9
 
 
 def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
@@ -101,12 +105,11 @@ _PLAIN_SNIPPET = """\
 calls = queue.Queue()
 def drain():
     while (item := calls.get()) is not None:
-        step, loss = item
-        log(step, loss.item())  # the wait (and a sync with the device) happen on this thread
+        log(*item)
 writer = threading.Thread(target=drain)
 writer.start()
 ...
-{guard}calls.put((step, loss.detach()))  # instead of log(step, loss.item())
+{guard}calls.put((step, loss.item()))  # instead of log(step, loss.item())
 ...
 calls.put(None); writer.join()  # after the loop: the last calls are logged"""
 
@@ -128,7 +131,7 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         every = f", log_every_n_steps={k}"
     calls = ctx.logging_calls
     # the call's own CPU work, where measured, stays on the training thread (the GIL): the wait
-    # alone is removed, and the prediction is a floor
+    # alone is removed, and where that wait is surely the thread's to lose, the prediction is a floor
     cpu_s = est.each_s * calls.cpu_share if calls is not None else 0.0
     saving = est.saving_for(runs_after, HANDOFF_S + cpu_s)
     if saving <= 0:
@@ -151,7 +154,7 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         )
     else:
         fix += " Every step is still logged."
-    kept = f" and the call's own CPU work ({cpu_s * 1e3:.2f} ms, measured)" if calls is not None else ""
+    kept = f" and the call's own CPU work ({cpu_s * 1e3:.2f} ms a call, measured)" if calls is not None else ""
     fix += (
         f" The prediction keeps {HANDOFF_S * 1e6:.0f} us a call for the hand-off{kept} on the training thread."
         f" Logging less often would do it too (every {est.interval} steps), with fewer points logged."
@@ -161,8 +164,11 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     else:
         guard = f"if step % {k} == 0:\n    " if "log_every_n_steps" in suggestion else ""
         snippet = _PLAIN_SNIPPET.format(guard=guard)
-    bound: SpeedupBound = "lower" if calls is not None else "estimate"
-    measured = {"call_cpu_share": round(calls.cpu_share, 4)} if calls is not None else {}
+    bound: SpeedupBound = "lower" if _wait_is_removable(ctx) else "estimate"
+    measured: dict[str, float] = {"call_cpu_share": round(calls.cpu_share, 4)} if calls is not None else {}
+    cores = busy_cores(ctx)
+    if cores is not None:
+        measured.update(busy_cores=round(cores[0], 2), machine_cores=cores[1])
     return _finding(est, saving, suggestion, fix, snippet, runs_after, bound, **measured)
 
 
@@ -202,6 +208,29 @@ def rule(ctx: Context) -> Finding | None:
     if waits(ctx, est):  # each call waits: the wait can move off the training thread
         return _async_finding(ctx, est)
     return _interval_finding(ctx, est)
+
+
+def _wait_is_removable(ctx: Context) -> bool:
+    """Whether the measured calls' time off the CPU is waiting that a background thread surely
+    takes away from the training loop, so that the prediction is a floor: the calls were measured,
+    the accelerator is the CPU itself (on a GPU the wait may overlap the device's own work, or be
+    a synchronisation with it that stays with the loss's ``.item()``), and the cores were not
+    saturated (a thread ready to run but given no core looks like waiting too)."""
+    if ctx.logging_calls is None:
+        return False
+    if ctx.cuda_device is not None or ctx.cuda is not None or ctx.nvml is not None:
+        return False
+    cores = busy_cores(ctx)
+    return cores is not None and cores[0] < SATURATED_SHARE * cores[1]
+
+
+def busy_cores(ctx: Context) -> tuple[float, int] | None:
+    """(cores busy on average: this process tree's and other processes', the machine's cores)
+    over the span, from the host sampler; None when it took no sample."""
+    host = ctx.host_signals
+    if host is None or host.wall_s <= 0:
+        return None
+    return host.main_cores + host.workers_cores + (host.others_cores or 0.0), host.machine_cores or host.cores
 
 
 def waits(ctx: Context, est: FrequencyEstimate) -> bool:
