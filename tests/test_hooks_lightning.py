@@ -760,6 +760,38 @@ def test_many_short_epochs_keep_every_epoch_and_log_once_per_epoch(pl: ModuleTyp
     assert final["summary"]["steps"] == 4 * epochs
 
 
+def test_each_logger_call_is_measured_and_a_failing_one_still_ends(
+    pl: ModuleType, tmp_path: Path, clock: FakeClock
+) -> None:
+    """Every call to the Trainer's logger is measured: 3 ms of wall time each on the fake clock,
+    no CPU (the fake CPU clock stands still), so the calls read as waiting. A logger that raises
+    is measured too, and its exception reaches the caller unchanged."""
+    costs = Costs(clock, log=3)
+    scope = scope_for(tmp_path)
+    logger = logger_class(pl)(costs)
+    tr = trainer(pl, tmp_path, [scope], logger=logger, log_every_n_steps=1)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    measured = scope._session.logging_calls.summary()
+    assert measured is not None
+    assert costs.counts["log"] >= 4  # one a step
+    assert measured.wall_ns == costs.counts["log"] * 3_000_000  # save and hyperparameters: no time
+    assert measured.calls >= costs.counts["log"]
+    assert measured.cpu_ns == 0
+
+    class Down(logger_class(pl)):  # type: ignore[misc]
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            super().log_metrics(metrics, step)
+            raise ConnectionError("tracker down")
+
+    failing = scope_for(tmp_path / "down")
+    tr = trainer(pl, tmp_path / "down", [failing], logger=Down(costs), log_every_n_steps=1)
+    with pytest.raises(ConnectionError, match="tracker down"):
+        tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    down = failing._session.logging_calls.summary()
+    assert down is not None
+    assert down.wall_ns == 3_000_000  # the one call, ended although it raised
+
+
 def test_the_train_loader_is_read_at_the_first_epoch_not_at_every_one(
     pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
