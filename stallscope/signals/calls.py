@@ -38,11 +38,14 @@ class CallSummary:
         return self.cpu_ns / self.wall_ns if self.wall_ns > 0 else 0.0
 
 
-class CallMeter:
-    """Wall and process-CPU time of calls on the training thread (``begin`` / ``end``; a call
-    made inside another counts once). Never raises."""
+#: what a call's two ends read: the CPU clock, the wall clock, and what a subclass adds
+Marks = tuple[int, int, "int | None"]
 
-    __slots__ = ("_clock", "_cpu_clock", "_depth", "_start", "_calls", "_wall_ns", "_cpu_ns")
+
+class NestedMeter:
+    """Wall and CPU time of calls on the training thread (``begin`` / ``end``; a call made inside
+    another counts once). Never raises. ``CallMeter`` reads the process's CPU clock for the
+    logging calls; ``signals.saves.SaveMeter`` the thread's, and adds the bytes each save writes."""
 
     def __init__(
         self,
@@ -53,7 +56,7 @@ class CallMeter:
         self._clock = clock
         self._cpu_clock = cpu_clock
         self._depth = 0
-        self._start: tuple[int, int] | None = None
+        self._start: Marks | None = None
         self._calls = 0
         self._wall_ns = 0
         self._cpu_ns = 0
@@ -61,7 +64,7 @@ class CallMeter:
     def begin(self) -> None:
         self._depth += 1
         if self._depth == 1:
-            self._start = (self._cpu_clock(), self._clock())
+            self._start = self._open()
 
     def end(self, weight: int = 1) -> None:
         """The call that ``begin`` started is over (also when it raised); ``weight``: how many
@@ -72,12 +75,28 @@ class CallMeter:
         start = self._start
         if self._depth or start is None:
             return
-        now, cpu = self._clock(), self._cpu_clock()
         self._start = None
-        wall = max(0, now - start[1])
+        self._add(start, self._close(), weight)
+
+    def _open(self) -> Marks:
+        """The readings at a call's start: the wall clock last, so that its window lies inside
+        the CPU clock's (the CPU read is then never short of the wall time's)."""
+        cpu = self._cpu_clock()
+        return cpu, self._clock(), None
+
+    def _close(self) -> Marks:
+        now = self._clock()
+        return self._cpu_clock(), now, None
+
+    def _add(self, start: Marks, end: Marks, weight: int) -> None:
+        wall = max(0, end[1] - start[1])
         self._calls += weight
         self._wall_ns += wall * weight
-        self._cpu_ns += min(wall, max(0, cpu - start[0])) * weight
+        self._cpu_ns += min(wall, max(0, end[0] - start[0])) * weight
+
+
+class CallMeter(NestedMeter):
+    """The logging calls' wall time and the process's CPU in them (``NestedMeter``)."""
 
     def summary(self) -> CallSummary | None:
         """The calls so far; None before the first."""

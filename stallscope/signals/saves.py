@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stallscope.signals.calls import Marks, NestedMeter
 from stallscope.signals.procfs import written_bytes
 
 #: the copy probe's size: the save's bytes, within these bounds. The size matters: glibc serves
@@ -100,9 +101,10 @@ def probe_copy_s(
     return median / 1e9 / size if median > 0 else None
 
 
-class SaveMeter:
-    """Measures each save on the training thread (``begin`` / ``end``, nested calls count once)
-    and, once per run, the cost of a copy (``probe``). Its readers never raise."""
+class SaveMeter(NestedMeter):
+    """Measures each save on the training thread (``begin`` / ``end``, nested calls count once:
+    its wall time, the training thread's CPU and the bytes written) and, once per run, the cost of
+    a copy (``probe``). Its readers never raise."""
 
     def __init__(
         self,
@@ -112,15 +114,9 @@ class SaveMeter:
         written: Callable[[], int | None] = written_bytes,
         probe: Callable[[float], float | None] = probe_copy_s,
     ) -> None:
-        self._clock = clock
-        self._cpu_clock = cpu_clock
+        super().__init__(clock=clock, cpu_clock=cpu_clock)
         self._written = written
         self._probe = probe
-        self._depth = 0
-        self._start: tuple[int | None, int, int] | None = None
-        self._saves = 0
-        self._wall_ns = 0
-        self._cpu_ns = 0
         self._bytes = 0
         self._bytes_known = True
         self._probed = False
@@ -128,30 +124,21 @@ class SaveMeter:
         #: the saves already go through an asynchronous writer (set by the Lightning hooks)
         self.already_async = False
 
-    def begin(self) -> None:
-        self._depth += 1
-        if self._depth == 1:
-            self._start = (self._written(), self._cpu_clock(), self._clock())
+    def _open(self) -> Marks:
+        written = self._written()  # first: the bytes' window holds the clocks'
+        cpu, now, _ = super()._open()
+        return cpu, now, written
 
-    def end(self) -> None:
-        """The save that ``begin`` started is over (also when it raised)."""
-        if self._depth == 0:
-            return
-        self._depth -= 1
-        start = self._start
-        if self._depth or start is None:
-            return
-        now, cpu, written = self._clock(), self._cpu_clock(), self._written()
-        self._start = None
-        written_before, cpu_before, then = start
-        wall = max(0, now - then)
-        self._saves += 1
-        self._wall_ns += wall
-        self._cpu_ns += min(wall, max(0, cpu - cpu_before))
-        if written is None or written_before is None:
+    def _close(self) -> Marks:
+        cpu, now, _ = super()._close()
+        return cpu, now, self._written()
+
+    def _add(self, start: Marks, end: Marks, weight: int) -> None:
+        super()._add(start, end, weight)
+        if start[2] is None or end[2] is None:
             self._bytes_known = False
         else:
-            self._bytes += max(0, written - written_before)
+            self._bytes += max(0, end[2] - start[2])
 
     @property
     def wants_probe(self) -> bool:
@@ -163,14 +150,14 @@ class SaveMeter:
         if not self.wants_probe:
             return
         self._probed = True
-        self._copy_s_per_byte = self._probe(self._bytes / self._saves)
+        self._copy_s_per_byte = self._probe(self._bytes / self._calls)
 
     def summary(self) -> SaveSummary | None:
         """The saves so far; None before the first."""
-        if self._saves == 0:
+        if self._calls == 0:
             return None
         return SaveSummary(
-            saves=self._saves,
+            saves=self._calls,
             wall_ns=self._wall_ns,
             cpu_ns=self._cpu_ns,
             bytes=self._bytes if self._bytes_known else None,
