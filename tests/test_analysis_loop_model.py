@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stallscope.analysis import loop_model
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.loop_model import (
     MAIN_TRANSFER_BASE_S,
@@ -74,15 +75,42 @@ def test_costs_are_read_from_the_span() -> None:
     assert model.starved
 
 
-def test_step_time_is_the_slowest_of_consumer_workers_and_cores() -> None:
+def test_step_time_is_the_slowest_of_consumer_workers_and_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensors handed over by name (the ``file_system`` strategy): no wait for a worker's GIL."""
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: False)
     model = build_loop_model(ctx(starved_span()))
     assert model is not None
+    assert model.gil_wait_s == 0
     assert model.predict_step_s(0) == pytest.approx(0.010)
     assert model.predict_step_s(1) == pytest.approx(0.008 + XW)  # one worker: its production rate
     cpu_bound = (0.002 + 0.008 + XM + XW) / 2  # all CPU work over 2 cores
     assert model.predict_step_s(2) == pytest.approx(max((0.008 + XW) / 2, 0.002 + XM, cpu_bound))
     assert model.predict_step_s(8) == pytest.approx(cpu_bound)  # more workers cannot beat the cores
     assert model.best_workers(cap=8) == 2
+
+
+def test_a_worker_busy_in_python_makes_each_tensor_wait_for_its_gil(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU-bound loading, tensors passed as file descriptors: each of the batch's 2 tensors is
+    fetched from a worker that holds its GIL while it makes the next batch, up to the 5 ms switch
+    interval, for the share of the time the worker is busy. With 2 workers the consumer then sets
+    the step: step = c + x_m + g * ((P + x_w) / 2) / step, worked out here as its positive root."""
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: True)
+    monkeypatch.setattr(loop_model.sys, "getswitchinterval", lambda: 0.005)
+    model = build_loop_model(ctx(starved_span()))
+    assert model is not None
+    assert model.gil_wait_s == pytest.approx(2 * 0.005)
+    a = 0.002 + XM  # 3.3 ms
+    production = (0.008 + XW) / 2  # 4.445 ms
+    step = (a + (a * a + 4 * 0.010 * production) ** 0.5) / 2
+    assert step == pytest.approx(0.008518, abs=1e-6)
+    assert step == pytest.approx(a + 0.010 * production / step)  # the root: the wait at the busy share
+    assert model.predict_step_s(2) == pytest.approx(step)
+    assert model.gil_wait_at(2) == pytest.approx(0.010 * production / step)
+    assert model.predict_step_s(0) == pytest.approx(0.010)  # no worker, no hand-over
+    # the same loading, waiting on storage (5% CPU): the worker lets go of its GIL, no wait
+    waiting = build_loop_model(ctx(starved_span(cpu_share=0.05)))
+    assert waiting is not None
+    assert waiting.gil_wait_s == 0
 
 
 def test_latency_bound_loading_is_not_capped_by_the_cores() -> None:

@@ -15,10 +15,19 @@ step). Per step, in seconds:
 With N = 0 the two alternate: step = c + P. With N workers they overlap, and the step is set by
 the slowest of three limits:
 
-    step(N) = max(c + x_m,  (P + x_w) / N,  (m + x_m + P_cpu + x_w) / K)
+    step(N) = max(c + x_m + g u,  (P + x_w) / N,  (m + x_m + P_cpu + x_w) / K)
 
 the consumer itself with its share of the hand-over, the workers' production rate, and the total
-CPU work spread over the cores. The last term keeps the advice honest on small machines: past it,
+CPU work spread over the cores. ``g u`` is a wait inside the hand-over: torch passes each tensor
+of a batch from a worker as a file descriptor (its default sharing strategy on Linux), which the
+training process fetches, one round trip per tensor, from a thread of the worker that must take
+the worker's GIL. When the worker is computing its next batch in Python, that takes up to
+``sys.getswitchinterval()`` (5 ms): ``g`` is the batch's tensors times the interval, charged
+only where loading is measured CPU work (a worker waiting on storage or in C code that releases
+the GIL answers at once), and ``u`` the share of the time a worker is busy, ``(P + x_w) / (N
+step)``. On the 2-core box a starved loop of CPU-bound Python loading with 2 workers ran 12 ms
+steps where the three limits alone gave 7.6 ms; with the ``file_system`` strategy, or a shorter
+switch interval in the workers, 9 ms. The last term keeps the advice honest on small machines: past it,
 more workers only compete for the same cores. Without ``persistent_workers`` every pass also pays
 a start-up: spawning the workers, their first batch and their shutdown.
 
@@ -38,8 +47,10 @@ measures them, ``benchmarks/whatif.py`` checks the predictions they make; method
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from stallscope.analysis.context import Context
 from stallscope.timeline.phases import DATA
@@ -112,6 +123,10 @@ class LoopModel:
     persistent: bool = False
     #: where ``load_s`` came from
     load_source: LoadSource = "in_process"
+    #: g: the wait for the workers' GIL in one batch's hand-over when the worker is busy (its
+    #: tensors times the switch interval); 0 when loading is not measured CPU work, or tensors
+    #: do not travel as file descriptors
+    gil_wait_s: float = 0.0
 
     @property
     def step_s(self) -> float:
@@ -137,11 +152,22 @@ class LoopModel:
         if workers <= 0:
             return self.consumer_s + self.load_s
         xm, xw = self.transfer_main_s, self.transfer_worker_s
-        return max(
-            self.consumer_s + xm,
-            (self.load_s + xw) / workers,
-            self.cores_step_s,
-        )
+        consumer = self.consumer_s + xm
+        production = (self.load_s + xw) / workers
+        g = self.gil_wait_s
+        if g > 0:
+            # step = c + x_m + g * production / step where the consumer sets the step: its root
+            consumer = (consumer + math.sqrt(consumer * consumer + 4 * g * production)) / 2
+        return max(consumer, production, self.cores_step_s)
+
+    def gil_wait_at(self, workers: int) -> float:
+        """The hand-over's expected wait for the workers' GIL per batch with ``workers``: g
+        times the share of the time a worker is busy."""
+        if workers <= 0 or self.gil_wait_s <= 0:
+            return 0.0
+        step = self.predict_step_s(workers)
+        busy = min(1.0, (self.load_s + self.transfer_worker_s) / workers / step) if step > 0 else 1.0
+        return self.gil_wait_s * busy
 
     @property
     def cores_step_s(self) -> float:
@@ -229,6 +255,10 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
             load_s, source = production_s, "production"
             load_cpu_s, measured = load_s, False
     pass_overhead_ns = sum(b.iter_ns + b.first_wait_ns + b.last_wait_ns for b in boundaries)
+    # a worker busy in Python makes each tensor's file-descriptor hand-over wait for its GIL
+    cpu_work = measured and load_s > 0 and load_cpu_s >= 0.5 * load_s
+    tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
+    gil_wait = tensors * sys.getswitchinterval() if cpu_work and _tensors_as_descriptors() else 0.0
     # the first batch of each pass is counted in the start-up, not in the steady steps
     return LoopModel(
         steps=steady_steps,
@@ -246,4 +276,17 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         pass_overhead_s=pass_overhead_ns / 1e9 + len(boundaries) * consumer_s,
         persistent=bool(ctx.loader.persistent_workers) if ctx.loader is not None else False,
         load_source=source,
+        gil_wait_s=gil_wait,
     )
+
+
+def _tensors_as_descriptors() -> bool:
+    """Whether torch hands tensors between processes as file descriptors (the default on Linux;
+    ``file_system`` passes names of shared-memory files instead, with no round trip)."""
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.multiprocessing.get_sharing_strategy() == "file_descriptor")
+    except Exception:
+        return False

@@ -75,6 +75,14 @@ def rule(ctx: Context) -> Finding | None:
         )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
+    gil_wait = model.gil_wait_at(suggested)
+    if not fewer and gil_wait >= 0.1 * predicted:
+        fix += (
+            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting in the hand-over: each tensor is"
+            " fetched from the worker, which is busy making its next batch in Python and lets go of its"
+            " GIL only every few milliseconds (torch.multiprocessing.set_sharing_strategy('file_system')"
+            " avoids the round trip)."
+        )
     if threads is not None:
         fix += (
             f" Training runs on the CPU with {ctx.compute_threads} intra-op threads; also call"
@@ -108,6 +116,7 @@ def rule(ctx: Context) -> Finding | None:
             "transfer_per_batch_ms": ms(model.transfer_s),
             "transfer_main_per_batch_ms": ms(model.transfer_main_s),
             "transfer_worker_per_batch_ms": ms(model.transfer_worker_s),
+            "gil_wait_per_batch_ms": ms(model.gil_wait_at(suggested)),
             "batch_tensors": ctx.batch_tensors,
             "batch_bytes": ctx.batch_bytes,
             "step_ms": ms(model.step_s),
