@@ -37,8 +37,8 @@ DEFAULT_REPORT_DIR = Path("stallscope")
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
 
-#: ``logging`` phases measured (wall and thread CPU, ``_LoggingPhase``): the first ones, then one
-#: in this many
+#: ``logging`` phases measured (wall time and the process's CPU, ``_LoggingPhase``): the first
+#: ones, then one in this many
 MEASURE_FIRST = 16
 MEASURE_EVERY = 8
 
@@ -401,8 +401,8 @@ class StallScope(LightningCallbacks):
         return loader, batches
 
     def _first_item(self, item: object, wait_ns: int) -> None:
-        """The first item of a pass: its wait is the start-up's; inspect the batch (once per
-        iterable, ``_inspect``)."""
+        """The first item of a pass: its wait is the start-up's; count the batch's tensors and
+        bytes when the loader was read anew (``_inspect``)."""
         try:
             assert self._boundary is not None
             self._boundary[2] = max(1, wait_ns)

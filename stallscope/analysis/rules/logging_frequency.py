@@ -235,10 +235,10 @@ def busy_cores(ctx: Context) -> tuple[float, int] | None:
 
 def waits(ctx: Context, est: FrequencyEstimate) -> bool:
     """Whether the logging calls block on I/O: each is long (``BLOCKING_CALL_S`` or more), and
-    they mostly wait, not compute: the training thread's CPU in them is at most half of their
-    time where it was measured (``ctx.logging_calls``), else the process was idle for at least
-    half of the logging time (its CPU time over the span is at most the span's wall time less
-    half the logging time)."""
+    they mostly wait, not compute: the process's CPU in them is at most half of their time where
+    it was measured (``ctx.logging_calls``), else the process was idle for at least half of the
+    logging time (its CPU time over the span is at most the span's wall time less half the
+    logging time)."""
     if est.each_s < BLOCKING_CALL_S:
         return False
     calls = ctx.logging_calls
@@ -246,4 +246,4 @@ def waits(ctx: Context, est: FrequencyEstimate) -> bool:
         return calls.cpu_share <= 1 - WAITING_SHARE
     span = ctx.span
     idle_ns = span.wall_ns - span.process_cpu_ns
-    return est.each_s >= BLOCKING_CALL_S and idle_ns >= WAITING_SHARE * span.phase_ns.get(LOGGING, 0)
+    return idle_ns >= WAITING_SHARE * span.phase_ns.get(LOGGING, 0)
