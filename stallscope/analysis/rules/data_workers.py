@@ -78,10 +78,8 @@ def rule(ctx: Context) -> Finding | None:
     gil_wait = model.gil_wait_at(suggested)
     if not fewer and gil_wait >= 0.1 * predicted:
         fix += (
-            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting in the hand-over: each tensor is"
-            " fetched from the worker, which is busy making its next batch in Python and lets go of its"
-            " GIL only every few milliseconds (torch.multiprocessing.set_sharing_strategy('file_system')"
-            " avoids the round trip)."
+            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting for the busy workers' GIL in the"
+            " hand-over (torch.multiprocessing.set_sharing_strategy('file_system') avoids it)."
         )
     if threads is not None:
         fix += (
