@@ -111,6 +111,15 @@ def test_a_worker_busy_in_python_makes_each_tensor_wait_for_its_gil(monkeypatch:
     waiting = build_loop_model(ctx(starved_span(cpu_share=0.05)))
     assert waiting is not None
     assert waiting.gil_wait_s == 0
+    # 16 cores: the loop keeps 0.76 ms of its 4.445 ms step's cores busy (17%), so 17% of g
+    roomy = build_loop_model(ctx(starved_span(), cores=16))
+    assert roomy is not None
+    cores_step = (0.002 + 0.008 + XM + XW) / 16
+    g = 0.010 * cores_step / production
+    step16 = (a + (a * a + 4 * g * production) ** 0.5) / 2
+    assert g == pytest.approx(0.00171, abs=1e-5)
+    assert roomy.predict_step_s(2) == pytest.approx(max(step16, production))
+    assert roomy.predict_step_s(2) < step
 
 
 def test_latency_bound_loading_is_not_capped_by_the_cores() -> None:

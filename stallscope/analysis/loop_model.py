@@ -25,9 +25,13 @@ the worker's GIL. When the worker is computing its next batch in Python, that ta
 ``sys.getswitchinterval()`` (5 ms): ``g`` is the batch's tensors times the interval, charged
 only where loading is measured CPU work (a worker waiting on storage or in C code that releases
 the GIL answers at once), and ``u`` the share of the time a worker is busy, ``(P + x_w) / (N
-step)``. On the 2-core box a starved loop of CPU-bound Python loading with 2 workers ran 12 ms
-steps where the three limits alone gave 7.6 ms; with the ``file_system`` strategy, or a shorter
-switch interval in the workers, 9 ms. The last term keeps the advice honest on small machines: past it,
+step)``. ``g`` is charged in full when the loop keeps the cores busy and in proportion to the
+share it keeps busy otherwise: with a core free, the serving thread gets the GIL the moment the
+worker lets go of it (in C code that releases it); with none it also waits for a core, and the
+worker takes the GIL back first. On the 2-core box a starved loop of CPU-bound Python loading
+with 2 workers ran 12 ms steps where the three limits alone gave 7.6 ms; with the
+``file_system`` strategy, or a shorter switch interval in the workers, 9 ms. On a 16-core GPU
+host the same kind of loading, with cores to spare, met the three limits within 3% to 12%. The last term keeps the advice honest on small machines: past it,
 more workers only compete for the same cores. Without ``persistent_workers`` every pass also pays
 a start-up: spawning the workers, their first batch and their shutdown.
 
@@ -154,20 +158,34 @@ class LoopModel:
         xm, xw = self.transfer_main_s, self.transfer_worker_s
         consumer = self.consumer_s + xm
         production = (self.load_s + xw) / workers
-        g = self.gil_wait_s
+        cores = self.cores_step_s
+        g = self._gil_wait(max(consumer, production, cores))
         if g > 0:
             # step = c + x_m + g * production / step where the consumer sets the step: its root
             consumer = (consumer + math.sqrt(consumer * consumer + 4 * g * production)) / 2
-        return max(consumer, production, self.cores_step_s)
+        return max(consumer, production, cores)
+
+    def _gil_wait(self, step_s: float) -> float:
+        """g at a step of ``step_s`` (without the wait): in full when the loop keeps the cores
+        busy, in proportion to the share it keeps busy otherwise. With a core free, the worker's
+        serving thread runs the moment the worker lets go of its GIL (in C code that releases
+        it); with none, it waits for a core too, and the worker takes the GIL back first."""
+        if self.gil_wait_s <= 0 or step_s <= 0:
+            return 0.0
+        return self.gil_wait_s * min(1.0, self.cores_step_s / step_s)
 
     def gil_wait_at(self, workers: int) -> float:
-        """The hand-over's expected wait for the workers' GIL per batch with ``workers``: g
-        times the share of the time a worker is busy."""
+        """The hand-over's expected wait for the workers' GIL per batch with ``workers``: g (as
+        the cores' load scales it) times the share of the time a worker is busy."""
         if workers <= 0 or self.gil_wait_s <= 0:
             return 0.0
         step = self.predict_step_s(workers)
-        busy = min(1.0, (self.load_s + self.transfer_worker_s) / workers / step) if step > 0 else 1.0
-        return self.gil_wait_s * busy
+        if step <= 0:
+            return 0.0
+        busy = min(1.0, (self.load_s + self.transfer_worker_s) / workers / step)
+        xm, xw = self.transfer_main_s, self.transfer_worker_s
+        free = max(self.consumer_s + xm, (self.load_s + xw) / workers, self.cores_step_s)
+        return self._gil_wait(free) * busy
 
     @property
     def cores_step_s(self) -> float:
