@@ -18,22 +18,23 @@ the slowest of three limits:
     step(N) = max(c + x_m + g u,  (P + x_w) / N,  (m + x_m + P_cpu + x_w) / K)
 
 the consumer itself with its share of the hand-over, the workers' production rate, and the total
-CPU work spread over the cores. ``g u`` is a wait inside the hand-over: torch passes each tensor
-of a batch from a worker as a file descriptor (its default sharing strategy on Linux), which the
-training process fetches, one round trip per tensor, from a thread of the worker that must take
-the worker's GIL. When the worker is computing its next batch in Python, that takes up to
-``sys.getswitchinterval()`` (5 ms): ``g`` is the batch's tensors times the interval, charged
-only where loading is measured CPU work (a worker waiting on storage or in C code that releases
-the GIL answers at once), and ``u`` the share of the time a worker is busy, ``(P + x_w) / (N
-step)``. ``g`` is charged in full when the loop keeps the cores busy and in proportion to the
-share it keeps busy otherwise: with a core free, the serving thread gets the GIL the moment the
-worker lets go of it (in C code that releases it); with none it also waits for a core, and the
-worker takes the GIL back first. On the 2-core box a starved loop of CPU-bound Python loading
-with 2 workers ran 12 ms steps where the three limits alone gave 7.6 ms; with the
-``file_system`` strategy, or a shorter switch interval in the workers, 9 ms. On a 16-core GPU
-host the same kind of loading, with cores to spare, met the three limits within 3% to 12%. The last term keeps the advice honest on small machines: past it,
-more workers only compete for the same cores. Without ``persistent_workers`` every pass also pays
-a start-up: spawning the workers, their first batch and their shutdown.
+CPU work spread over the cores. The last term keeps the advice honest on small machines: past
+it, more workers only compete for the same cores. Without ``persistent_workers`` every pass also
+pays a start-up: spawning the workers, their first batch and their shutdown.
+
+``g u`` is a wait inside the hand-over. torch passes each tensor of a batch from a worker as a
+file descriptor (its default sharing strategy on Linux), which the training process fetches, one
+round trip per tensor, from a thread of the worker that must take the worker's GIL. When the
+worker is computing its next batch in Python, that takes up to ``sys.getswitchinterval()``
+(5 ms): ``g`` is the batch's tensors times the interval, charged only where loading is measured
+CPU work (a worker waiting on storage answers at once), and ``u`` is the share of the time a
+worker is busy, ``(P + x_w) / (N step)``. ``g`` counts in full when the loop keeps the cores
+busy, in proportion to the share it keeps busy otherwise: with a core free, the serving thread
+gets the GIL the moment the worker's C code lets go of it; with none, it also waits for a core,
+and the worker takes the GIL back first. On the 2-core box a starved loop of CPU-bound Python
+loading with 2 workers ran 12 ms steps where the three limits alone gave 7.6 ms (9 ms with the
+``file_system`` strategy, or a shorter switch interval in the workers); on a 16-core GPU host
+the same kind of loading, with cores to spare, met the three limits within 3% to 12%.
 
 The model predicts both ways. From ``num_workers=0`` it knows c, P and P_cpu (measured) and
 estimates x_m and x_w from the batch's tensors and bytes (counted in each pass's first batch).
