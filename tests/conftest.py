@@ -4,12 +4,17 @@
 * ``console``: a rich ``Console`` writing into a ``StringIO`` 100 columns wide (``console.file``).
 * ``make_summary`` / ``make_finding`` / ``make_report``: builders of report records with sensible
   defaults; override any field by keyword.
+* ``load_script``: a script of ``benchmarks/`` or ``examples/`` imported by its path.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,6 +22,18 @@ from rich.console import Console
 
 from stallscope.analysis.finding import Finding
 from stallscope.report.schema import DeviceInfo, EpochReport, Report, RunInfo, Summary
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """The script at ``path`` imported as module ``name`` (registered in ``sys.modules``, so that
+    its dataclasses and pickles find it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 class FakeClock:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import load_script
 
 from stallscope.analysis.rules.checkpoint_frequency import HANDOFF_S
 
@@ -17,13 +16,7 @@ PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "async_save.py"
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("async_save_bench", PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["async_save_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(PATH, "async_save_bench")
 
 
 def _report(steps: int, wall_s: float, **evidence: Any) -> Any:

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import load_script
 
 PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "whatif.py"
 
 
 @pytest.fixture(scope="module")
 def whatif() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("whatif", PATH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["whatif"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(PATH, "whatif")
 
 
 def _scenario(**_: Any) -> ModuleType:

@@ -11,7 +11,6 @@ run's.)
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import load_script
 
 from stallscope.cli import main
 
@@ -28,12 +28,7 @@ pytestmark = pytest.mark.scenario
 
 
 def _example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("starved_loader_e2e", ROOT / "examples" / "starved_loader.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "examples" / "starved_loader.py", "starved_loader_e2e")
 
 
 def _run(report_dir: Path, **kwargs: Any) -> str:
