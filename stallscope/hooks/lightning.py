@@ -631,15 +631,9 @@ class _FitRun:
             self._on_compute_end(any_phase=True)
 
     def guard(self, fn: Callable[..., object], *args: Any) -> bool:
-        """Run ``fn`` unless the scope is off; contain its errors. True when it ran cleanly."""
-        if self.closed or not self.scope._active:
-            return False
-        try:
-            fn(*args)
-        except Exception as exc:
-            self.scope._fail(exc)
-            return False
-        return True
+        """Run ``fn`` unless the fit is over or the scope is off; contain its errors. True when it
+        ran cleanly."""
+        return not self.closed and self.scope._guarded(fn, *args)
 
     # -- phase bookkeeping ---------------------------------------------------------------
 

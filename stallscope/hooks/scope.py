@@ -69,28 +69,16 @@ class _SavePhase:
 
     def __enter__(self) -> None:
         self._timer.__enter__()
-        scope = self._scope
-        if scope._active:
-            try:
-                scope._session.saves.begin()
-            except Exception as exc:
-                scope._fail(exc)
+        self._scope._guarded(self._scope._session.saves.begin)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         scope = self._scope
-        if scope._active:
-            try:
-                scope._session.saves.end()
-            except Exception as err:
-                scope._fail(err)
+        scope._guarded(scope._session.saves.end)
         self._timer.__exit__(exc_type, exc, tb)
-        if exc_type is None and scope._active:
-            try:
-                scope._session.probe_saves()
-            except Exception as err:
-                scope._fail(err)
+        if exc_type is None:
+            scope._guarded(scope._session.probe_saves)
         # returns None: the user's exception, if any, propagates unchanged
 
 
@@ -116,14 +104,10 @@ class _LoggingPhase:
         if self._depth > 1:
             return
         calls = self._calls = self._calls + 1
-        if calls <= MEASURE_FIRST or calls % MEASURE_EVERY == 0:
-            scope = self._scope
-            if scope._active:
-                try:
-                    scope._session.logging_calls.begin()
-                    self._weight = 1 if calls <= MEASURE_FIRST else MEASURE_EVERY
-                except Exception as exc:
-                    scope._fail(exc)
+        if (calls <= MEASURE_FIRST or calls % MEASURE_EVERY == 0) and self._scope._guarded(
+            self._scope._session.logging_calls.begin
+        ):
+            self._weight = 1 if calls <= MEASURE_FIRST else MEASURE_EVERY
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -131,10 +115,7 @@ class _LoggingPhase:
         self._depth -= 1
         if self._depth == 0 and self._weight:
             weight, self._weight = self._weight, 0
-            try:
-                self._scope._session.logging_calls.end(weight)
-            except Exception as err:
-                self._scope._fail(err)
+            self._scope._guarded(self._scope._session.logging_calls.end, weight)
         self._timer.__exit__(exc_type, exc, tb)
         # returns None: the user's exception, if any, propagates unchanged
 
@@ -450,6 +431,18 @@ class StallScope(LightningCallbacks):
     def enabled(self) -> bool:
         """False once StallScope turned itself off after an internal error (or after ``close``)."""
         return self._active
+
+    def _guarded(self, fn: Callable[..., object], *args: Any) -> bool:
+        """Run ``fn`` unless the scope is off; contain its errors (``_fail``). True when it ran
+        cleanly."""
+        if not self._active:
+            return False
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        return True
 
     def _fail(self, exc: BaseException) -> None:
         """Contain an internal error: turn off once, note it, let training go on. An exception a
