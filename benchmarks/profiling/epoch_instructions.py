@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from instructions import callgrind_command, window_counts  # noqa: E402  (the sibling script)
+from instructions import callgrind_command, find_valgrind, window_counts  # noqa: E402  (the sibling script)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,9 +65,8 @@ def main() -> int:
     if args.child:
         child(args.child[0], args.epochs)
         return 0
-    valgrind = shutil.which("valgrind")
+    valgrind = find_valgrind("epoch_instructions.py")
     if valgrind is None:
-        print("epoch_instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
     procs = {}

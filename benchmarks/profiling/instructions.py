@@ -163,6 +163,14 @@ def callgrind_command(
     ]
 
 
+def find_valgrind(script: str) -> str | None:
+    """valgrind's path; None, with a line on stderr naming ``script``, when it is not installed."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print(f"{script}: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+    return valgrind
+
+
 def window_counts(out_dir: Path, pid: int) -> dict[str, int]:
     """The training thread's counts between the two marks, by callgrind event name (``Ir``: the
     instructions; with ``--cache-sim``, ``I1mr``, ``D1mr``, ``D1mw``: first-level cache misses):
@@ -202,9 +210,8 @@ def main() -> int:
     if args.child:
         child(args.child[0], args.child[1], args.warm, args.steps)
         return 0
-    valgrind = shutil.which("valgrind")
+    valgrind = find_valgrind("instructions.py")
     if valgrind is None:
-        print("instructions.py: valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
     out_dir = Path(tempfile.mkdtemp(prefix="stallscope-callgrind-"))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
