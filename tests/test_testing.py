@@ -58,7 +58,6 @@ def test_assert_no_regression_passes(tmp_path: Path) -> None:
     assert testing.assert_no_regression(cur, base, max_increase=0.5).increase == pytest.approx(0.35)
 
 
-
 def test_assert_no_regression_takes_several_baselines(tmp_path: Path) -> None:
     """30, 32, 34%: bound 0.32 + 6.9646 * 0.02 * sqrt(4/3) = 48.08%. 47% passes, 49% fails."""
     paths = [write(tmp_path / "base", f"run{i}", make_report(v)) for i, v in enumerate((0.30, 0.32, 0.34))]
