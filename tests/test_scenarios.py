@@ -100,6 +100,8 @@ def test_in_memory_data_gets_fewer_workers(name: str, workers: int, tmp_path: Pa
     assert top.suggestion["num_workers"] < workers
     assert top.evidence["load_source"] == "probe"  # one batch timed in-process at the pass start
     assert "Lower num_workers" in top.fix
+    # training on the CPU, none at all is a floor: the compute also stops sharing the cores
+    assert top.est_speedup_bound == ("lower" if top.suggestion["num_workers"] == 0 else "estimate")
 
 
 def test_in_memory_data_without_workers_gets_one_index_per_batch(tmp_path: Path) -> None:
