@@ -14,7 +14,7 @@ A suggestion is applied whole, every key of it, or not at all ("not applied": th
 * an estimate (``est_speedup_bound == "estimate"``) is within 30% of the realized speedup;
 * a floor (``"lower"``) holds: realized / 2 <= predicted <= 1.15 x realized.
 
-    .venv/bin/python benchmarks/whatif.py [--repeats 3] [--only NAME ...] [--markdown FILE]
+    .venv/bin/python benchmarks/whatif.py [--repeats 5] [--only NAME ...] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved before/after pairs per scenario")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved before/after pairs per scenario (default 5)")
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args()
