@@ -163,7 +163,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved before/after pairs per scenario (default 5)")
+    parser.add_argument("--repeats", type=int, default=5, help="before/after pairs per scenario (default 5)")
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args()
