@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from stallscope.analysis.disturbance import SATURATED_SHARE
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -100,8 +102,11 @@ def test_in_memory_data_gets_fewer_workers(name: str, workers: int, tmp_path: Pa
     assert top.suggestion["num_workers"] < workers
     assert top.evidence["load_source"] == "probe"  # one batch timed in-process at the pass start
     assert "Lower num_workers" in top.fix
-    # training on the CPU, none at all is a floor: the compute also stops sharing the cores
-    assert top.est_speedup_bound == ("lower" if top.suggestion["num_workers"] == 0 else "estimate")
+    # training on the CPU, none at all is a floor where other processes left the compute its core
+    # (a busy shared runner may not): the compute also stops sharing the cores with the workers
+    ev = top.evidence
+    quiet = "others_cores" in ev and ev["others_cores"] + ev["compute_threads"] < SATURATED_SHARE * ev["machine_cores"]
+    assert top.est_speedup_bound == ("lower" if top.suggestion["num_workers"] == 0 and quiet else "estimate")
 
 
 def test_in_memory_data_without_workers_gets_one_index_per_batch(tmp_path: Path) -> None:
