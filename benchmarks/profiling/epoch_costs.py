@@ -1,0 +1,127 @@
+"""Where a watched loop (d) run spends StallScope's CPU time, by function, on the training thread.
+
+``overhead.py --only d`` gives one ratio per run; this splits it. Each listed StallScope function
+is wrapped to add up the training thread's CPU time spent inside it (``time.thread_time_ns``, about
+0.6 us a reading here, so a wrapped call reads about 1.2 us high); then loop (d), 100 epochs of 30
+steps of loop (a) with the console on (to memory), runs bare and watched ``--runs`` times each,
+alternating, each after a full garbage collection. The table gives each function's CPU time per
+run, per call and its calls per run (inclusive: a function's time includes the wrapped ones it
+calls). The work of other threads (the host sampler's, the report writer's) is not in it; the
+ratio on the first line, in process CPU time, includes them, and the wrappers' own cost.
+
+An epoch end costs what it touches: between real training steps, whose work has evicted
+StallScope's code and data from the caches, a function runs several times slower than in a loop
+of its own (``timeit`` of the same call).
+
+    .venv/bin/python benchmarks/profiling/epoch_costs.py [--runs 8] [--epochs 100]
+    (about 20 seconds on 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+#: (module, class, method): the epoch end, the next pass's set-up, the run's end
+WRAPPED = (
+    ("stallscope.hooks.scope", "StallScope", "_end_epoch"),
+    ("stallscope.hooks.scope", "StallScope", "_inspect"),
+    ("stallscope.hooks.scope", "StallScope", "_first_item"),
+    ("stallscope.hooks.session", "Session", "end_epoch"),
+    ("stallscope.hooks.session", "Session", "_known"),
+    ("stallscope.hooks.session", "Session", "_print_epoch"),
+    ("stallscope.hooks.session", "Session", "note_loader"),
+    ("stallscope.hooks.session", "Session", "finish"),
+    ("stallscope.hooks.session", "Session", "summarize"),
+    ("stallscope.hooks.session", "Session", "write"),
+    ("stallscope.timeline.recorder", "Timeline", "end_epoch_snapshot"),
+    ("stallscope.timeline.recorder", "Timeline", "_flush"),
+    ("stallscope.timeline.recorder", "Timeline", "begin_epoch"),
+    ("stallscope.timeline.recorder", "Timeline", "stream"),
+    ("stallscope.timeline.recorder", "Timeline", "resume"),
+    ("stallscope.timeline.stats", "SpanSnapshot", "stats"),
+    ("stallscope.signals.collector", "SignalCollector", "close_window"),
+)
+
+
+def wrap(fn: Callable[..., Any], label: str, spent: Counter[str], calls: Counter[str]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] += time.thread_time_ns() - start
+            calls[label] += 1
+
+    return timed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=8, help="bare and watched runs each (default 8)")
+    parser.add_argument("--epochs", type=int, default=100, help="epochs of 30 steps a run (default 100)")
+    args = parser.parse_args()
+    if args.runs < 1 or args.epochs < 1:
+        parser.error("--runs and --epochs must be >= 1")
+
+    import importlib
+
+    import torch
+    from overhead import EPOCH_STEPS, tiny_loop
+
+    from stallscope.hooks import session
+
+    torch.set_num_threads(1)
+    spent: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    for module_name, class_name, name in WRAPPED:
+        cls = getattr(importlib.import_module(module_name), class_name)
+        setattr(cls, name, wrap(getattr(cls, name), f"{class_name}.{name}", spent, calls))
+    session.diagnose = wrap(session.diagnose, "diagnose (an epoch's or the run's)", spent, calls)
+
+    loop = tiny_loop(EPOCH_STEPS)
+    report_dir = tempfile.mkdtemp(prefix="stallscope-epoch-costs-")
+    loop.bare_epochs(3)  # both meet the code once before counting
+    loop.watched_epochs(3, report_dir)
+    spent.clear()
+    calls.clear()
+    bare = watched = 0.0
+    for _ in range(args.runs):
+        gc.collect()
+        start = time.process_time()
+        loop.bare_epochs(args.epochs)
+        bare += time.process_time() - start
+        gc.collect()
+        start = time.process_time()
+        loop.watched_epochs(args.epochs, report_dir)
+        watched += time.process_time() - start
+    runs = args.runs
+    print(
+        f"loop (d), {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
+        f"watched {watched / runs * 1e3:.1f} ms ({watched / bare:.3f}, the wrappers' cost included)"
+    )
+    print(f"{'function (inclusive)':44s} {'ms a run':>9s} {'% of bare':>9s} {'us a call':>9s} {'calls a run':>11s}")
+    for label, ns in spent.most_common():
+        per_run_ms = ns / runs / 1e6
+        print(
+            f"{label:44s} {per_run_ms:9.2f} {per_run_ms / (bare / runs * 1e3):9.2%} "
+            f"{ns / calls[label] / 1e3:9.1f} {calls[label] / runs:11.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
