@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stallscope.analysis.numbers import frac, ms, nice_ceil
+from stallscope.analysis.numbers import count, frac, ms, nice_ceil
 
 
 @pytest.mark.parametrize(
@@ -65,3 +65,7 @@ def test_fmt_ms_keeps_two_significant_digits(seconds: float, text: str) -> None:
     from stallscope.analysis.numbers import fmt_ms
 
     assert fmt_ms(seconds) == text
+
+
+def test_count_says_one_worker_and_two_workers() -> None:
+    assert [count(n, "worker") for n in (0, 1, 2)] == ["0 workers", "1 worker", "2 workers"]

@@ -83,6 +83,7 @@ def test_persistent_workers_saves_every_respawn_but_the_first() -> None:
     assert finding is not None
     assert finding.suggestion == {"persistent_workers": True}
     assert finding.evidence["respawns"] == 2
+    assert "so its 2 workers outlive the epoch" in finding.fix
     one_batch_ms = 2 * 10  # two workers keeping up with a 10 ms consumer: 20 ms per batch each
     saved_ms = 2 * (300 + 50 + 20 - one_batch_ms)
     assert finding.est_saving_fraction == pytest.approx(saved_ms / (span.wall_ns / MS), abs=1e-4)

@@ -102,6 +102,7 @@ def test_in_memory_data_gets_fewer_workers(name: str, workers: int, tmp_path: Pa
     assert top.suggestion["num_workers"] < workers
     assert top.evidence["load_source"] == "probe"  # one batch timed in-process at the pass start
     assert "Lower num_workers" in top.fix
+    assert f"from {workers} worker{'s' if workers > 1 else ''} costs more" in top.title
     # training on the CPU, none at all is a floor where other processes left the compute its core
     # (a busy shared runner may not): the compute also stops sharing the cores with the workers
     ev = top.evidence

@@ -52,3 +52,8 @@ def fmt_ms(seconds: float) -> str:
         return f"{value:.0f} ms"
     decimals = max(1, 1 - math.floor(math.log10(value)))
     return f"{value:.{decimals}f} ms"
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 worker", "2 workers")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

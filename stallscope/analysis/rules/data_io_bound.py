@@ -19,7 +19,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import fmt_ms, frac, ms
+from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import SATURATED
 
 ID = "data.io_bound"
@@ -49,11 +49,12 @@ def rule(ctx: Context) -> Finding | None:
         return None
     host = ctx.host_signals
     rate = host.disk_read_bytes_per_s if host is not None else None
-    who = f"the {model.workers} workers" if model.workers else "the training process"
+    who = f"the {count(model.workers, 'worker')}" if model.workers else "the training process"
+    spend = "spend" if model.workers > 1 else "spends"
     return Finding(
         id=ID,
         title=(
-            f"Loading waits on storage: {who} spend only {cpu.busy:.0%} of the time on a CPU while "
+            f"Loading waits on storage: {who} {spend} only {cpu.busy:.0%} of the time on a CPU while "
             f"training waits {fmt_ms(model.wait_s)} per step"
         ),
         est_saving_fraction=saving,

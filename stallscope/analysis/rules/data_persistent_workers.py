@@ -47,8 +47,12 @@ def rule(ctx: Context) -> Finding | None:
             "shutdown_ms": ms(sum(b.last_wait_ns for b in respawns) / len(respawns) / 1e9),
             "one_batch_ms": ms(one_batch_ns / 1e9),
         },
-        fix=f"Set persistent_workers=True on {where} so its {loader.num_workers} workers outlive the epoch.",
+        fix=f"Set persistent_workers=True on {where} so {_its_workers(loader.num_workers)} the epoch.",
         suggestion={"persistent_workers": True},
         snippet=f"DataLoader(dataset, num_workers={loader.num_workers}, persistent_workers=True)",
         est_speedup_bound="lower",  # the fix only removes the re-spawns
     )
+
+
+def _its_workers(n: int) -> str:
+    return "its worker outlives" if n == 1 else f"its {n} workers outlive"

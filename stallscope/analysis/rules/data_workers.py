@@ -18,7 +18,7 @@ from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.disturbance import SATURATED_SHARE
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import LoopModel
-from stallscope.analysis.numbers import fmt_ms, frac, ms
+from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
 ID = "data.workers"
@@ -104,7 +104,7 @@ def rule(ctx: Context) -> Finding | None:
     return Finding(
         id=ID,
         title=(
-            f"Handing batches over from {model.workers} workers costs more than making them: training waits "
+            f"Handing batches over from {count(model.workers, 'worker')} costs more than making them: training waits "
             f"{fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
             if fewer
             else f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})"
