@@ -145,42 +145,6 @@ def test_data_workers_lowers_workers_whose_hand_over_costs_more_than_the_batch()
     assert finding.evidence["load_source"] == "probe"
 
 
-def test_no_workers_on_the_cpu_is_a_floor_and_an_estimate_on_a_gpu_or_a_saturated_host() -> None:
-    """Training on the CPU, the compute shares the cores with the workers the fix removes: the
-    prediction, which keeps the compute measured beside them, is a floor. Not on a GPU, whose
-    compute the workers do not slow; not where other processes keep the cores busy (a loop that
-    stops sleeping for its workers then gets only its fair share of them); not unmeasured."""
-    from dataclasses import replace
-
-    from signal_fakes import cuda_device, host
-    from test_analysis_loop_model import handed_over
-
-    quiet = replace(handed_over(probe_s=0.3e-3), host_signals=host(others_cores=0.2, machine_cores=2))
-    on_cpu = data_workers.rule(quiet)
-    assert on_cpu is not None
-    assert on_cpu.suggestion == {"num_workers": 0}
-    assert on_cpu.est_speedup_bound == "lower"
-    assert "may also run faster" in on_cpu.fix
-    assert (on_cpu.evidence["others_cores"], on_cpu.evidence["machine_cores"]) == (0.2, 2)
-    others: list[object] = []
-    for other in (
-        replace(quiet, cuda_device=cuda_device()),
-        replace(quiet, host_signals=host(others_cores=1.0, machine_cores=2)),
-        replace(quiet, host_signals=host(others_cores=0.2, machine_cores=2), compute_threads=2),
-        replace(quiet, host_signals=None),
-    ):
-        finding = data_workers.rule(other)
-        assert finding is not None
-        assert finding.suggestion == {"num_workers": 0}
-        assert "may also run faster" not in finding.fix
-        others.append(finding.est_speedup_bound)
-    assert others == ["estimate"] * 4
-    # raising workers is never a floor: the workers then take cores from the compute
-    starved = data_workers.rule(Context(span=starved_span(), loader=loader(), cores=4, config=AnalysisConfig()))
-    assert starved is not None
-    assert starved.est_speedup_bound == "estimate"
-
-
 def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -> None:
     """Two workers on two cores, the wait is the hand-over itself: more workers cannot help."""
     from test_analysis_loop_model import handed_over

@@ -15,8 +15,6 @@ from types import ModuleType
 
 import pytest
 
-from stallscope.analysis.disturbance import SATURATED_SHARE
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -103,11 +101,8 @@ def test_in_memory_data_gets_fewer_workers(name: str, workers: int, tmp_path: Pa
     assert top.evidence["load_source"] == "probe"  # one batch timed in-process at the pass start
     assert "Lower num_workers" in top.fix
     assert f"from {workers} worker{'s' if workers > 1 else ''} costs more" in top.title
-    # training on the CPU, none at all is a floor where other processes left the compute its core
-    # (a busy shared runner may not): the compute also stops sharing the cores with the workers
-    ev = top.evidence
-    quiet = "others_cores" in ev and ev["others_cores"] + ev["compute_threads"] < SATURATED_SHARE * ev["machine_cores"]
-    assert top.est_speedup_bound == ("lower" if top.suggestion["num_workers"] == 0 and quiet else "estimate")
+    # the compute measured beside the workers is what the model keeps: an estimate
+    assert top.est_speedup_bound == "estimate"
 
 
 def test_in_memory_data_without_workers_gets_one_index_per_batch(tmp_path: Path) -> None:

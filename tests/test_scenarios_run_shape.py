@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stallscope.analysis.disturbance import SATURATED_SHARE
+from stallscope.analysis.rules.logging_frequency import SATURATED_SHARE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))

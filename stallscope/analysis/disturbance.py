@@ -34,11 +34,6 @@ OTHERS_SHARE = 0.5
 #: ... when the host was sampled for at least this long
 MIN_SAMPLED_S = 5.0
 
-#: cores busier than this share of the machine's (this process tree and others together) are
-#: saturated: a thread ready to run may then wait for a core, and time off the CPU is not all
-#: waiting that a fix can take away
-SATURATED_SHARE = 0.9
-
 #: steps of one kind scattered this far disturb the timings: p90 at least this many times the median
 SCATTER_RATIO = 3.0
 #: ... over at least this many steps of that kind
@@ -57,14 +52,6 @@ def others_share(host: HostSummary | None) -> float | None:
     if host is None or host.others_cores is None or not host.machine_cores or host.wall_s < MIN_SAMPLED_S:
         return None
     return min(1.0, max(0.0, host.others_cores / host.machine_cores))
-
-
-def busy_cores(host: HostSummary | None) -> tuple[float, int] | None:
-    """(cores busy on average: this process tree's and other processes', the machine's cores)
-    over the span, from the host sampler; None when it took no sample."""
-    if host is None or host.wall_s <= 0:
-        return None
-    return host.main_cores + host.workers_cores + (host.others_cores or 0.0), host.machine_cores or host.cores
 
 
 @dataclass(frozen=True)

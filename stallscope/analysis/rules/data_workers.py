@@ -15,7 +15,6 @@ from dataclasses import replace
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
-from stallscope.analysis.disturbance import SATURATED_SHARE
 from stallscope.analysis.finding import Finding, speedup_for
 from stallscope.analysis.loop_model import LoopModel
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
@@ -76,18 +75,6 @@ def rule(ctx: Context) -> Finding | None:
         )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
-    # None at all, training on the CPU: the hand-over goes, each batch is made in-process as the
-    # probe timed it, and the compute no longer shares the cores with the workers, which the model
-    # does not count (beside one busy worker on 2 cores it ran 25% to 40% slower). A floor, where
-    # other processes leave the loop the cores it computes on: a loop that no longer sleeps while
-    # it waits for its workers gets only its fair share of saturated cores. On a GPU the compute
-    # is the device's, and the same number is an estimate.
-    floor = fewer and suggested == 0 and model.load_source == "probe" and _on_cpu(ctx) and _cores_left(ctx)
-    if floor:
-        fix += (
-            " Training runs on the CPU: without the workers beside it the compute may also run faster,"
-            " which the prediction does not count."
-        )
     gil_wait = model.gil_wait_at(suggested)
     if not fewer and gil_wait >= 0.1 * predicted:
         fix += (
@@ -111,7 +98,6 @@ def rule(ctx: Context) -> Finding | None:
         ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
-        est_speedup_bound="lower" if floor else "estimate",
         confidence="low" if threads is not None else "high" if model.load_cpu_measured else "medium",
         evidence={
             "num_workers": model.workers,
@@ -138,7 +124,6 @@ def rule(ctx: Context) -> Finding | None:
             "pass_start_ms": ms(model.pass_overhead_s / max(1, model.passes)),
             "predicted_pass_start_ms": ms(model.predict_pass_overhead_s(suggested)),
             "predicted_saving_ms": ms(model.predict_saving_s(suggested)),
-            **_others(ctx),
         },
         fix=fix,
         suggestion=suggestion,
@@ -146,34 +131,11 @@ def rule(ctx: Context) -> Finding | None:
     )
 
 
-def _on_cpu(ctx: Context) -> bool:
-    """Whether the compute runs on the CPU, beside the loader's workers."""
-    return ctx.cuda_device is None and ctx.cuda is None
-
-
-def _cores_left(ctx: Context) -> bool:
-    """Whether other processes, as the host sampler measured them, left the loop's compute its
-    threads' cores without saturating the machine."""
-    host = ctx.host_signals
-    if host is None or host.wall_s <= 0 or host.others_cores is None:
-        return False
-    machine = host.machine_cores or host.cores
-    return host.others_cores + min(ctx.compute_threads, machine) < SATURATED_SHARE * machine
-
-
-def _others(ctx: Context) -> dict[str, float]:
-    """The cores other processes kept busy, and the machine's, where the host sampler read them."""
-    host = ctx.host_signals
-    if host is None or host.others_cores is None:
-        return {}
-    return {"others_cores": round(host.others_cores, 2), "machine_cores": host.machine_cores or host.cores}
-
-
 def _host_share(ctx: Context, model: LoopModel) -> float:
     """The share of a core the training process got while it computed, when the compute runs on
     the CPU (its CPU time over its wall time; 1.0 on a GPU, where the host also waits on the
     device). On a host shared with other jobs, CPU-bound loading gets no more than this share
     either, so it is not mistaken for loading that waits on storage."""
-    if not _on_cpu(ctx) or model.consumer_s <= 0:
+    if ctx.cuda_device is not None or ctx.cuda is not None or model.consumer_s <= 0:
         return 1.0
     return min(1.0, max(0.1, model.main_cpu_s / model.consumer_s))

@@ -33,7 +33,6 @@ import math
 from typing import Any
 
 from stallscope.analysis.context import Context
-from stallscope.analysis.disturbance import SATURATED_SHARE, busy_cores
 from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
 from stallscope.analysis.numbers import nice_ceil
 from stallscope.analysis.rules._frequency import FrequencyEstimate, estimate, runs_every, training_time
@@ -49,6 +48,9 @@ WAITING_SHARE = 0.5
 #: the metrics (the logger scenarios of ``examples/`` measured about 10 us a call on a 2-core
 #: x86-64 host; twice that here, for slower hosts and bigger metrics dicts)
 HANDOFF_S = 20e-6
+#: cores busier than this share of the machine's (this process tree and others together): a
+#: call's time off the CPU may then be time waiting for a core, which no thread takes away
+SATURATED_SHARE = 0.9
 
 
 def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
@@ -164,7 +166,7 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         snippet = _PLAIN_SNIPPET.format(guard=guard)
     bound: SpeedupBound = "lower" if _wait_is_removable(ctx) else "estimate"
     measured: dict[str, float] = {"call_cpu_share": round(calls.cpu_share, 4)} if calls is not None else {}
-    cores = busy_cores(ctx.host_signals)
+    cores = busy_cores(ctx)
     if cores is not None:
         measured.update(busy_cores=round(cores[0], 2), machine_cores=cores[1])
     return _finding(est, saving, suggestion, fix, snippet, runs_after, bound, **measured)
@@ -218,8 +220,17 @@ def _wait_is_removable(ctx: Context) -> bool:
         return False
     if ctx.cuda_device is not None or ctx.cuda is not None or ctx.nvml is not None:
         return False
-    cores = busy_cores(ctx.host_signals)
+    cores = busy_cores(ctx)
     return cores is not None and cores[0] < SATURATED_SHARE * cores[1]
+
+
+def busy_cores(ctx: Context) -> tuple[float, int] | None:
+    """(cores busy on average: this process tree's and other processes', the machine's cores)
+    over the span, from the host sampler; None when it took no sample."""
+    host = ctx.host_signals
+    if host is None or host.wall_s <= 0:
+        return None
+    return host.main_cores + host.workers_cores + (host.others_cores or 0.0), host.machine_cores or host.cores
 
 
 def waits(ctx: Context, est: FrequencyEstimate) -> bool:
