@@ -20,6 +20,19 @@ def test_in_process_reads_that_wait() -> None:
     # main CPU 10 + loading CPU 2 + 1.3 + 0.89 of hand-over
     assert f.est_saving_fraction == pytest.approx(20 * (100.89 / 4 - 14.19) / (20 * 110), abs=1e-3)
     assert f.suggestion == {}
+    assert f.snippet.startswith("DataLoader(dataset, num_workers=4)")  # what the prediction assumes
+    assert "with 4 workers (now 0:" in f.fix
+
+
+def test_the_snippet_never_names_fewer_workers_than_the_run_has() -> None:
+    """Eight workers on two cores that still wait on reads: the prediction keeps the eight."""
+    span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)
+    signals = host(wall_s=2.2, main_cpu_s=0.2, workers_cpu_s=20 * 0.011, cores=2)
+    f = data_io_bound.rule(context(span, cores=2, loader=loader(num_workers=8), host_signals=signals))
+    assert f is not None
+    assert f.evidence["workers_assumed"] == 8  # io_workers_per_core (2) x 2 cores is fewer
+    assert f.snippet.startswith("DataLoader(dataset, num_workers=8)")
+    assert f.fix.endswith("with 8 workers.")
 
 
 def test_more_workers_hide_short_waits_so_no_finding() -> None:

@@ -145,6 +145,61 @@ def test_data_workers_lowers_workers_whose_hand_over_costs_more_than_the_batch()
     assert finding.evidence["load_source"] == "probe"
 
 
+def _alternating_waits_span(waits_ms: tuple[float, ...], compute_ms: float, steps: int = 400) -> SpanStats:
+    """Steps whose waits for data cycle through ``waits_ms`` (a worker-fed loop, CPU in the waits
+    0.6 of their time), then ``compute_ms`` of compute."""
+    from conftest import FakeClock
+
+    from stallscope.timeline.recorder import Timeline
+
+    clock, cpu = FakeClock(), FakeClock()
+    timeline = Timeline(clock=clock, cpu_clock=cpu)
+    timeline.start()
+    timeline.begin_epoch(in_process_data=False)
+    compute = timeline.phase_id("compute")
+    for i in range(steps):
+        wait = waits_ms[i % len(waits_ms)]
+        timeline.data_begin()
+        clock.advance_ms(wait)
+        cpu.advance_ms(0.6 * wait)
+        timeline.data_end(got_item=True)
+        timeline.enter(compute)
+        clock.advance_ms(compute_ms)
+        cpu.advance_ms(compute_ms)
+        timeline.leave()
+    return timeline.end_epoch()
+
+
+def test_ready_in_memory_batches_of_a_dataset_of_ones_own_get_no_more_workers() -> None:
+    """Two workers at 20% CPU each, waits of 0.6 and 1.3 ms: no more than the hand-over of two
+    tensors costs (1.3 ms). Behind files, the idle workers may be waiting on reads, and a third
+    hides more of it; behind in-memory tensors of the user's own class (whose batches StallScope
+    does not time), they may just be ahead, and a third cannot be shown to help."""
+    from signal_fakes import host
+    from signal_fakes import loader as loader_config
+
+    span = _alternating_waits_span((0.6, 1.3), compute_ms=0.47)
+    signals = host(wall_s=span.wall_s, main_cpu_s=0.7 * span.wall_s, workers_cpu_s=0.2 * span.wall_s, cores=2)
+
+    def rule_for(in_memory: str | None) -> object:
+        ctx = Context(
+            span=span,
+            loader=loader_config(num_workers=2, in_memory=in_memory),
+            cores=2,
+            config=AnalysisConfig(),
+            host_signals=signals,
+            batch_tensors=2,
+            batch_bytes=4224,
+        )
+        return data_workers.rule(ctx)
+
+    files = rule_for(None)
+    assert files is not None
+    assert files.suggestion == {"num_workers": 3}
+    assert rule_for("tensors") is None
+    assert rule_for("TensorDataset") is None
+
+
 def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -> None:
     """Two workers on two cores, the wait is the hand-over itself: more workers cannot help."""
     from test_analysis_loop_model import handed_over

@@ -227,6 +227,20 @@ class LoopModel:
         return cap
 
 
+def batches_may_be_ready(ctx: Context, model: LoopModel) -> bool:
+    """Whether the batches may simply be ready when the loop asks for them, so that neither more
+    workers nor faster storage can be shown to help: in-memory tensors behind a dataset class of
+    the user's own (its ``__getitem__`` is not run to time a batch, so ``load_s`` is only the
+    workers' rate, an upper bound), and each wait no longer than the hand-over alone costs.
+    Workers that spend little CPU there may be idle for being ahead, not waiting on anything."""
+    if model.workers == 0 or model.load_source != "production" or ctx.loader is None:
+        return False
+    if ctx.loader.in_memory is None:
+        return False
+    handover_s, _ = transfer_s(ctx.batch_tensors, ctx.batch_bytes)
+    return model.wait_s <= handover_s
+
+
 def build_loop_model(ctx: Context) -> LoopModel | None:
     """Estimate the model's costs from a span; None when the span has too few steps."""
     span = ctx.span

@@ -19,6 +19,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
+from stallscope.analysis.loop_model import batches_may_be_ready
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import SATURATED
 
@@ -33,7 +34,7 @@ def rule(ctx: Context) -> Finding | None:
     if got is None or ctx.span.wall_s <= 0:
         return None
     model, cpu = got
-    if not model.starved or cpu.busy >= WAITING:
+    if not model.starved or cpu.busy >= WAITING or batches_may_be_ready(ctx, model):
         return None
     if cpu.cores_busy is not None and cpu.cores_busy >= SATURATED:
         return None
@@ -76,10 +77,17 @@ def rule(ctx: Context) -> Finding | None:
             else None,
         },
         fix=(
-            "Batches wait on reads, not on the CPU: copy the dataset to local SSD or RAM, store it in "
-            "large sequential shards (tar/WebDataset, LMDB) instead of many small files, and since waiting "
-            "workers cost little CPU, run more of them than there are cores."
+            "Batches wait on reads, not on the CPU: copy the dataset to local SSD or RAM, or store it in "
+            "large sequential shards (tar/WebDataset, LMDB) instead of many small files. The prediction is "
+            f"for reads that no longer wait, with {count(workers, 'worker')}"
+            + (
+                f" (now {model.workers}: waiting workers cost little CPU, so more of them than cores hide the "
+                "reads meanwhile)"
+                if workers > model.workers
+                else ""
+            )
+            + "."
         ),
         suggestion={},
-        snippet="DataLoader(dataset, num_workers=2 * os.cpu_count(), prefetch_factor=4, persistent_workers=True)",
+        snippet=f"DataLoader(dataset, num_workers={workers})  # the dataset on local SSD or in RAM",
     )

@@ -16,7 +16,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import LoopModel
+from stallscope.analysis.loop_model import LoopModel, batches_may_be_ready
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
@@ -40,6 +40,8 @@ def rule(ctx: Context) -> Finding | None:
     if suggested == model.workers or (model.workers == 0 and suggested < 1):
         return None
     fewer = suggested < model.workers
+    if not fewer and batches_may_be_ready(ctx, model):
+        return None
     # Training on the CPU itself: its intra-op threads and the workers share the cores. The
     # suggestion then also lowers torch's threads so both fit, and the prediction assumes that
     # the compute runs on those fewer threads (its CPU time per step spread over them).
