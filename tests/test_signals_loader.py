@@ -82,6 +82,16 @@ def test_the_probe_times_a_tensor_dataset_only() -> None:
     assert probe_batch_s(DataLoader(tensor_dataset(rows=64), batch_size=64)) is None  # one batch only
 
 
+def test_the_probe_leaves_the_users_random_numbers_alone() -> None:
+    """A seeded run draws the same numbers with the probe as without it."""
+    loader = DataLoader(tensor_dataset(), batch_size=64, num_workers=0)
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    assert probe_batch_s(loader) is not None
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_batch_bytes_counts_nested_tensors() -> None:
     batch = (torch.zeros(64, 8), {"y": torch.zeros(64, dtype=torch.int64), "name": "x"})
     assert batch_bytes(batch) == 64 * 8 * 4 + 64 * 8

@@ -171,7 +171,9 @@ def probe_batch_s(iterable: object, *, repeats: int = 8) -> float | None:
     row_bytes = sum(t[0].numel() * t.element_size() for t in dataset.tensors)
     if batches < 2 or row_bytes * batch_size > PROBE_MAX_BYTES:
         return None
-    it = iter(data.DataLoader(dataset, batch_size=batch_size, num_workers=0))
+    # a generator of its own: a DataLoader's iterator draws its base seed from one, and the
+    # global one is the user's (a draw from it would change the run's later random numbers)
+    it = iter(data.DataLoader(dataset, batch_size=batch_size, num_workers=0, generator=torch.Generator()))
     next(it)  # the first one warms up
     times = []
     for _ in range(batches - 1):
