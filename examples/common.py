@@ -114,6 +114,4 @@ def cli(run: Callable[..., Any], description: str, name: str) -> None:
     kwargs: dict[str, Any] = {"console": not args.quiet}
     if args.report_dir:
         kwargs["report_dir"] = args.report_dir
-    report = run(**kwargs)
-    if report is not None and not args.quiet:
-        print(f"report: {kwargs.get('report_dir', f'runs/{name}')}/report.json")
+    run(**kwargs)  # StallScope prints where the report went

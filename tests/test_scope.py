@@ -361,6 +361,27 @@ def test_the_diagnosis_is_printed_at_each_epoch_end_when_asked(tmp_path: Path, c
     assert "StallScope · run (2 epochs):" in out.getvalue()
 
 
+def test_the_last_line_says_where_the_report_went(tmp_path: Path, clocked: FakeClock) -> None:
+    """A loop of the user's own prints no path itself: the console's last line names the file,
+    as written (brackets and all), and only once it was written."""
+    report_dir = tmp_path / "runs [v2] ünï"
+    out = io.StringIO()
+    with StallScope(report_dir, console=Console(file=out, width=100)) as scope:
+        for _ in range(2):
+            for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+                _train_step(scope, clocked)
+    assert (report_dir / REPORT_NAME).is_file()
+    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {report_dir / REPORT_NAME}"
+    blocked = tmp_path / "a file"
+    blocked.write_text("not a folder")
+    out = io.StringIO()
+    with StallScope(blocked / "runs", console=Console(file=out, width=100)) as scope:
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+            _train_step(scope, clocked)
+    assert "StallScope · epoch 0" in out.getvalue()
+    assert "report: " not in out.getvalue()
+
+
 def test_by_default_a_panel_waits_print_interval_s_after_the_last(tmp_path: Path, clocked: FakeClock) -> None:
     """Epochs of 24 ms on the fake clock, panels at least 0.1 s apart: epoch 0's, then the first
     epoch ending 0.1 s or more after it (epoch 5, which says 4 went unprinted), then epoch 10's."""

@@ -412,7 +412,19 @@ class Session:
             notes = report.notes + ((short,) if short else ())
             self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
         self.write()
+        self._print_where()
         return report
+
+    def _print_where(self) -> None:
+        """Say where the final report went (rank 0 alone, when it was written)."""
+        if self._console is None or self.config.report_dir is None or self._write_failed:
+            return
+        if self.job is not None and not self.job.leader:
+            return
+        where = str(self.config.report_dir / REPORT_NAME)
+        # a file name that is not UTF-8 (lone surrogates) is shown escaped, never raised on
+        where = where.encode("utf-8", "backslashreplace").decode("utf-8")
+        self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
 
     def _close_tail(self) -> None:
         """The time after the last epoch's end (a validation or a save after the last pass, the
