@@ -805,6 +805,30 @@ def test_an_exception_whose_str_fails_still_propagates_unchanged(tmp_path: Path)
     assert "the run ended with an exception (Unprintable)" in _read(tmp_path)["notes"]
 
 
+def test_a_worker_traceback_in_an_exception_becomes_one_line_in_the_note(tmp_path: Path) -> None:
+    """A DataLoader worker's exception arrives with the worker's traceback in its message: the
+    note keeps its first and last lines; the exception itself propagates unchanged."""
+    message = (
+        "Caught ValueError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "data.py", line 3, in __getitem__\n    raise ValueError("bad row 7")\nValueError: bad row 7\n'
+    )
+    error = ValueError(message)
+
+    def train() -> None:
+        with StallScope(tmp_path, console=False) as scope:
+            for _ in scope.iter(range(3)):
+                raise error
+
+    with pytest.raises(ValueError, match="bad row 7") as caught:
+        train()
+    assert caught.value is error
+    notes = [n for n in _read(tmp_path)["notes"] if "ended with an exception" in n]
+    assert notes == [
+        "the run ended with an exception (ValueError: Caught ValueError in DataLoader worker process 0."
+        " ... ValueError: bad row 7)"
+    ]
+
+
 def test_an_internal_error_after_next_keeps_the_item(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -88,6 +88,18 @@ class Later(Generic[T]):
             return self._value
 
 
+#: the longest exception message a note quotes
+NOTE_MESSAGE_CHARS = 300
+
+
+def _one_line(message: str) -> str:
+    """A message for a one-line note: its first and last lines (an exception raised in a DataLoader
+    worker carries the worker's whole traceback, which ends with the original error), shortened."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = "" if not lines else lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= NOTE_MESSAGE_CHARS else text[: NOTE_MESSAGE_CHARS - 3] + "..."
+
+
 def ending_note(exc: BaseException, what: str = "run") -> str:
     """The report's note on how a run (``what``: ``run``, ``fit``) ended early: an exception,
     ``sys.exit``, or an interrupt. Never raises (``str()`` runs the exception's own code)."""
@@ -98,7 +110,7 @@ def ending_note(exc: BaseException, what: str = "run") -> str:
             code = "?"
         return f"the {what} stopped at sys.exit({code})"
     try:
-        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else type(exc).__name__
+        detail = f"{type(exc).__name__}: {_one_line(str(exc))}" if isinstance(exc, Exception) else type(exc).__name__
     except Exception:
         detail = type(exc).__name__
     if isinstance(exc, Exception):
