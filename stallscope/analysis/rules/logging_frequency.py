@@ -48,6 +48,10 @@ WAITING_SHARE = 0.5
 #: the metrics (the logger scenarios of ``examples/`` measured about 10 us a call on a 2-core
 #: x86-64 host; twice that here, for slower hosts and bigger metrics dicts)
 HANDOFF_S = 20e-6
+#: the background thread is kept busy at most this share of the time (a call every
+#: ``log_every_n_steps`` steps): one that calls a logger nearly as slow as the steps falls behind
+#: on a host whose sleeps and scheduling jitter, and the run then waits for it to catch up
+THREAD_BUSY_MAX = 0.8
 #: cores busier than this share of the machine's (this process tree and others together): a
 #: call's time off the CPU may then be time waiting for a core, which no thread takes away
 SATURATED_SHARE = 0.9
@@ -118,8 +122,11 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     """Log off the training thread: ``async_logging``, and a longer interval only when even the
     hand-offs would take more than the target share."""
     lightning = ctx.config.framework == "lightning"
-    # the hand-offs within the target share, and a call made no faster than the steps come
-    needed = max(HANDOFF_S / (ctx.config.logging_target_share * est.step_without_s), est.each_s / est.step_without_s)
+    # the hand-offs within the target share, and the thread busy at most THREAD_BUSY_MAX of the time
+    needed = max(
+        HANDOFF_S / (ctx.config.logging_target_share * est.step_without_s),
+        est.each_s / (THREAD_BUSY_MAX * est.step_without_s),
+    )
     k = nice_ceil(needed)
     suggestion: dict[str, Any] = {"async_logging": True}
     runs_after = est.count
@@ -149,7 +156,8 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         )
     if "log_every_n_steps" in suggestion:
         fix += (
-            f" And log every {k} steps, so that the thread keeps up with the steps and the hand-offs stay"
+            f" And log every {k} steps, so that the thread keeps up with the steps with time to spare and the"
+            " hand-offs stay"
             f" under {ctx.config.logging_target_share:.0%} of the time."
         )
     else:
