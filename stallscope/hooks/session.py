@@ -35,7 +35,7 @@ from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.render import print_diagnosis
+from stallscope.report.render import plain, print_diagnosis
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter
@@ -433,9 +433,9 @@ class Session:
             return
         if self.job is not None and not self.job.leader:
             return
-        where = str(self.config.report_dir / REPORT_NAME)
-        # a file name that is not UTF-8 (lone surrogates) is shown escaped, never raised on
-        where = where.encode("utf-8", "backslashreplace").decode("utf-8")
+        # as the panels show the run's strings: no terminal escapes, no markup, lone surrogates
+        # (a file name that is not UTF-8) written as their escapes
+        where = plain(str(self.config.report_dir / REPORT_NAME))
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
 
     def _close_tail(self) -> None:
