@@ -119,8 +119,9 @@ calls.put(None); writer.join()  # after the loop: the last calls are logged"""
 
 
 def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
-    """Log off the training thread: ``async_logging``, and a longer interval only when even the
-    hand-offs would take more than the target share."""
+    """Log off the training thread: ``async_logging``, and a longer interval when the thread
+    would be busy more than ``THREAD_BUSY_MAX`` of the time or even the hand-offs would take more
+    than the target share."""
     lightning = ctx.config.framework == "lightning"
     # the hand-offs within the target share, and the thread busy at most THREAD_BUSY_MAX of the time
     needed = max(
