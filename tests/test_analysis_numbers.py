@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stallscope.analysis.numbers import count, frac, ms, nice_ceil
+from stallscope.analysis.numbers import count, every, frac, ms, nice_ceil
 
 
 @pytest.mark.parametrize(
@@ -69,3 +69,8 @@ def test_fmt_ms_keeps_two_significant_digits(seconds: float, text: str) -> None:
 
 def test_count_says_one_worker_and_two_workers() -> None:
     assert [count(n, "worker") for n in (0, 1, 2)] == ["0 workers", "1 worker", "2 workers"]
+
+
+def test_every_says_every_batch_and_every_3_batches() -> None:
+    assert [every(n, "batch") for n in (1, 1.2, 3)] == ["every batch", "every batch", "every 3 batches"]
+    assert [every(n, "step") for n in (1, 20)] == ["every step", "every 20 steps"]

@@ -57,3 +57,8 @@ def fmt_ms(seconds: float) -> str:
 def count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 worker", "2 workers")."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def every(n: float, noun: str) -> str:
+    """ "every batch", "every 3 batches": ``n`` (a count, maybe a mean) and ``noun``."""
+    return f"every {noun}" if round(n) == 1 else f"every {n:.0f} {noun}{'es' if noun.endswith('ch') else 's'}"

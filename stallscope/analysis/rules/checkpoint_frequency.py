@@ -35,6 +35,7 @@ from typing import Any
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
+from stallscope.analysis.numbers import every as every_n
 from stallscope.analysis.numbers import fmt_ms, ms
 from stallscope.analysis.rules._frequency import (
     TARGET_SLACK,
@@ -234,7 +235,7 @@ def rule(ctx: Context) -> Finding | None:
         suggestion["async_save"] = True
     every = f"every {k} steps (about every {training_time(k * est.step_without_s)} of training)"
     if lightning:
-        fix = f"Save checkpoints {every} instead of every {est.interval_now:.0f}"
+        fix = f"Save checkpoints {every} instead of {every_n(est.interval_now, 'step')}"
         if capped:
             fix += f": once in this fit of {total} steps (the round interval, {est.interval}, is longer than the fit)"
         snippet = f"ModelCheckpoint(every_n_train_steps={k})"
@@ -243,7 +244,7 @@ def rule(ctx: Context) -> Finding | None:
             snippet += "\nTrainer(plugins=[AsyncCheckpointIO()])  # from lightning.pytorch.plugins.io"
         fix += "."
     else:
-        fix = f"Save a checkpoint {every} and once at the end, instead of every {est.interval_now:.0f}."
+        fix = f"Save a checkpoint {every} and once at the end, instead of {every_n(est.interval_now, 'step')}."
         observed = (ctx.run_span or ctx.span).steps
         if k > observed:
             fix += (

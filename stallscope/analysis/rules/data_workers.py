@@ -79,14 +79,16 @@ def rule(ctx: Context) -> Finding | None:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
     gil_wait = model.gil_wait_at(suggested)
     if not fewer and gil_wait >= 0.1 * predicted:
+        workers_gil = "worker's" if suggested == 1 else "workers'"
         fix += (
-            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting for the busy workers' GIL in the"
+            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting for the busy {workers_gil} GIL in the"
             " hand-over (torch.multiprocessing.set_sharing_strategy('file_system') avoids it)."
         )
     if threads is not None:
         fix += (
             f" Training runs on the CPU with {ctx.compute_threads} intra-op threads; also call"
-            f" torch.set_num_threads({threads}) so the workers and the compute do not stall each other."
+            f" torch.set_num_threads({threads}) so the {'worker' if suggested == 1 else 'workers'} and the"
+            " compute do not stall each other."
         )
         snippet = f"torch.set_num_threads({threads})\n{snippet}"
         suggestion["torch_num_threads"] = threads

@@ -34,6 +34,7 @@ from typing import Any
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
+from stallscope.analysis.numbers import every as every_n
 from stallscope.analysis.numbers import nice_ceil
 from stallscope.analysis.rules._frequency import FrequencyEstimate, estimate, runs_every, training_time
 from stallscope.timeline.phases import LOGGING
@@ -70,10 +71,10 @@ def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         return None
     every = f"every {k} steps (about every {training_time(k * est.step_without_s)} of training)"
     if lightning:
-        fix = f"Log {every} instead of every {est.interval_now:.0f}: Trainer(log_every_n_steps={k})."
+        fix = f"Log {every} instead of {every_n(est.interval_now, 'step')}: Trainer(log_every_n_steps={k})."
         snippet = f"Trainer(log_every_n_steps={k})"
     else:
-        fix = f"Log {every} instead of every {est.interval_now:.0f}."
+        fix = f"Log {every} instead of {every_n(est.interval_now, 'step')}."
         observed = (ctx.run_span or ctx.span).steps
         if k > observed:
             fix += f" The {observed} steps seen so far are fewer than {k}: a run this long would log no step."

@@ -20,6 +20,7 @@ from typing import Any
 
 from stallscope.analysis.context import Context, RunShape
 from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
+from stallscope.analysis.numbers import every as every_n
 from stallscope.analysis.numbers import nice_floor_fraction
 from stallscope.analysis.rules._frequency import (
     TARGET_SLACK,
@@ -206,7 +207,7 @@ def rule(ctx: Context) -> Finding | None:
     saving = est.saving_for(min(plan.runs, est.count), each_after)
     if saving <= 0:
         return None
-    fix = f"Validate {plan.what} instead of every {est.interval_now:.0f} batches"
+    fix = f"Validate {plan.what} instead of {every_n(est.interval_now, 'batch')}"
     fix += f": {plan.snippet}." if lightning else "."
     fix = " ".join([fix, *plan.notes])
     bound: SpeedupBound = "lower"  # fewer runs only removes work
