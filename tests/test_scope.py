@@ -361,9 +361,15 @@ def test_the_diagnosis_is_printed_at_each_epoch_end_when_asked(tmp_path: Path, c
     assert "StallScope · run (2 epochs):" in out.getvalue()
 
 
-def test_the_last_line_says_where_the_report_went(tmp_path: Path, clocked: FakeClock) -> None:
+def test_the_last_line_says_where_the_report_went(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A loop of the user's own prints no path itself: the console's last line names the file,
-    as written (brackets and all), and only once it was written."""
+    as written (brackets and all), relative where it lies below the working directory, and only
+    once it was written."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # not below it: the whole path
     report_dir = tmp_path / "runs [v2] ünï"
     out = io.StringIO()
     with StallScope(report_dir, console=Console(file=out, width=100)) as scope:
@@ -372,6 +378,12 @@ def test_the_last_line_says_where_the_report_went(tmp_path: Path, clocked: FakeC
                 _train_step(scope, clocked)
     assert (report_dir / REPORT_NAME).is_file()
     assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {report_dir / REPORT_NAME}"
+    monkeypatch.chdir(tmp_path)  # below the working directory: as the user would type it
+    out = io.StringIO()
+    with StallScope("runs/here", console=Console(file=out, width=100)) as scope:
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+            _train_step(scope, clocked)
+    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {Path('runs/here') / REPORT_NAME}"
     blocked = tmp_path / "a file"
     blocked.write_text("not a folder")
     out = io.StringIO()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import threading
 import time
@@ -433,9 +434,15 @@ class Session:
             return
         if self.job is not None and not self.job.leader:
             return
+        path = str(self.config.report_dir / REPORT_NAME)
+        try:  # relative to the working directory when it lies below it, as a user would type it
+            relative = os.path.relpath(path)
+            path = path if relative.startswith("..") else relative
+        except ValueError:
+            pass
         # as the panels show the run's strings: no terminal escapes, no markup, lone surrogates
         # (a file name that is not UTF-8) written as their escapes
-        where = plain(str(self.config.report_dir / REPORT_NAME))
+        where = plain(path)
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
 
     def _close_tail(self) -> None:
