@@ -73,4 +73,6 @@ def test_count_says_one_worker_and_two_workers() -> None:
 
 def test_every_says_every_batch_and_every_3_batches() -> None:
     assert [every(n, "batch") for n in (1, 1.2, 3)] == ["every batch", "every batch", "every 3 batches"]
-    assert [every(n, "step") for n in (1, 20)] == ["every step", "every 20 steps"]
+    assert [every(n, "step") for n in (1, 20, 0.25)] == ["every step", "every 20 steps", "4 times a step"]
+    assert [every(n, "epoch") for n in (2, 1 / 3)] == ["every 2 epochs", "3 times an epoch"]
+    assert [count(2, noun) for noun in ("batch", "pass", "epoch")] == ["2 batches", "2 passes", "2 epochs"]

@@ -200,6 +200,30 @@ def test_ready_in_memory_batches_of_a_dataset_of_ones_own_get_no_more_workers() 
     assert rule_for("TensorDataset") is None
 
 
+def test_in_memory_tensors_whose_loader_falls_behind_still_get_more_workers() -> None:
+    """The same dataset class (a label tensor with a row per sample is enough to read as "in
+    memory"; its __getitem__ may still read files), waits of 0.4 ms but one in four of 6 ms: the
+    mean (1.8 ms) is under the hand-over's estimate, but a loader that keeps its batches ready
+    does not leave some waits 15 times the fastest. More workers are still advised."""
+    from signal_fakes import host
+    from signal_fakes import loader as loader_config
+
+    span = _alternating_waits_span((0.4, 0.4, 0.4, 6.0), compute_ms=0.47)
+    signals = host(wall_s=span.wall_s, main_cpu_s=0.7 * span.wall_s, workers_cpu_s=0.2 * span.wall_s, cores=2)
+    ctx = Context(
+        span=span,
+        loader=loader_config(num_workers=2, in_memory="tensors"),
+        cores=2,
+        config=AnalysisConfig(),
+        host_signals=signals,
+        batch_tensors=2,
+        batch_bytes=4224,
+    )
+    finding = data_workers.rule(ctx)
+    assert finding is not None
+    assert finding.suggestion["num_workers"] > 2
+
+
 def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -> None:
     """Two workers on two cores, the wait is the hand-over itself: more workers cannot help."""
     from test_analysis_loop_model import handed_over

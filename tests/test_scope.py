@@ -384,6 +384,18 @@ def test_the_last_line_says_where_the_report_went(
         for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
             _train_step(scope, clocked)
     assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {Path('runs/here') / REPORT_NAME}"
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    out = io.StringIO()
+    with StallScope(report_dir, console=Console(file=out, width=100)) as scope:
+        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+            _train_step(scope, clocked)
+        gone.rmdir()  # the working directory removed under the run: the whole path, nothing turned off
+    assert scope.report is not None
+    assert not any("turned itself off" in note for note in scope.report.notes)
+    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {report_dir / REPORT_NAME}"
+    monkeypatch.chdir(tmp_path)
     blocked = tmp_path / "a file"
     blocked.write_text("not a folder")
     out = io.StringIO()

@@ -227,18 +227,26 @@ class LoopModel:
         return cap
 
 
+#: waits within this many times their 10th percentile are one cost paid each time (the hand-over),
+#: not a loader that falls behind now and then
+READY_SPREAD = 2.0
+
+
 def batches_may_be_ready(ctx: Context, model: LoopModel) -> bool:
     """Whether the batches may simply be ready when the loop asks for them, so that neither more
     workers nor faster storage can be shown to help: in-memory tensors behind a dataset class of
     the user's own (its ``__getitem__`` is not run to time a batch, so ``load_s`` is only the
-    workers' rate, an upper bound), and each wait no longer than the hand-over alone costs.
-    Workers that spend little CPU there may be idle for being ahead, not waiting on anything."""
+    workers' rate, an upper bound), and waits that are the hand-over alone: the mean no longer
+    than the hand-over's estimate, and no more than ``READY_SPREAD`` times the fastest waits (a
+    loader that falls behind leaves some waits far longer than others, whatever it holds in
+    memory). Workers that spend little CPU there may be idle for being ahead."""
     if model.workers == 0 or model.load_source != "production" or ctx.loader is None:
         return False
-    if ctx.loader.in_memory is None:
+    if ctx.loader.in_memory is None or ctx.span.data_wait.n == 0:
         return False
     handover_s, _ = transfer_s(ctx.batch_tensors, ctx.batch_bytes)
-    return model.wait_s <= handover_s
+    fastest_s = ctx.span.data_wait.p10
+    return model.wait_s <= min(handover_s, READY_SPREAD * fastest_s)
 
 
 def build_loop_model(ctx: Context) -> LoopModel | None:

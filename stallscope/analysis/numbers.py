@@ -54,11 +54,21 @@ def fmt_ms(seconds: float) -> str:
     return f"{value:.{decimals}f} ms"
 
 
+def plural(noun: str) -> str:
+    """``noun``'s plural, for the nouns fix texts count: "steps", "batches", "epochs", "passes"."""
+    return f"{noun}es" if noun.endswith(("tch", "ss", "sh", "x")) else f"{noun}s"
+
+
 def count(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1 ("1 worker", "2 workers")."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    return f"{n} {noun}" if n == 1 else f"{n} {plural(noun)}"
 
 
 def every(n: float, noun: str) -> str:
-    """ "every batch", "every 3 batches": ``n`` (a count, maybe a mean) and ``noun``."""
-    return f"every {noun}" if round(n) == 1 else f"every {n:.0f} {noun}{'es' if noun.endswith('ch') else 's'}"
+    """How often, from ``n`` (a count, maybe a mean) ``noun``s apart: "every batch", "every 3
+    batches", and for less than one, "3 times a step"."""
+    if n <= 0:
+        return f"every {noun}"
+    if n < 0.75:
+        return f"{round(1 / n)} times {'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+    return f"every {noun}" if round(n) == 1 else f"every {n:.0f} {plural(noun)}"

@@ -437,8 +437,9 @@ class Session:
         path = str(self.config.report_dir / REPORT_NAME)
         try:  # relative to the working directory when it lies below it, as a user would type it
             relative = os.path.relpath(path)
-            path = path if relative.startswith("..") else relative
-        except ValueError:
+            if relative != os.pardir and not relative.startswith(os.pardir + os.sep):
+                path = relative
+        except (OSError, ValueError):  # no working directory (removed), another drive
             pass
         # as the panels show the run's strings: no terminal escapes, no markup, lone surrogates
         # (a file name that is not UTF-8) written as their escapes

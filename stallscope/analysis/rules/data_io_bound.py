@@ -81,8 +81,7 @@ def rule(ctx: Context) -> Finding | None:
             "large sequential shards (tar/WebDataset, LMDB) instead of many small files. The prediction is "
             f"for reads that no longer wait, with {count(workers, 'worker')}"
             + (
-                f" (now {model.workers}: waiting workers cost little CPU, so more of them than cores hide the "
-                "reads meanwhile)"
+                f" (now {model.workers}: waiting workers cost little CPU, so more of them hide the reads meanwhile)"
                 if workers > model.workers
                 else ""
             )
