@@ -108,7 +108,7 @@ def loader(
 def cli(run: Callable[..., Any], description: str, name: str) -> None:
     """``python examples/<scenario>.py [--report-dir DIR] [--quiet]``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--report-dir", default=None, help="where report.json goes (default runs/<scenario>)")
+    parser.add_argument("--report-dir", default=None, help=f"where report.json goes (default runs/{name})")
     parser.add_argument("--quiet", action="store_true", help="print nothing (the report is still written)")
     args = parser.parse_args()
     kwargs: dict[str, Any] = {"console": not args.quiet}
