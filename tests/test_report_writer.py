@@ -62,8 +62,10 @@ def test_writes_at_once_while_writes_take_under_a_quarter_percent(tmp_path: Path
     assert writer.wants_report()  # nothing pending yet
     writer.submit(_builder(2, built))  # 799 ms after the first ended: kept for later
     assert not writer.wants_report()  # one is pending and no write is due: skip the snapshot
+    assert writer.wants_report(now=clock.now + 1_000_000)  # with a reading of the clock taken 1 ms later
     clock.advance_ms(1)
     assert writer.wants_report()  # a write is due
+    assert not writer.wants_report(now=clock.now - 1)
     writer.submit(_builder(3, built))  # 800 ms: written now, and the pending one (2) is dropped
     writer.close()
     assert disk.writes == [(1, False), (3, False)]

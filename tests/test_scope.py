@@ -19,7 +19,8 @@ from stallscope.hooks import session as session_module
 from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.schema import report_to_dict
+from stallscope.report.schema import Report, report_to_dict
+from stallscope.signals.collector import SignalCollector
 from stallscope.signals.saves import SaveMeter
 from stallscope.timeline.recorder import FOLD_AT, Timeline
 
@@ -487,6 +488,81 @@ def test_a_thousand_instant_epochs_keep_to_the_budget(
     assert data["complete"] is True
     assert len(data["epochs"]) == MAX_EPOCHS_IN_REPORT  # bounded as always: the first ten, the latest
     assert data["epochs"][-1]["index"] == 999
+
+
+def _varied_epochs(report_dir: Path, clock: FakeClock, epochs: int) -> Report | None:
+    """A run of short epochs that differ: waits for a loader, compute, now and then a long
+    logging phase (an epoch where the frequency rules want the run so far), one longer epoch;
+    panels on (to memory). Returns ``scope.report`` as read after epoch 40."""
+    read: Report | None = None
+    with StallScope(report_dir, console=Console(file=io.StringIO(), width=100)) as scope:
+        for epoch in range(epochs):
+            steps = 150 if epoch == 25 else 3 + epoch % 4
+            for step in scope.iter(TimedLoader(range(steps), clock, wait_ms=0.2 * (epoch % 3), iter_ms=0.1)):
+                with scope.phase("compute"):
+                    clock.advance_ms(1)
+                if epoch % 7 == 3 and step == 0:
+                    with scope.phase("logging"):
+                        clock.advance_ms(2)
+            if epoch == 40:
+                read = scope.report
+    return read
+
+
+def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Most ends of short epochs only mark the epoch; a later end closes a few at once. The same
+    run with every epoch closed at its end (no epoch may wait) gives the same report (every
+    epoch's summary and findings, the run's), the same panels, and the same report mid-run. (No
+    host sampler: its samples come from the real machine, in real time.)"""
+    monkeypatch.setattr(session_module, "SignalCollector", functools.partial(SignalCollector, host=False))
+    costly = _Costly(clocked, monkeypatch)
+    marked: list[int] = []
+    real_mark = Timeline.mark_epoch
+
+    def counting(self: Timeline, *args: Any, **kwargs: Any) -> bool:
+        done = real_mark(self, *args, **kwargs)
+        marked.append(done)
+        return done
+
+    monkeypatch.setattr(Timeline, "mark_epoch", counting)
+    seen: list[tuple[object, ...]] = []  # what each diagnosis saw, beyond the span
+    real_diagnose = session_module.diagnose
+
+    def diagnose(context: Any) -> Any:
+        run = context.run_span
+        seen.append(
+            (context.first_epoch, context.steps_before, context.epoch_steps, run and (run.wall_ns, run.steps))
+        )
+        return real_diagnose(context)
+
+    monkeypatch.setattr(session_module, "diagnose", diagnose)
+    waited_mid = _varied_epochs(tmp_path / "waited", clocked, 120)
+    waited_seen = sorted(seen, key=str)
+    waited = _read(tmp_path / "waited")
+    waited_panels = list(costly.panels)
+    assert sum(marked) >= 60  # most epochs waited
+    monkeypatch.setattr(session_module, "MAX_WAITING", 0)
+    costly.panels.clear()
+    marked.clear()
+    seen.clear()
+    at_once_mid = _varied_epochs(tmp_path / "at once", clocked, 120)
+    at_once = _read(tmp_path / "at once")
+    assert not any(marked)
+    assert [e["index"] for e in waited["epochs"]] == list(range(120))
+    assert waited_seen == sorted(seen, key=str)
+    steps = [e["summary"]["steps"] for e in waited["epochs"]]
+    assert {(index, before) for index, before, *_ in seen} == {(i, sum(steps[:i])) for i in range(120)}
+    assert any(run is not None for *_, run in seen)  # an epoch of long logging: the run so far
+    for key in ("epochs", "summary", "findings", "notes", "tail"):
+        assert waited.get(key) == at_once.get(key), key
+    assert waited_panels == costly.panels
+    assert any("more since the last panel" in title for title in waited_panels)
+    assert waited_mid is not None
+    assert at_once_mid is not None
+    assert report_to_dict(waited_mid)["epochs"] == report_to_dict(at_once_mid)["epochs"]
+    assert len(waited_mid.epochs) == 41
 
 
 @pytest.mark.parametrize(("epoch_ms", "epochs"), [(500, 6), (1, 1000)])

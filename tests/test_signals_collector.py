@@ -13,10 +13,12 @@ from test_signals_host import FakeHost
 
 from stallscope import StallScope
 from stallscope.config import ScopeConfig
+from stallscope.hooks import session as session_module
 from stallscope.hooks.session import Session
 from stallscope.signals import collector as collector_module
 from stallscope.signals.collector import SignalCollector
 from stallscope.signals.cuda_events import CudaDevice
+from stallscope.timeline.stats import EpochBoundary
 
 MS = 1_000_000
 
@@ -162,3 +164,72 @@ def test_a_real_plain_loop_leaves_no_threads_behind(tmp_path: Path) -> None:
     assert stallscope_threads() == []
     assert scope.report is not None
     assert scope.report.summary.nvml is None
+
+
+def _pass(session: Session, clock: FakeClock, index: int) -> None:
+    """One short pass over a loader, as the plain loop's hooks record it."""
+    session.note_loader(None, None)
+    session.timeline.begin_epoch(in_process_data=True)
+    steps(session, clock, 3, data_ms=1, compute_ms=2)
+    session.timeline.note_boundary(EpochBoundary(index, 0, 0, 0))
+
+
+def test_a_short_epoch_that_waits_keeps_the_host_window_of_its_end(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU an epoch end with nothing due leaves the epoch's close for later, but closes
+    the host's window then: a sample taken in epoch 1 is epoch 1's, not the epoch that closes it."""
+    seen: dict[int, object] = {}
+    real = session_module.diagnose
+
+    def diagnose(context: Any) -> Any:
+        seen.setdefault(context.first_epoch, context.host_signals)
+        return real(context)
+
+    monkeypatch.setattr(session_module, "diagnose", diagnose)
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    _pass(session, clock, 0)
+    assert session.end_epoch() is not None  # the first epoch: closed at its end
+    _pass(session, clock, 1)
+    host = session.signals.host
+    assert host is not None
+    host.sample_once()  # the sampler's tick, inside epoch 1
+    assert session.end_epoch() is None  # waits
+    _pass(session, clock, 2)
+    assert session.end_epoch() is None
+    assert (session.epochs_ended, len(session.epochs)) == (3, 1)
+    report = session.report  # closes the waiting epochs
+    assert report is not None
+    assert [epoch.index for epoch in report.epochs] == [0, 1, 2]
+    assert seen[1] is not None  # the sample's window
+    assert seen[2] is None
+    session.finish(print_run=False)
+
+
+def test_on_cuda_every_epoch_is_closed_at_its_end(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML's and the CUDA events' windows close at an epoch's end: no epoch waits."""
+    device = FakeDevice()
+    facts = CudaDevice(
+        index=0,
+        name="Fake GPU",
+        uuid=None,
+        capability=(9, 0),
+        total_memory_bytes=80 * 2**30,
+        max_reserved_bytes=2**30,
+        max_allocated_bytes=2**29,
+        tf32_matmul=False,
+    )
+    monkeypatch.setattr(collector_module, "cuda_facts", lambda: facts)
+    monkeypatch.setattr(collector_module, "event_factory", lambda: device.event)
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    for index in range(5):
+        _pass(session, clock, index)
+        device.done_until = 1e12
+        assert session.end_epoch() is not None
+    assert not session.signals.windows_wait
+    assert len(session.epochs) == 5
+    session.finish(print_run=False)

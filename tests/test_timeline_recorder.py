@@ -1,14 +1,16 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from conftest import FakeClock
 
 from stallscope.timeline.phases import BUILTIN_PHASES
-from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, GOT, NONE, STEP, Timeline
-from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanStats
+from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, GOT, NATIVE_MODULE, NONE, STEP, Timeline
+from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanSnapshot, SpanStats
+
+_native = NATIVE_MODULE
 
 
 @pytest.fixture
@@ -859,3 +861,155 @@ def test_an_epoch_snapshot_that_pauses_reads_each_clock_once_and_cuts_the_pause_
     assert span.boundaries == ()
     _assert_partition(span)
     assert tl.run_stats().wall_ns == 330
+
+
+# -- epochs closed later (``mark_epoch``) ------------------------------------------------------
+
+
+def _scripted_run(seed: int, end: Callable[[Timeline, FakeClock, FakeClock], None]) -> Timeline:
+    """A run of random epochs (steps with waits, compute, a custom phase now and then, data CPU,
+    a pass's boundary) on fake clocks; ``end`` ends each epoch. The same seed drives the same run."""
+    rng = random.Random(seed)
+    clock, cpu_clock = FakeClock(), FakeClock()
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=64)
+    tl.start()
+    for epoch in range(rng.randint(3, 12)):
+        tl.begin_epoch(in_process_data=rng.random() < 0.7)
+        _open_pass(tl, clock, iter_ns=rng.randint(0, 50))
+        # up to 600 steps: some epochs span a fold of the log (FOLD_AT entries) or wrap the ring
+        for _ in range(rng.choice((0, 1, 3, 40, 600))):
+            tl.data_begin()
+            clock.advance(rng.randint(0, 30))
+            cpu_clock.advance(rng.randint(0, 20))
+            tl.data_end(got_item=True)
+            tl.enter(tl.phase_id("compute"))
+            clock.advance(rng.randint(1, 100))
+            tl.leave()
+            if rng.random() < 0.1:
+                tl.enter(tl.phase_id(rng.choice(("logging", f"custom-{epoch}"))))
+                clock.advance(rng.randint(1, 50))
+                tl.leave()
+        _close_pass(tl, clock, last_ns=rng.randint(0, 20))
+        tl.note_boundary(EpochBoundary(epoch, 1, 2, 3))
+        clock.advance(rng.randint(0, 40))  # the user's code after the pass
+        cpu_clock.advance(rng.randint(0, 40))
+        end(tl, clock, cpu_clock)
+    _step(tl, clock, wait=5, compute=7)  # a step after the last epoch end
+    return tl
+
+
+def _record(span: SpanStats) -> tuple[object, ...]:
+    return (
+        span.wall_ns,
+        span.steps,
+        span.epochs,
+        dict(span.phase_ns),
+        dict(span.phase_counts),
+        span.step_total_ns,
+        span.step,
+        span.data_wait,
+        span.data_cpu_ns,
+        span.process_cpu_ns,
+        span.boundaries,
+        span.windows,
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_an_epoch_closed_at_its_mark_is_the_epoch_closed_at_its_end(seed: int) -> None:
+    """Two timelines record the same run. One closes each epoch at its end, pausing while
+    StallScope works (``end_epoch_snapshot(pause=True)`` ... ``resume``); the other marks it
+    (``mark_epoch``) after the same work and has it closed by a later fold: every epoch's
+    statistics, its steps and the run's are the same, and the work is cut out of both alike."""
+    at_end: list[SpanStats] = []
+    at_mark: list[tuple[object, SpanStats]] = []
+    marks = iter(range(100))
+
+    def close_now(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
+        at_end.append(tl.end_epoch_snapshot(pause=True).stats())
+        clock.advance(1000)  # StallScope's own work
+        cpu_clock.advance(700)
+        tl.resume()
+
+    def mark(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
+        at = (clock(), cpu_clock())
+        clock.advance(1000)
+        cpu_clock.advance(700)
+        token = next(marks)
+        assert tl.mark_epoch(token, at=at)
+        # some closes wait for a fold of the log, some happen at the next epoch end
+        if token % 3 == 0:
+            at_mark.extend((token, snapshot.stats()) for token, snapshot, _ in tl.closed_epochs())
+
+    now = _scripted_run(seed, close_now)
+    later = _scripted_run(seed, mark)
+    at_mark.extend((token, snapshot.stats()) for token, snapshot, _ in later.closed_epochs())
+    assert [token for token, _ in at_mark] == list(range(len(at_end)))
+    assert [_record(span) for _, span in at_mark] == [_record(span) for span in at_end]
+    assert _record(later.run_stats()) == _record(now.run_stats())
+    assert _record(later.end_epoch()) == _record(now.end_epoch())  # the epoch after the last end
+
+
+def test_an_epoch_mark_asks_for_the_run_as_of_its_end(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
+    """``run_if`` sees the epoch's snapshot; when it says so, the run's snapshot is taken as of the
+    epoch's end, not as of the fold that closes it."""
+    seen: list[int] = []
+
+    def wanted(snapshot: SpanSnapshot) -> bool:
+        seen.append(snapshot.steps)
+        return snapshot.steps == 2
+
+    for steps in (2, 1):
+        _open_pass(tl, clock)
+        for _ in range(steps):
+            _step(tl, clock, wait=10, compute=100)
+        tl.note_boundary(EpochBoundary(0, 0, 0, 0))
+        cpu_clock.advance(40)
+        assert tl.mark_epoch(steps, at=(clock(), cpu_clock()), run_if=wanted)
+    _step(tl, clock, wait=10, compute=100)
+    (first, _, run), (second, _, none) = tl.closed_epochs()
+    assert (first, second, seen) == (2, 1, [2, 1])
+    assert none is None
+    assert run is not None
+    span = run.stats()
+    assert (span.wall_ns, span.steps, span.process_cpu_ns, len(span.boundaries)) == (220, 2, 40, 1)
+    assert tl.closed_epochs() == []  # each once
+
+
+def test_an_epoch_is_marked_only_when_it_can_wait(tl: Timeline, clock: FakeClock) -> None:
+    """No pass noted (the epoch may be empty), a paused or a stopped clock: the epoch must be
+    closed at once, and ``mark_epoch`` does nothing."""
+    _step(tl, clock, wait=10, compute=100)
+    assert not tl.markable
+    assert not tl.mark_epoch("no pass", at=(clock(), 0))
+    tl.note_boundary(EpochBoundary(0, 0, 0, 0))
+    tl.pause()
+    assert not tl.mark_epoch("paused", at=(clock(), 0))
+    tl.resume()
+    assert tl.markable
+    tl.stop()
+    assert not tl.mark_epoch("stopped", at=(clock(), 0))
+    assert tl.closed_epochs() == []
+    assert tl.end_epoch().steps == 1
+
+
+@pytest.mark.skipif(_native is None, reason="the C hot path is not in use")
+def test_the_c_fold_takes_the_first_entries_out_of_the_log_and_leaves_the_rest(tl: Timeline, clock: FakeClock) -> None:
+    """``fold(timeline, log, upto)`` folds the first ``upto`` entries and keeps the others, in
+    order, for the next fold; ``upto`` is an even number of entries."""
+    assert _native is not None
+    tl.enter(tl.phase_id("compute"))
+    clock.advance(100)
+    tl.leave()
+    clock.advance(50)
+    tl.enter(tl.phase_id("logging"))
+    log = tl._log
+    rest = log.copy()[4:]
+    with pytest.raises(ValueError, match="even"):
+        _native.fold(tl, log, 3)
+    _native.fold(tl, log, 4)
+    assert log.copy() == rest
+    assert tl.run_stats().phase_ns["compute"] == 100
+    clock.advance(30)
+    tl.leave()
+    assert tl.run_stats().phase_ns["logging"] == 30

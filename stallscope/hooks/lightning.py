@@ -787,13 +787,15 @@ class _FitRun:
         if not self._in_epoch:
             return
         self._in_epoch = False
-        index = len(self.session.epochs)
+        index = self.session.epochs_ended
         boundary = EpochBoundary(index, self._setup_ns, self._first_wait_ns or 0, 0)
         self._setup_ns, self._first_wait_ns = 0, None
         self.timeline.note_boundary(boundary)
-        epoch = self.session.end_epoch()
+        # the headline numbers are logged at this epoch's end: its close cannot wait
+        headline = pl_module is not None and self._headline_wanted()
+        epoch = self.session.end_epoch(may_wait=not headline)
         self.flush_console(during_training=True)
-        if epoch is not None and pl_module is not None and self._headline_wanted():
+        if epoch is not None and headline:
             self.log_headline(pl_module, epoch.get())
 
     def _headline_wanted(self) -> bool:

@@ -259,7 +259,7 @@ class StallScope(LightningCallbacks):
                 try:
                     if self._active and self._in_epoch:
                         self._end_epoch()
-                    print_run = self._active and len(self._session.epochs) > 1
+                    print_run = self._active and self._session.epochs_ended > 1
                     self._session.finish(print_run=print_run)
                     break
                 except Exception as exc:
@@ -339,7 +339,7 @@ class StallScope(LightningCallbacks):
             self._session.note_loader(loader, batches, iterable)
             timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
             self._in_epoch = True
-            index = len(self._session.epochs)
+            index = self._session.epochs_ended
             timeline.data_begin(new_step=False)
         except Exception as exc:
             self._fail(exc)

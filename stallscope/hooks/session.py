@@ -9,8 +9,10 @@ every epoch is summarised and diagnosed (``epochs[]`` has them all), but its pan
 only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when that many
 seconds passed since the previous one), and its report is handed to a
 ``ReportWriter``, which writes it at once or, while writes would take more than 0.25% of the run,
-a little later (and while one waits, later epoch ends skip taking theirs). The final report and
-panel are always written in full.
+a little later (and while one waits, later epoch ends skip taking theirs). An epoch end with
+neither due only marks the epoch's end and reads what must be read then; the epoch is closed with
+a few others at a later epoch end (``Session._wait``). The final report and panel are always
+written in full.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar, cast
 
 from rich.console import Console
 
@@ -39,12 +41,12 @@ from stallscope.report.io import REPORT_NAME
 from stallscope.report.render import plain, print_diagnosis
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
-from stallscope.signals.calls import CallMeter
+from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals
 from stallscope.signals.host import HostInfo, host_info
-from stallscope.signals.host_sampler import memory_risk_note
+from stallscope.signals.host_sampler import HostSummary, memory_risk_note
 from stallscope.signals.loader import LoaderConfig, probe_batch_s
-from stallscope.signals.saves import SaveMeter
+from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
 from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanSnapshot, SpanStats
@@ -64,6 +66,12 @@ MAX_EPOCHS_IN_REPORT = 500
 #: next to the epoch, and its snapshot holds 16 bytes a step until then (this bounds what the
 #: epochs waiting for a report write hold to 8 MB)
 MAKE_AT_ONCE_STEPS = 1024
+#: most epochs whose close waits (``Session._wait``) at a time: bounds what they hold until then
+#: (their recent steps, at most 64 kB each) and the work of the epoch end that closes them
+MAX_WAITING = 16
+#: only an epoch shorter than this waits: a longer one's end (about 0.15 ms between training
+#: steps) is already a small share of it
+WAIT_UNDER_NS = 100_000_000
 
 
 T = TypeVar("T")
@@ -117,6 +125,22 @@ def ending_note(exc: BaseException, what: str = "run") -> str:
     if isinstance(exc, Exception):
         return f"the {what} ended with an exception ({detail})"
     return f"the {what} was interrupted ({detail})"
+
+
+class _Facts(NamedTuple):
+    """What the rules know of the run that may change as it goes (``Session._facts``), read when
+    an epoch ends: an epoch whose close waits (``Session._wait``) is diagnosed with these."""
+
+    loader: LoaderConfig | None
+    batches_per_epoch: int | None
+    batch_tensors: int | None
+    batch_bytes: int | None
+    in_process_batch_s: float | None
+    precision: str | None
+    shape: RunShape | None
+    data_parallel_devices: int | None
+    saves: SaveSummary | None
+    logging_calls: CallSummary | None
 
 
 class Session:
@@ -183,7 +207,13 @@ class Session:
             else None
         )
         self._started_at = ""
+        self._cpu_clock = cpu_clock
         self._epoch_index = 0
+        #: epochs whose close waits (``_wait``), and the steps of the epochs closed so far
+        self._waiting = 0
+        self._steps_ended = 0
+        #: when the last epoch end was over (a clock reading)
+        self._ended_at = 0
         #: when the last epoch panel was printed (a clock reading), and epochs ended since
         self._last_panel: int | None = None
         self._unprinted = 0
@@ -268,27 +298,82 @@ class Session:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
         self.signals.note_batch(batch)
 
-    def end_epoch(self) -> Later[EpochReport] | None:
+    def end_epoch(self, *, may_wait: bool = True) -> Later[EpochReport] | None:
         """Close the epoch: print it, write the report (on their budgets); its report, made when
-        asked for. None for an empty epoch."""
+        asked for. None for an empty epoch, and for one whose close waits (``may_wait``: see
+        ``_wait``)."""
+        if may_wait and self._wait():
+            return None
         timeline = self.timeline
         was_paused = timeline.paused
         # the work below (and a report write or a panel, when due) is StallScope's time, not the
         # run's: the clock pauses where the epoch ends
         snapshot = timeline.end_epoch_snapshot(pause=True)
-        if snapshot.steps == 0 and snapshot.epochs == 0:
-            if not was_paused:
-                timeline.resume()
-            return None
+        empty = snapshot.steps == 0 and snapshot.epochs == 0
         try:
-            return self._close_epoch(snapshot)
+            self._settle()  # the epochs that ended before this one, first
+            return None if empty else self._close_epoch(snapshot)
         finally:
-            timeline.resume()
+            if not (empty and was_paused):
+                timeline.resume()
+            self._ended_at = self._clock()
+
+    def _wait(self) -> bool:
+        """An epoch end with nothing due (no panel, no report write) leaves the epoch's close to a
+        later one: the timeline marks where the epoch ends (``Timeline.mark_epoch``), this end
+        reads what only it can (what the rules will know, the host's window), and the epoch's
+        statistics and place in the report are made, together with up to
+        ``MAX_WAITING - 1`` others, at the next epoch end that has something to do, or when the
+        report is asked for. Between training steps an epoch end costs what it touches, so a few
+        dozen short epochs closed at once cost less than each at its end. Only an epoch shorter
+        than ``WAIT_UNDER_NS``; not the first one (its panel is printed), nor a distributed
+        job's (the ranks exchange each epoch), nor one on CUDA (NVML's and the CUDA events'
+        windows close at the epoch's end)."""
+        if self._waiting >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
+            return False
+        timeline = self.timeline
+        signals = self.signals
+        if not timeline.markable or not signals.windows_wait:
+            return False
+        now = self._clock()
+        if now - self._ended_at >= WAIT_UNDER_NS:
+            return False
+        if self._console is not None and self._panel_due(now):
+            return False
+        if self._writer is not None and self._writer.wants_report(now):
+            return False
+        index = self._epoch_index
+        at = (now, self._cpu_clock())
+        timeline.mark_epoch((index, self._facts(), signals.close_host_window()), at=at, run_if=self._pools)
+        self._ended_at = now
+        self._epoch_index += 1
+        self._waiting += 1
+        self._latest = None  # the run moved on: taken when asked for (``report``)
+        return True
+
+    def _settle(self) -> None:
+        """Close the epochs whose close waited (``_wait``), oldest first."""
+        if not self._waiting:
+            return
+        self._waiting = 0
+        for token, snapshot, run in self.timeline.closed_epochs():
+            index, facts, host = cast("tuple[int, _Facts, HostSummary | None]", token)
+            signals = self.signals.host_signals(host)
+            known = self._known(signals, first_epoch=index, facts=facts)
+            self._keep_epoch(index, snapshot, signals, known, run.span if run is not None else None)
+            if snapshot.steps > 0:
+                self._unprinted += 1  # no panel was due at its end
+
+    @property
+    def epochs_ended(self) -> int:
+        """Epochs ended so far, empty ones aside (each epoch's index is its place in this count)."""
+        return self._epoch_index
 
     @property
     def report(self) -> Report | None:
         """The latest report: the final one once the run finished; else the run so far, as of the
         last epoch end (or, after an epoch end whose report the writer did not want, as of now)."""
+        self._settle()
         if self._latest is None and self.epochs:
             self._latest = self._report_job(complete=False)
         return self._latest.get() if self._latest is not None else None
@@ -297,24 +382,54 @@ class Session:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window()
-        steps = snapshot.steps
-        if steps > 0:
-            self.epoch_steps = max(self.epoch_steps or 0, steps)
-        # where the epoch lies in the run, and the run so far: the frequency rules take a phase's
-        # cost from its totals (not its percentiles: the snapshot's span is used unsorted), so only
-        # an epoch where such a phase could be worth a finding pays for the snapshot
+        run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
+        epoch = self._keep_epoch(index, snapshot, signals, self._known(signals, first_epoch=index), run_span)
+        if index == 0 and (self.job is None or self.job.exchange is None):
+            self._join_job()  # torch.distributed may have come up inside the ``with`` block
+        if self.job is not None:  # rank 0 speaks for the job; the others write their own file
+            return self._close_job_epoch(index, epoch, snapshot)
+        if snapshot.steps > 0:
+            self._print_epoch(index, epoch, snapshot)
+        writer = self._writer
+        if writer is not None and writer.wants_report():
+            job = self._latest = self._report_job(complete=False)
+            writer.submit(job.get)
+        else:
+            self._latest = None  # taken when asked for (``report``)
+        return epoch
+
+    def _pools(self, snapshot: SpanSnapshot) -> bool:
+        """Whether an epoch's report needs the run so far (``Context.run_span``): the frequency
+        rules take a phase's cost from its totals (not its percentiles: the snapshot's span is used
+        unsorted), so only an epoch where such a phase could be worth a finding pays for it."""
         phase_ns = snapshot.phase_ns
         frequent = sum(phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
-        pooled = snapshot.wall_ns > 0 and frequent >= self.config.min_saving * snapshot.wall_ns
-        run_span = self.timeline.run_snapshot().span if pooled else None
-        known = self._known(signals, steps_before=self.timeline.steps - steps, first_epoch=index, run_span=run_span)
+        return snapshot.wall_ns > 0 and frequent >= self.config.min_saving * snapshot.wall_ns
+
+    def _keep_epoch(
+        self,
+        index: int,
+        snapshot: SpanSnapshot,
+        signals: Signals,
+        known: functools.partial[Context],
+        run_span: SpanStats | None,
+    ) -> Later[EpochReport]:
+        """The epoch's place in the report: its report, made when first asked for (at once for a
+        long epoch). ``known``: what the rules knew when it ended."""
+        steps = snapshot.steps
+        steps_before = self._steps_ended
+        self._steps_ended += steps
+        if steps > 0:
+            self.epoch_steps = max(self.epoch_steps or 0, steps)
+        epoch_steps = self.epoch_steps
 
         def make() -> EpochReport:
             stats = snapshot.stats()
+            context = known(span=stats, steps_before=steps_before, run_span=run_span, epoch_steps=epoch_steps)
             return EpochReport(
                 index=index,
                 summary=self.summarize(stats, signals),
-                findings=tuple(diagnose(known(span=stats))),
+                findings=tuple(diagnose(context)),
             )
 
         epoch = Later(make)
@@ -324,18 +439,6 @@ class Session:
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
-        if index == 0 and (self.job is None or self.job.exchange is None):
-            self._join_job()  # torch.distributed may have come up inside the ``with`` block
-        if self.job is not None:  # rank 0 speaks for the job; the others write their own file
-            return self._close_job_epoch(index, epoch, snapshot)
-        if steps > 0:
-            self._print_epoch(index, epoch, snapshot)
-        writer = self._writer
-        if writer is not None and writer.wants_report():
-            job = self._latest = self._report_job(complete=False)
-            writer.submit(job.get)
-        else:
-            self._latest = None  # taken when asked for (``report``)
         return epoch
 
     def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
@@ -382,12 +485,9 @@ class Session:
         if self._console is None:
             return
         now = self._clock()
-        if self._last_panel is not None:
-            interval = self.config.print_interval_s
-            wait_ns = self._panel_cost_ns / PRINT_SHARE if interval is None else interval * 1e9
-            if now - self._last_panel < wait_ns:
-                self._unprinted += 1
-                return
+        if not self._panel_due(now):
+            self._unprinted += 1
+            return
         epoch = later.get()
         title = f"epoch {index}"
         if self._unprinted:
@@ -402,8 +502,17 @@ class Session:
         self._last_panel = now if self.config.print_interval_s is not None else end
         self._unprinted = 0
 
+    def _panel_due(self, now: int) -> bool:
+        """Whether an epoch panel is due at ``now`` (a reading of the clock): see ``_print_epoch``."""
+        if self._last_panel is None:
+            return True
+        interval = self.config.print_interval_s
+        wait_ns = self._panel_cost_ns / PRINT_SHARE if interval is None else interval * 1e9
+        return now - self._last_panel >= wait_ns
+
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
+        self._settle()
         self.signals.stop()
         if self._writer is not None:
             self._writer.close()  # no mid-run report is written after this
@@ -479,6 +588,21 @@ class Session:
         """What the rules see of ``span``: the run (the defaults) or one of its epochs."""
         return self._known(signals, steps_before=steps_before, first_epoch=first_epoch, run_span=run_span)(span=span)
 
+    def _facts(self) -> _Facts:
+        """What the rules know of the run that may change as it goes, as of now."""
+        return _Facts(
+            self.loader,
+            self.batches_per_epoch,
+            self.batch_tensors,
+            self.batch_bytes,
+            self.in_process_batch_s,
+            self.precision,
+            self.shape,
+            self.data_parallel_devices,
+            self.saves.summary(),
+            self.logging_calls.summary(),
+        )
+
     def _known(
         self,
         signals: Signals | None = None,
@@ -486,33 +610,36 @@ class Session:
         steps_before: int = 0,
         first_epoch: int = 0,
         run_span: SpanStats | None = None,
+        facts: _Facts | None = None,
     ) -> functools.partial[Context]:
-        """``context`` but the span, as of now: an epoch end reads what it knows when it ends, and
-        its ``Context`` is made (given the span) when its report is made."""
+        """``context`` but the span, as of now (or with the ``facts`` an epoch end read): an epoch
+        end reads what it knows when it ends, and its ``Context`` is made (given the span) when
+        its report is made."""
         signals = signals if signals is not None else Signals()
+        f = facts if facts is not None else self._facts()
         return functools.partial(
             Context,
-            loader=self.loader,
+            loader=f.loader,
             cores=self.rank_cores,
             config=self.analysis,
-            batches_per_epoch=self.batches_per_epoch,
-            batch_tensors=self.batch_tensors,
-            batch_bytes=self.batch_bytes,
-            in_process_batch_s=self.in_process_batch_s,
+            batches_per_epoch=f.batches_per_epoch,
+            batch_tensors=f.batch_tensors,
+            batch_bytes=f.batch_bytes,
+            in_process_batch_s=f.in_process_batch_s,
             compute_threads=compute_threads(on_cuda=True if self.signals.cuda_device is not None else None),
             nvml=signals.nvml,
             host_signals=signals.host,
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
-            precision=self.precision,
-            shape=self.shape,
+            precision=f.precision,
+            shape=f.shape,
             epoch_steps=self.epoch_steps,
             steps_before=steps_before,
             first_epoch=first_epoch,
             run_span=run_span,
-            data_parallel_devices=self.data_parallel_devices,
-            saves=self.saves.summary(),
-            logging_calls=self.logging_calls.summary(),
+            data_parallel_devices=f.data_parallel_devices,
+            saves=f.saves,
+            logging_calls=f.logging_calls,
         )
 
     @property

@@ -91,9 +91,10 @@ class ReportWriter:
         #: mid-run writes so far (on either thread)
         self.writes = 0
 
-    def wants_report(self) -> bool:
-        """Whether an epoch end should hand in its report: a write is due, or none is pending."""
-        return self._pending is None or self._clock() >= self._next_ns
+    def wants_report(self, now: int | None = None) -> bool:
+        """Whether an epoch end should hand in its report: a write is due, or none is pending.
+        ``now``: a reading of the clock just taken."""
+        return self._pending is None or (self._clock() if now is None else now) >= self._next_ns
 
     def submit(self, build: Callable[[], Report]) -> None:
         """An epoch's report: written now if the budget allows, else kept for later."""

@@ -183,6 +183,24 @@ class SignalCollector:
             return _NO_SIGNALS  # a short epoch on the CPU: frozen, so one serves them all
         return Signals(nvml=nvml, host=host, cuda=cuda, cuda_device=device)
 
+    @property
+    def windows_wait(self) -> bool:
+        """Whether only the host is sampled (no NVML, no CUDA): then an epoch end may close the
+        host's window alone (``close_host_window``) and the epoch's ``Signals`` be made later
+        (``host_signals``). NVML's and the CUDA events' windows, and a CUDA device's memory, are
+        read by ``close_window`` itself."""
+        return self.nvml is None and self.timer is None and self.cuda_device is None
+
+    def close_host_window(self) -> HostSummary | None:
+        """``close_window`` where only the host is sampled (``windows_wait``): the host's window."""
+        host = self.host
+        return self._summary("host", host.close_window) if host is not None else None
+
+    @staticmethod
+    def host_signals(host: HostSummary | None) -> Signals:
+        """The ``Signals`` of a window ``close_host_window`` closed."""
+        return _NO_SIGNALS if host is None else Signals(host=host)
+
     def run_window(self) -> Signals:
         """The signals of the whole run so far."""
         return Signals(

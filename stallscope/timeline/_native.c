@@ -1063,17 +1063,29 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
 static PyObject *
 native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !(EventLog_Check(args[1]) || PyList_Check(args[1]))) {
-        PyErr_SetString(PyExc_TypeError, "fold(timeline, events): events is an EventLog or a list");
+    if ((nargs != 2 && nargs != 3) || !(EventLog_Check(args[1]) || PyList_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "fold(timeline, events[, upto]): events is an EventLog or a list");
         return NULL;
     }
     PyObject *timeline = args[0];
+    /* how many entries to fold (an even number): all of them, or the first ``upto`` */
+    Py_ssize_t upto = PY_SSIZE_T_MAX;
+    if (nargs == 3) {
+        upto = PyLong_AsSsize_t(args[2]);
+        if (upto == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (upto < 0 || upto % 2) {
+            PyErr_SetString(PyExc_ValueError, "fold: upto must be an even number >= 0");
+            return NULL;
+        }
+    }
     /* the events as a C array of their own: the window's close runs Python, which could log more */
     long long *events;
     Py_ssize_t n;
     if (EventLog_Check(args[1])) { /* taken out of the log first: none is ever folded twice */
         EventLog *log = (EventLog *)args[1];
-        n = log->len;
+        n = log->len < upto ? log->len : upto;
         events = PyMem_Malloc(n > 0 ? (size_t)n * sizeof(long long) : 1);
         if (events == NULL) {
             return PyErr_NoMemory();
@@ -1081,10 +1093,19 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         if (n > 0) {
             memcpy(events, log->items, (size_t)n * sizeof(long long));
         }
-        log_clear(log);
+        if (n == log->len) {
+            log_clear(log);
+        }
+        else { /* the rest moves to the front */
+            memmove(log->items, log->items + n, (size_t)(log->len - n) * sizeof(long long));
+            log->len -= n;
+        }
     }
     else if ((events = read_ints(args[1], 0, &n)) == NULL) {
         return NULL;
+    }
+    else if (n > upto) { /* a list is read, not changed */
+        n = upto;
     }
     Folding f = {0};
     Py_buffer rings[R_COUNT] = {{0}};
@@ -1182,8 +1203,8 @@ done:
 
 static PyMethodDef native_methods[] = {
     {"fold", (PyCFunction)(void (*)(void))native_fold, METH_FASTCALL,
-     "fold(timeline, events): apply the logged events to the timeline's folded state (Timeline._fold_events); "
-     "an EventLog is emptied first."},
+     "fold(timeline, events[, upto]): apply the logged events (the first ``upto`` entries) to the timeline's "
+     "folded state (Timeline._fold_events); they are taken out of an EventLog first."},
     {NULL},
 };
 

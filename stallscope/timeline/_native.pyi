@@ -29,9 +29,10 @@ class EventLog:
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> int: ...
 
-def fold(timeline: object, events: EventLog | list[int], /) -> None:
-    """``recorder.Timeline._fold_events`` in C: apply ``events`` to the timeline's folded state
-    (an ``EventLog`` is emptied first)."""
+def fold(timeline: object, events: EventLog | list[int], upto: int = ..., /) -> None:
+    """``recorder.Timeline._fold_events`` in C: apply ``events`` (the first ``upto`` entries, an
+    even number; all by default) to the timeline's folded state. They are taken out of an
+    ``EventLog`` first; the rest stay, in order."""
 
 class Timer:
     """``recorder.PhaseTimer`` in C."""

@@ -125,6 +125,36 @@ def _raise(exc: Exception) -> None:
     raise exc
 
 
+class _Mark(NamedTuple):
+    """An epoch ended by ``Timeline.mark_epoch``, waiting for the fold to reach its ``END``: what
+    only that instant could read, and StallScope's own time right after it, to cut out."""
+
+    #: the log's length just after its ``END`` (entries since the last fold)
+    at: int
+    #: the caller's, handed back with the epoch's snapshot
+    token: object
+    #: when the epoch ended, and the process's CPU time then (ns)
+    now: int
+    cpu: int
+    #: the sampled in-process waits' CPU and wall time so far, and whether the epoch's and the
+    #: run's loading were all in this process
+    data_cpu: int
+    data_cpu_wall: int
+    data_cpu_valid: bool
+    data_cpu_valid_run: bool
+    #: the passes noted in the epoch; phases named by then; passes begun and noted in the run by then
+    boundaries: list[EpochBoundary]
+    known: int
+    run_epochs: int
+    run_boundaries: int
+    #: StallScope's own wall and CPU time from ``now`` to the mark (the epoch end's work), cut out
+    #: of the run as ``pause`` ... ``resume`` would
+    gap: int
+    cpu_gap: int
+    #: given the epoch's snapshot: whether to take the run's as of the same instant as well
+    run_if: Callable[[SpanSnapshot], bool] | None
+
+
 class PhaseProbe(NamedTuple):
     """What the timeline looked like at one instant, as another thread may read it (``probe``)."""
 
@@ -240,6 +270,8 @@ class Timeline:
         "_on_watch_enter",
         "_on_watch_leave",
         "_tracked",
+        "_marks",
+        "_closed",
     )
 
     def __init__(
@@ -350,6 +382,12 @@ class Timeline:
         self._on_watch_leave: Callable[[], None] = _nothing
         #: while a phase is watched: the phases the methods below entered and have not left
         self._tracked: list[int] = []
+        #: epochs ended by ``mark_epoch`` whose events are not folded yet, oldest first: what the
+        #: fold needs to close each where its ``END`` lies in the log (``_close_mark``)
+        self._marks: list[_Mark] = []
+        #: epochs the fold closed at their marks, for ``closed_epochs``: (token, the epoch's
+        #: snapshot, the run's as of its end or None)
+        self._closed: list[tuple[object, SpanSnapshot, SpanSnapshot | None]] = []
 
     # -- set-up --------------------------------------------------------------------------
 
@@ -668,6 +706,9 @@ class Timeline:
             return
         self._folds += 1
         try:
+            if self._marks:  # epochs ended in the log: each is closed where its END lies
+                self._fold_closing(log)
+                return
             if isinstance(log, list):
                 pending = log.copy()
                 log.clear()
@@ -676,6 +717,51 @@ class Timeline:
                 _native.fold(self, log)
         finally:
             self._folds += 1
+
+    def _fold_closing(self, log: list[int] | _native.EventLog) -> None:
+        """Fold a log that holds epochs' ends: closing them is StallScope's work, and the fold may
+        run inside a step (the log filled up), so it is cut out of the run as ``pause`` ...
+        ``resume`` would: the phase in progress is credited up to the fold's start."""
+        cut = self._paused_at is None  # (marks are folded before any pause: always)
+        start = self._clock() if cut else 0
+        start_cpu = self._cpu_clock() if cut else 0
+        try:
+            self._fold_marks(log)
+            if isinstance(log, list):
+                pending = log.copy()
+                log.clear()
+                self._fold_events(pending)
+            elif log:
+                _native.fold(self, log)
+        finally:
+            if cut:
+                self._totals[self._cur] += start - self._mark
+                self._mark = start
+                self._paused_at = start
+                self._paused_cpu = start_cpu
+                self.resume()
+
+    def _fold_marks(self, log: list[int] | _native.EventLog) -> None:
+        """Fold the log up to each epoch end ``mark_epoch`` left in it, in order, closing each
+        epoch there (``_close_mark``). A failure part-way drops the marks not reached: their
+        places in the log are not known any more."""
+        marks = self._marks
+        taken = 0
+        try:
+            while marks:
+                mark = marks.pop(0)
+                upto = mark.at - taken
+                taken = mark.at
+                if isinstance(log, list):
+                    pending = log[:upto]
+                    del log[:upto]
+                    self._fold_events(pending)
+                else:  # the C fold takes the first ``upto`` entries out of the log
+                    _native.fold(self, log, upto)
+                self._closed.append(self._close_mark(mark))
+        except BaseException:
+            marks.clear()
+            raise
 
     def _fold_events(self, pending: list[int]) -> None:
         """The fold's loop in Python. The hot state is held in locals while the loop runs and
@@ -799,39 +885,153 @@ class Timeline:
         """``end_epoch``, with the sorting for the epoch's percentiles left to
         ``SpanSnapshot.stats()`` (its steps are copied: two short ``memcpy``), and the rest of its
         record (phase counts, data CPU, boundaries) made when first asked for. ``pause``: also
-        ``pause`` the clock, at the instant the epoch ends (one reading of each clock for both)."""
+        ``pause`` the clock, at the instant the epoch ends (one reading of each clock for both).
+        Epochs ``mark_epoch`` ended before are closed first (``closed_epochs``)."""
         now = self._flush()
         if self._in_step:
             self._log.extend((END, now))
             self._fold()
-        ep_steps = self._steps - self._ep_steps
         cpu = self._cpu_clock()
         if pause and self._paused_at is None and self._started:
             self._paused_at = now
             self._paused_cpu = cpu
+        boundaries = self._ep_boundaries
+        snapshot = self._epoch_snapshot(
+            now,
+            cpu,
+            self._data_cpu_total,
+            self._data_cpu_wall,
+            self._data_cpu_valid_epoch,
+            boundaries,
+            len(self._names),
+        )
+        self._ep_boundaries = []
+        self._data_cpu_valid_epoch = True
+        self._cpu_due = _NEVER
+        return snapshot
+
+    @property
+    def markable(self) -> bool:
+        """Whether ``mark_epoch`` may end the epoch now."""
+        return self._paused_at is None and self._started and self._live and bool(self._ep_boundaries)
+
+    def mark_epoch(
+        self, token: object, *, at: tuple[int, int], run_if: Callable[[SpanSnapshot], bool] | None = None
+    ) -> bool:
+        """End the epoch at ``at`` (readings of the clock and the CPU clock taken when it ended,
+        before StallScope's work on it) and leave its closing to the next fold: the fold closes it
+        where it lies in the log, as ``end_epoch_snapshot`` would have then, and ``closed_epochs``
+        hands its snapshot back with ``token``. What only this instant can read is read now; the
+        time from ``at`` to now is StallScope's and is cut out, as ``pause`` ... ``resume`` would.
+        ``run_if(snapshot)``: take the run's snapshot as of the same instant too.
+
+        So an epoch end between training steps touches a few objects, not the folded state:
+        between steps, what it touches is what it costs. Call it last in the epoch's end, from
+        the training thread. False, and nothing done, when the epoch must be closed at once
+        (``end_epoch_snapshot``): the clock paused or stopped, or no pass noted in the epoch
+        (``note_boundary``; an epoch with none may be empty): see ``markable``."""
+        if not self.markable:
+            return False
+        now, cpu = at
+        log = self._log
+        log.extend((END, now))
+        end = self._clock()
+        gap = end - now
+        self._marks.append(
+            _Mark(  # (in the order of its fields: keywords cost more, between steps)
+                len(log),
+                token,
+                now,
+                cpu,
+                self._data_cpu_total,
+                self._data_cpu_wall,
+                self._data_cpu_valid_epoch,
+                self._data_cpu_valid_run,
+                self._ep_boundaries,
+                len(self._names),
+                self._epochs,
+                len(self._boundaries),
+                gap,
+                self._cpu_clock() - cpu,
+                run_if,
+            )
+        )
+        self._data_t0 += gap  # a wait in progress (none at a pass's end) does not count it either
+        self._ep_boundaries = []
+        self._data_cpu_valid_epoch = True
+        self._cpu_due = _NEVER
+        return True
+
+    def closed_epochs(self) -> list[tuple[object, SpanSnapshot, SpanSnapshot | None]]:
+        """The epochs ``mark_epoch`` ended, closed, oldest first, each once: (its token, its
+        snapshot, the run's snapshot as of its end when ``run_if`` asked for it)."""
+        self._fold()
+        closed, self._closed = self._closed, []
+        return closed
+
+    def _close_mark(self, mark: _Mark) -> tuple[object, SpanSnapshot, SpanSnapshot | None]:
+        """The fold has just applied the mark's ``END`` (the folded state is as of ``mark.now``):
+        close its epoch there, then cut StallScope's time after it out of the run."""
+        snapshot = self._epoch_snapshot(
+            mark.now, mark.cpu, mark.data_cpu, mark.data_cpu_wall, mark.data_cpu_valid, mark.boundaries, mark.known
+        )
+        run = None
+        if mark.run_if is not None and mark.run_if(snapshot):
+            run = self._run_snapshot_at(
+                mark.now,
+                mark.cpu,
+                mark.data_cpu,
+                mark.data_cpu_wall,
+                mark.data_cpu_valid_run,
+                mark.run_epochs,
+                mark.run_boundaries,
+            )
+        # what ``resume`` shifts, as of this instant: the next event is credited from the mark on
+        gap = mark.gap
+        self._start_ns += gap
+        self._ep_start_ns += gap
+        self._win_start += gap
+        self._step_start += gap
+        self._data_mark += gap
+        self._cpu_start += mark.cpu_gap
+        self._ep_cpu += mark.cpu_gap
+        self._mark = mark.now + gap
+        return mark.token, snapshot, run
+
+    def _epoch_snapshot(
+        self,
+        now: int,
+        cpu: int,
+        data_cpu: int,
+        data_cpu_wall: int,
+        data_cpu_valid: bool,
+        boundaries: list[EpochBoundary],
+        known: int,
+    ) -> SpanSnapshot:
+        """The epoch that ends at ``now`` (the folded state is as of then), given what was read
+        when it ended; the next one starts there."""
+        ep_steps = self._steps - self._ep_steps
         totals, then_totals = self._totals, self._ep_totals
         names = self._names
         # the phases' times now (the report's statistics and the frequency check need them); the
         # rest is read from what the epoch end keeps: the lists it replaces are not changed again
-        phase_ns = self._diff(totals, then_totals)
+        phase_ns = _diff(names, known, totals, then_totals, self._counts)
         new_totals = list(totals)
         new_counts = list(self._counts)
         then_counts = self._ep_counts
-        boundaries = self._ep_boundaries
         epochs = 1 if boundaries or ep_steps else 0
         wall_ns = now - self._ep_start_ns
         step_total_ns = self._step_total - self._ep_step_total
         process_cpu_ns = cpu - self._ep_cpu
         data_cpu_ns = (
             self._scaled_data_cpu(
-                self._data_cpu_total - self._ep_data_cpu,
-                self._data_cpu_wall - self._ep_data_cpu_wall,
+                data_cpu - self._ep_data_cpu,
+                data_cpu_wall - self._ep_data_cpu_wall,
                 totals[_DATA] - then_totals[_DATA],
             )
-            if self._data_cpu_valid_epoch
+            if data_cpu_valid
             else None
         )
-        known = len(names)
 
         def make() -> SpanStats:
             return SpanStats(
@@ -862,11 +1062,8 @@ class Timeline:
         self._ep_steps = self._steps
         self._ep_step_total = self._step_total
         self._ep_cpu = cpu
-        self._ep_data_cpu = self._data_cpu_total
-        self._ep_data_cpu_wall = self._data_cpu_wall
-        self._ep_boundaries = []
-        self._data_cpu_valid_epoch = True
-        self._cpu_due = _NEVER
+        self._ep_data_cpu = data_cpu
+        self._ep_data_cpu_wall = data_cpu_wall
         return snapshot
 
     def run_stats(self) -> SpanStats:
@@ -883,6 +1080,20 @@ class Timeline:
         can be taken later, on any thread, as of now. An epoch end takes one for the report that
         may be written later (``report/writer.py``)."""
         now = self._flush()
+        return self._run_snapshot_at(
+            now,
+            self._cpu_clock(),
+            self._data_cpu_total,
+            self._data_cpu_wall,
+            self._data_cpu_valid_run,
+            self._epochs,
+            len(self._boundaries),
+        )
+
+    def _run_snapshot_at(
+        self, now: int, cpu: int, data_cpu: int, data_cpu_wall: int, data_cpu_valid: bool, epochs: int, boundaries: int
+    ) -> SpanSnapshot:
+        """The run's snapshot at ``now`` (the folded state is as of then), given what was read then."""
         flat = self._windows
         built_from, built_len, built = self._built_windows
         if built_from is not flat or built_len != len(flat):  # new windows closed, or a merge (a new list)
@@ -893,20 +1104,19 @@ class Timeline:
         if self._win_steps * 2 >= self._window_steps:
             busy = self._totals[_COMPUTE]
             windows = (*built, IdleWindow(self._win_steps, now - self._win_start, busy - self._win_busy))
+        kept = self._boundaries
         span = SpanStats(
             wall_ns=now - self._start_ns,
             steps=self._steps,
-            epochs=self._epochs,
+            epochs=epochs,
             step_total_ns=self._step_total,
             phase_ns=self._diff(self._totals, [0] * len(self._totals)),
             phase_counts=self._diff(self._counts, [0] * len(self._counts)),
             step=_UNSORTED,
             data_wait=_UNSORTED,
-            data_cpu_ns=self._scaled_data_cpu(self._data_cpu_total, self._data_cpu_wall, self._totals[_DATA])
-            if self._data_cpu_valid_run
-            else None,
-            process_cpu_ns=self._cpu_clock() - self._cpu_start,
-            boundaries=tuple(self._boundaries),
+            data_cpu_ns=self._scaled_data_cpu(data_cpu, data_cpu_wall, self._totals[_DATA]) if data_cpu_valid else None,
+            process_cpu_ns=cpu - self._cpu_start,
+            boundaries=tuple(kept if boundaries >= len(kept) else kept[:boundaries]),
             windows=windows,
         )
         return SpanSnapshot(span, *(self._recent_values(which, self._steps) for which in range(4)))

@@ -163,16 +163,20 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
         scope = StallScope(tmp_path, console=False)
         session = scope._session
         if where == "epoch end":
-            real_close = session.signals.close_window
             closes: list[int] = []
 
-            def close_window() -> Any:
-                closes.append(1)
-                if len(closes) == 2:
-                    signal.raise_signal(signal.SIGUSR1)
-                return real_close()
+            def closing(real: Any) -> Any:
+                def close() -> Any:
+                    closes.append(1)
+                    if len(closes) == 2:
+                        signal.raise_signal(signal.SIGUSR1)
+                    return real()
 
-            monkeypatch.setattr(session.signals, "close_window", close_window)
+                return close
+
+            # an epoch end closes the signals' windows, or the host's alone (a short epoch's end)
+            for name in ("close_window", "close_host_window"):
+                monkeypatch.setattr(session.signals, name, closing(getattr(session.signals, name)))
             items = 16
         else:
             real_diagnose, real_finish = session_module.diagnose, session.finish
