@@ -760,6 +760,37 @@ def test_many_short_epochs_keep_every_epoch_and_log_once_per_epoch(pl: ModuleTyp
     assert final["summary"]["steps"] == 4 * epochs
 
 
+@pytest.mark.parametrize("logged", [False, True])
+def test_short_epochs_wait_only_when_no_headline_is_logged(
+    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged: bool
+) -> None:
+    """Without a logger the ends of short epochs mark them and a later end closes them (the
+    final report still has every epoch, in order, each with its steps); with one, each epoch's
+    headline numbers are logged at its end, so every epoch is closed at its end."""
+    marked: list[bool] = []
+    real = Timeline.mark_epoch
+
+    def counting(self: Timeline, *args: Any, **kwargs: Any) -> bool:
+        marked.append(real(self, *args, **kwargs))
+        return marked[-1]
+
+    monkeypatch.setattr(Timeline, "mark_epoch", counting)
+    epochs = 12
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    logger = pl.loggers.CSVLogger(tmp_path / "logs", name="run") if logged else False
+    tr = trainer(pl, tmp_path, [scope], max_epochs=epochs, logger=logger, log_every_n_steps=50)
+    tr.fit(tiny_class(pl)(costs), loader(16, costs))
+    final = on_disk(tmp_path)
+    assert [e["index"] for e in final["epochs"]] == list(range(epochs))
+    assert all(e["summary"]["steps"] == 4 for e in final["epochs"])
+    assert final["summary"]["steps"] == 4 * epochs
+    if logged:
+        assert marked == []
+    else:
+        assert sum(marked) >= epochs // 2
+
+
 def test_each_logger_call_is_measured_and_a_failing_one_still_ends(
     pl: ModuleType, tmp_path: Path, clock: FakeClock
 ) -> None:
