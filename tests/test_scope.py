@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -533,7 +534,14 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
     def diagnose(context: Any) -> Any:
         run = context.run_span
         seen.append(
-            (context.first_epoch, context.steps_before, context.epoch_steps, run and (run.wall_ns, run.steps))
+            (
+                context.first_epoch,
+                context.steps_before,
+                context.epoch_steps,
+                run and (run.wall_ns, run.steps),
+                context.batches_per_epoch,  # what was known when the epoch ended (``_facts``)
+                context.logging_calls,
+            )
         )
         return real_diagnose(context)
 
@@ -563,6 +571,62 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
     assert at_once_mid is not None
     assert report_to_dict(waited_mid)["epochs"] == report_to_dict(at_once_mid)["epochs"]
     assert len(waited_mid.epochs) == 41
+
+
+@pytest.mark.parametrize("where", ["after a mark", "while settling"])
+def test_a_signal_handlers_exception_loses_no_waiting_epoch(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A signal handler's exception (torch's SIGCHLD handler, when a worker dies) raised just
+    after an epoch was marked, or while waiting epochs are being kept at the run's end, reaches
+    the loop unchanged; the final report still has every epoch once, in order, and their steps
+    add up to the run's."""
+    monkeypatch.setattr(session_module, "SignalCollector", functools.partial(SignalCollector, host=False))
+
+    def handler(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
+
+    if where == "after a mark":
+        real_mark = Timeline.mark_epoch
+        marks: list[int] = []
+
+        def mark(self: Timeline, *args: Any, **kwargs: Any) -> bool:
+            done = real_mark(self, *args, **kwargs)
+            marks.append(1)
+            if len(marks) == 1:
+                signal.raise_signal(signal.SIGUSR1)
+            return done
+
+        monkeypatch.setattr(Timeline, "mark_epoch", mark)
+    else:
+        real_keep = Session._keep_epoch
+        kept: list[int] = []
+
+        def keep(self: Session, *args: Any, **kwargs: Any) -> Any:
+            kept.append(1)
+            if len(kept) == 3:  # epoch 2, kept at the run's end
+                signal.raise_signal(signal.SIGUSR1)
+            return real_keep(self, *args, **kwargs)
+
+        monkeypatch.setattr(Session, "_keep_epoch", keep)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with (  # noqa: PT012
+            pytest.raises(RuntimeError, match="killed by signal"),
+            StallScope(tmp_path, console=False) as scope,
+        ):
+            for _ in range(4):
+                for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=1)):
+                    clocked.advance_ms(2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    data = _read(tmp_path)
+    epochs = [(e["index"], e["summary"]["steps"]) for e in data["epochs"]]
+    tail_steps = data["tail"]["steps"] if data.get("tail") else 0
+    assert [index for index, _ in epochs] == list(range(len(epochs)))
+    assert sum(steps for _, steps in epochs) + tail_steps == data["summary"]["steps"]
+    # the loop stops at the exception: at epoch 1's end, or after all four (the run's end)
+    assert len(epochs) == (2 if where == "after a mark" else 4)
 
 
 @pytest.mark.parametrize(("epoch_ms", "epochs"), [(500, 6), (1, 1000)])

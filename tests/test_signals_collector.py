@@ -178,7 +178,8 @@ def test_a_short_epoch_that_waits_keeps_the_host_window_of_its_end(
     tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the CPU an epoch end with nothing due leaves the epoch's close for later, but closes
-    the host's window then: a sample taken in epoch 1 is epoch 1's, not the epoch that closes it."""
+    the host's window then: a sample taken in epoch 1 is epoch 1's, one taken in epoch 3 is epoch
+    3's, and neither goes to the epoch that closes them."""
     seen: dict[int, object] = {}
     real = session_module.diagnose
 
@@ -191,19 +192,22 @@ def test_a_short_epoch_that_waits_keeps_the_host_window_of_its_end(
     session.start()
     _pass(session, clock, 0)
     assert session.end_epoch() is not None  # the first epoch: closed at its end
-    _pass(session, clock, 1)
     host = session.signals.host
     assert host is not None
-    host.sample_once()  # the sampler's tick, inside epoch 1
-    assert session.end_epoch() is None  # waits
-    _pass(session, clock, 2)
-    assert session.end_epoch() is None
-    assert (session.epochs_ended, len(session.epochs)) == (3, 1)
+    probe = host._probe
+    assert isinstance(probe, FakeHost)
+    for index, cpu_s in ((1, 0.004), (2, 0.0), (3, 0.010)):
+        _pass(session, clock, index)
+        if cpu_s:
+            probe.own += cpu_s
+            host.sample_once()  # the sampler's tick, inside this epoch
+        assert session.end_epoch() is None  # waits
+    assert (session.epochs_ended, len(session.epochs)) == (4, 1)
     report = session.report  # closes the waiting epochs
     assert report is not None
-    assert [epoch.index for epoch in report.epochs] == [0, 1, 2]
-    assert seen[1] is not None  # the sample's window
-    assert seen[2] is None
+    assert [epoch.index for epoch in report.epochs] == [0, 1, 2, 3]
+    assert seen[2] is None  # no sample in it
+    assert [getattr(seen[i], "main_cpu_s", None) for i in (1, 3)] == [pytest.approx(0.004), pytest.approx(0.010)]
     session.finish(print_run=False)
 
 

@@ -915,37 +915,54 @@ def _record(span: SpanStats) -> tuple[object, ...]:
     )
 
 
+def _take(tl: Timeline) -> list[tuple[object, SpanSnapshot, SpanSnapshot | None]]:
+    """The epochs the timeline closed at their marks, taken (each once)."""
+    closed = tl.closed_epochs()
+    taken = list(closed)
+    closed.clear()
+    return taken
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_an_epoch_closed_at_its_mark_is_the_epoch_closed_at_its_end(seed: int) -> None:
     """Two timelines record the same run. One closes each epoch at its end, pausing while
     StallScope works (``end_epoch_snapshot(pause=True)`` ... ``resume``); the other marks it
     (``mark_epoch``) after the same work and has it closed by a later fold: every epoch's
-    statistics, its steps and the run's are the same, and the work is cut out of both alike."""
-    at_end: list[SpanStats] = []
-    at_mark: list[tuple[object, SpanStats]] = []
+    statistics, its steps, the run's as of each epoch's end and the run's at the end are the
+    same, and the work is cut out of both alike."""
+    at_end: list[tuple[SpanStats, SpanStats]] = []
+    at_mark: list[tuple[object, SpanStats, SpanStats]] = []
     marks = iter(range(100))
 
     def close_now(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
-        at_end.append(tl.end_epoch_snapshot(pause=True).stats())
+        epoch = tl.end_epoch_snapshot(pause=True).stats()
+        at_end.append((epoch, tl.run_stats()))  # the run as of the epoch's end (paused there)
         clock.advance(1000)  # StallScope's own work
         cpu_clock.advance(700)
         tl.resume()
+
+    def take(tl: Timeline) -> None:
+        for token, snapshot, run in _take(tl):
+            assert run is not None
+            at_mark.append((token, snapshot.stats(), run.stats()))
 
     def mark(tl: Timeline, clock: FakeClock, cpu_clock: FakeClock) -> None:
         at = (clock(), cpu_clock())
         clock.advance(1000)
         cpu_clock.advance(700)
         token = next(marks)
-        assert tl.mark_epoch(token, at=at)
+        assert tl.mark_epoch(token, at=at, run_if=lambda snapshot: True)
         # some closes wait for a fold of the log, some happen at the next epoch end
         if token % 3 == 0:
-            at_mark.extend((token, snapshot.stats()) for token, snapshot, _ in tl.closed_epochs())
+            take(tl)
 
     now = _scripted_run(seed, close_now)
     later = _scripted_run(seed, mark)
-    at_mark.extend((token, snapshot.stats()) for token, snapshot, _ in later.closed_epochs())
-    assert [token for token, _ in at_mark] == list(range(len(at_end)))
-    assert [_record(span) for _, span in at_mark] == [_record(span) for span in at_end]
+    take(later)
+    assert [token for token, *_ in at_mark] == list(range(len(at_end)))
+    assert [(_record(epoch), _record(run)) for _, epoch, run in at_mark] == [
+        (_record(epoch), _record(run)) for epoch, run in at_end
+    ]
     assert _record(later.run_stats()) == _record(now.run_stats())
     assert _record(later.end_epoch()) == _record(now.end_epoch())  # the epoch after the last end
 
@@ -968,12 +985,15 @@ def test_an_epoch_mark_asks_for_the_run_as_of_its_end(tl: Timeline, clock: FakeC
         assert tl.mark_epoch(steps, at=(clock(), cpu_clock()), run_if=wanted)
     _step(tl, clock, wait=10, compute=100)
     (first, _, run), (second, _, none) = tl.closed_epochs()
+    assert [token for token, *_ in tl.closed_epochs()] == [2, 1]  # until taken
+    assert tl.waiting_epochs == 2
+    _take(tl)
     assert (first, second, seen) == (2, 1, [2, 1])
     assert none is None
     assert run is not None
     span = run.stats()
     assert (span.wall_ns, span.steps, span.process_cpu_ns, len(span.boundaries)) == (220, 2, 40, 1)
-    assert tl.closed_epochs() == []  # each once
+    assert (tl.closed_epochs(), tl.waiting_epochs) == ([], 0)
 
 
 def test_an_epoch_is_marked_only_when_it_can_wait(tl: Timeline, clock: FakeClock) -> None:
@@ -1007,6 +1027,8 @@ def test_the_c_fold_takes_the_first_entries_out_of_the_log_and_leaves_the_rest(t
     rest = log.copy()[4:]
     with pytest.raises(ValueError, match="even"):
         _native.fold(tl, log, 3)
+    with pytest.raises(ValueError, match="past the end"):
+        _native.fold(tl, log, len(log) + 2)
     _native.fold(tl, log, 4)
     assert log.copy() == rest
     assert tl.run_stats().phase_ns["compute"] == 100

@@ -67,7 +67,8 @@ MAX_EPOCHS_IN_REPORT = 500
 #: epochs waiting for a report write hold to 8 MB)
 MAKE_AT_ONCE_STEPS = 1024
 #: most epochs whose close waits (``Session._wait``) at a time: bounds what they hold until then
-#: (their recent steps, at most 64 kB each) and the work of the epoch end that closes them
+#: (their recent steps, at most 128 kB each with the default ``recent_steps``) and the work of
+#: the epoch end that closes them
 MAX_WAITING = 16
 #: only an epoch shorter than this waits: a longer one's end (about 0.15 ms between training
 #: steps) is already a small share of it
@@ -209,8 +210,7 @@ class Session:
         self._started_at = ""
         self._cpu_clock = cpu_clock
         self._epoch_index = 0
-        #: epochs whose close waits (``_wait``), and the steps of the epochs closed so far
-        self._waiting = 0
+        #: the steps of the epochs closed so far
         self._steps_ended = 0
         #: when the last epoch end was over (a clock reading)
         self._ended_at = 0
@@ -329,9 +329,9 @@ class Session:
         than ``WAIT_UNDER_NS``; not the first one (its panel is printed), nor a distributed
         job's (the ranks exchange each epoch), nor one on CUDA (NVML's and the CUDA events'
         windows close at the epoch's end)."""
-        if self._waiting >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
-            return False
         timeline = self.timeline
+        if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
+            return False
         signals = self.signals
         if not timeline.markable or not signals.windows_wait:
             return False
@@ -342,25 +342,29 @@ class Session:
             return False
         if self._writer is not None and self._writer.wants_report(now):
             return False
-        index = self._epoch_index
         at = (now, self._cpu_clock())
-        timeline.mark_epoch((index, self._facts(), signals.close_host_window()), at=at, run_if=self._pools)
-        self._ended_at = now
+        token = (self._epoch_index, self._facts(), signals.close_host_window())
+        # counted first: an exception a signal handler raises from here on loses no marked epoch
         self._epoch_index += 1
-        self._waiting += 1
+        self._ended_at = now
         self._latest = None  # the run moved on: taken when asked for (``report``)
+        timeline.mark_epoch(token, at=at, run_if=self._pools)
         return True
 
     def _settle(self) -> None:
-        """Close the epochs whose close waited (``_wait``), oldest first."""
-        if not self._waiting:
+        """Close the epochs whose close waited (``_wait``), oldest first. Each leaves the
+        timeline's list once kept: after an exception part-way, the next call keeps the rest."""
+        timeline = self.timeline
+        if not timeline.waiting_epochs:
             return
-        self._waiting = 0
-        for token, snapshot, run in self.timeline.closed_epochs():
+        closed = timeline.closed_epochs()
+        while closed:
+            token, snapshot, run = closed[0]
             index, facts, host = cast("tuple[int, _Facts, HostSummary | None]", token)
             signals = self.signals.host_signals(host)
             known = self._known(signals, first_epoch=index, facts=facts)
             self._keep_epoch(index, snapshot, signals, known, run.span if run is not None else None)
+            del closed[0]
             if snapshot.steps > 0:
                 self._unprinted += 1  # no panel was due at its end
 
@@ -418,10 +422,7 @@ class Session:
         long epoch). ``known``: what the rules knew when it ended."""
         steps = snapshot.steps
         steps_before = self._steps_ended
-        self._steps_ended += steps
-        if steps > 0:
-            self.epoch_steps = max(self.epoch_steps or 0, steps)
-        epoch_steps = self.epoch_steps
+        epoch_steps = max(self.epoch_steps or 0, steps) if steps > 0 else self.epoch_steps
 
         def make() -> EpochReport:
             stats = snapshot.stats()
@@ -435,6 +436,9 @@ class Session:
         epoch = Later(make)
         if steps >= MAKE_AT_ONCE_STEPS:
             epoch.get()
+        # the session's state last (an exception before leaves it as it was)
+        self._steps_ended = steps_before + steps
+        self.epoch_steps = epoch_steps
         self.epochs.append(epoch)
         if len(self.epochs) > MAX_EPOCHS_IN_REPORT:
             del self.epochs[10]  # keep the first ten and the most recent ones

@@ -1085,6 +1085,10 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t n;
     if (EventLog_Check(args[1])) { /* taken out of the log first: none is ever folded twice */
         EventLog *log = (EventLog *)args[1];
+        if (upto != PY_SSIZE_T_MAX && upto > log->len) {
+            PyErr_SetString(PyExc_ValueError, "fold: upto is past the end of the log");
+            return NULL;
+        }
         n = log->len < upto ? log->len : upto;
         events = PyMem_Malloc(n > 0 ? (size_t)n * sizeof(long long) : 1);
         if (events == NULL) {
@@ -1102,6 +1106,11 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         }
     }
     else if ((events = read_ints(args[1], 0, &n)) == NULL) {
+        return NULL;
+    }
+    else if (upto != PY_SSIZE_T_MAX && upto > n) {
+        PyMem_Free(events);
+        PyErr_SetString(PyExc_ValueError, "fold: upto is past the end of the log");
         return NULL;
     }
     else if (n > upto) { /* a list is read, not changed */

@@ -752,6 +752,8 @@ class Timeline:
                 mark = marks.pop(0)
                 upto = mark.at - taken
                 taken = mark.at
+                if upto > len(log):  # the log was changed behind the marks' back
+                    raise RuntimeError("stallscope: an epoch's mark lies past the end of the event log")
                 if isinstance(log, list):
                     pending = log[:upto]
                     del log[:upto]
@@ -870,7 +872,9 @@ class Timeline:
         """Record the start-up and tear-down cost of the current pass."""
         self._boundaries.append(boundary)
         self._ep_boundaries.append(boundary)
-        if len(self._boundaries) > 4096:  # bounded: keep the first and the most recent passes
+        # bounded: keep the first and the most recent passes (not while a marked epoch's run
+        # snapshot may still count them: at most ``Session.MAX_WAITING`` more)
+        if len(self._boundaries) > 4096 and not self._marks:
             del self._boundaries[1:2049]
 
     def end_epoch(self) -> SpanStats:
@@ -962,12 +966,18 @@ class Timeline:
         self._cpu_due = _NEVER
         return True
 
+    @property
+    def waiting_epochs(self) -> int:
+        """Epochs ``mark_epoch`` ended that were not taken from ``closed_epochs`` yet."""
+        return len(self._marks) + len(self._closed)
+
     def closed_epochs(self) -> list[tuple[object, SpanSnapshot, SpanSnapshot | None]]:
-        """The epochs ``mark_epoch`` ended, closed, oldest first, each once: (its token, its
-        snapshot, the run's snapshot as of its end when ``run_if`` asked for it)."""
+        """The epochs ``mark_epoch`` ended, closed, oldest first: (its token, its snapshot, the
+        run's snapshot as of its end when ``run_if`` asked for it). The list itself: the caller
+        removes each epoch once it has taken it, so one it has not (an exception part-way) is
+        handed again by the next call."""
         self._fold()
-        closed, self._closed = self._closed, []
-        return closed
+        return self._closed
 
     def _close_mark(self, mark: _Mark) -> tuple[object, SpanSnapshot, SpanSnapshot | None]:
         """The fold has just applied the mark's ``END`` (the folded state is as of ``mark.now``):
