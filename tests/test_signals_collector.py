@@ -82,14 +82,12 @@ def test_nvml_device_given_without_pynvml_is_a_note(tmp_path: Path, clock: FakeC
     assert report.summary.idle_source == "host_phases"
 
 
-def test_on_cuda_the_compute_phase_is_timed_with_events(
-    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    device = FakeDevice()
+def _fake_cuda(monkeypatch: pytest.MonkeyPatch, device: FakeDevice, *, uuid: str | None) -> CudaDevice:
+    """torch reports a CUDA device (with ``uuid``) whose events ``device`` makes."""
     facts = CudaDevice(
         index=0,
         name="Fake GPU",
-        uuid="GPU-1234",
+        uuid=uuid,
         capability=(9, 0),
         total_memory_bytes=80 * 2**30,
         max_reserved_bytes=2**30,
@@ -98,6 +96,14 @@ def test_on_cuda_the_compute_phase_is_timed_with_events(
     )
     monkeypatch.setattr(collector_module, "cuda_facts", lambda: facts)
     monkeypatch.setattr(collector_module, "event_factory", lambda: device.event)
+    return facts
+
+
+def test_on_cuda_the_compute_phase_is_timed_with_events(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = FakeDevice()
+    facts = _fake_cuda(monkeypatch, device, uuid="GPU-1234")
     monkeypatch.setattr(collector_module, "batch_pinning", lambda batch: (0, 2))
     session = make_session(tmp_path, clock, cpu_clock)
     session.start()
@@ -216,18 +222,7 @@ def test_on_cuda_every_epoch_is_closed_at_its_end(
 ) -> None:
     """NVML's and the CUDA events' windows close at an epoch's end: no epoch waits."""
     device = FakeDevice()
-    facts = CudaDevice(
-        index=0,
-        name="Fake GPU",
-        uuid=None,
-        capability=(9, 0),
-        total_memory_bytes=80 * 2**30,
-        max_reserved_bytes=2**30,
-        max_allocated_bytes=2**29,
-        tf32_matmul=False,
-    )
-    monkeypatch.setattr(collector_module, "cuda_facts", lambda: facts)
-    monkeypatch.setattr(collector_module, "event_factory", lambda: device.event)
+    _fake_cuda(monkeypatch, device, uuid=None)
     session = make_session(tmp_path, clock, cpu_clock)
     session.start()
     for index in range(5):

@@ -909,10 +909,14 @@ class Timeline:
             boundaries,
             len(self._names),
         )
+        self._next_epoch()
+        return snapshot
+
+    def _next_epoch(self) -> None:
+        """What the training thread keeps for the epoch in progress starts again (an epoch ended)."""
         self._ep_boundaries = []
         self._data_cpu_valid_epoch = True
         self._cpu_due = _NEVER
-        return snapshot
 
     @property
     def markable(self) -> bool:
@@ -961,9 +965,7 @@ class Timeline:
             )
         )
         self._data_t0 += gap  # a wait in progress (none at a pass's end) does not count it either
-        self._ep_boundaries = []
-        self._data_cpu_valid_epoch = True
-        self._cpu_due = _NEVER
+        self._next_epoch()
         return True
 
     @property
