@@ -708,15 +708,23 @@ class Timeline:
         try:
             if self._marks:  # epochs ended in the log: each is closed where its END lies
                 self._fold_closing(log)
-                return
-            if isinstance(log, list):
-                pending = log.copy()
-                log.clear()
-                self._fold_events(pending)
-            else:  # the C log, which the C fold empties first
-                _native.fold(self, log)
+            else:
+                self._fold_first(log)
         finally:
             self._folds += 1
+
+    def _fold_first(self, log: list[int] | _native.EventLog, upto: int | None = None) -> None:
+        """Take the first ``upto`` entries (all by default) out of the log and apply them: in C
+        where the log is the C one, which the C fold takes them out of first."""
+        if isinstance(log, list):
+            n = len(log) if upto is None else upto
+            pending = log[:n]
+            del log[:n]
+            self._fold_events(pending)
+        elif upto is None:
+            _native.fold(self, log)
+        else:
+            _native.fold(self, log, upto)
 
     def _fold_closing(self, log: list[int] | _native.EventLog) -> None:
         """Fold a log that holds epochs' ends: closing them is StallScope's work, and the fold may
@@ -727,12 +735,8 @@ class Timeline:
         start_cpu = self._cpu_clock() if cut else 0
         try:
             self._fold_marks(log)
-            if isinstance(log, list):
-                pending = log.copy()
-                log.clear()
-                self._fold_events(pending)
-            elif log:
-                _native.fold(self, log)
+            if log:
+                self._fold_first(log)
         finally:
             if cut:
                 self._totals[self._cur] += start - self._mark
@@ -754,12 +758,7 @@ class Timeline:
                 taken = mark.at
                 if upto > len(log):  # the log was changed behind the marks' back
                     raise RuntimeError("stallscope: an epoch's mark lies past the end of the event log")
-                if isinstance(log, list):
-                    pending = log[:upto]
-                    del log[:upto]
-                    self._fold_events(pending)
-                else:  # the C fold takes the first ``upto`` entries out of the log
-                    _native.fold(self, log, upto)
+                self._fold_first(log, upto)
                 self._closed.append(self._close_mark(mark))
         except BaseException:
             marks.clear()
@@ -998,16 +997,9 @@ class Timeline:
                 mark.run_epochs,
                 mark.run_boundaries,
             )
-        # what ``resume`` shifts, as of this instant: the next event is credited from the mark on
-        gap = mark.gap
-        self._start_ns += gap
-        self._ep_start_ns += gap
-        self._win_start += gap
-        self._step_start += gap
-        self._data_mark += gap
-        self._cpu_start += mark.cpu_gap
-        self._ep_cpu += mark.cpu_gap
-        self._mark = mark.now + gap
+        # as ``resume`` would, as of this instant: the next event is credited from the mark on
+        self._cut_out(mark.gap, mark.cpu_gap)
+        self._mark = mark.now + mark.gap
         return mark.token, snapshot, run
 
     def _epoch_snapshot(
@@ -1228,19 +1220,23 @@ class Timeline:
             return
         now = self._clock()
         gap = now - paused_at
-        cpu_gap = self._cpu_clock() - self._paused_cpu
+        self._cut_out(gap, self._cpu_clock() - self._paused_cpu)
+        self._data_t0 += gap
+        self._paused_at = None
+        self._folds += 1
+        self._mark = now
+        self._folds += 1
+
+    def _cut_out(self, gap: int, cpu_gap: int) -> None:
+        """``gap`` ns of wall time and ``cpu_gap`` of CPU, StallScope's own, belong to no phase,
+        step, window, epoch or the run: what started before them moves later by as much."""
         self._start_ns += gap
         self._ep_start_ns += gap
         self._win_start += gap
         self._step_start += gap
         self._data_mark += gap
-        self._data_t0 += gap
         self._cpu_start += cpu_gap
         self._ep_cpu += cpu_gap
-        self._paused_at = None
-        self._folds += 1
-        self._mark = now
-        self._folds += 1
 
     def _diff(self, now: list[int], then: list[int]) -> dict[str, int]:
         return _diff(self._names, len(self._names), now, then, self._counts)
