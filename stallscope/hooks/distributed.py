@@ -62,6 +62,10 @@ from stallscope.report.schema import (
 
 #: seconds rank 0 waits at an epoch end for a rank's summary before it notes the rank as missing
 GATHER_TIMEOUT_S = 10.0
+#: rank 0's first wait between two looks for the ranks' summaries, doubled each time: ranks in
+#: step post theirs within a millisecond of rank 0's look (their own epoch end's work), which a
+#: first wait of a whole millisecond would add to every epoch end of the job
+FIRST_POLL_S = 0.0001
 
 #: the folder of each rank's own report, under ``report_dir``
 RANKS_DIR = "ranks"
@@ -74,6 +78,17 @@ PAYLOAD_VERSION = 1
 
 #: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
 MAX_JOB_EPOCHS = 500
+
+#: rank 0 takes the ranks' summaries of an epoch at most this many epoch ends later, unless
+#: something needs the job's numbers for it sooner (``Job.close_epoch``)
+MAX_DEFERRED = 1
+
+#: a rank's run-level report (its summary and findings over the run so far, which rank 0 needs
+#: for the job's report) is made and sent every ``run_every``-th epoch, a power of two chosen so
+#: that making it takes at most this share of the epochs' time (``Job.note_run_cost``)
+RUN_SHARE = 0.0025
+#: ... but at least this often, in seconds of epochs (the job's mid-run report is never staler)
+MAX_RUN_INTERVAL_S = 5.0
 
 #: runs (``fit`` calls, scopes) that joined a job in this process; the same count on every
 #: rank, so each run's keys are its own
@@ -182,8 +197,8 @@ class Store(Protocol):
 class Exchange:
     """Summaries over a key-value store: ranks ``post``, rank 0 ``collect`` s.
 
-    ``collect`` polls with ``check`` (no blocking ``wait``), first every millisecond, backing off
-    to ``max_poll_s``: one ``check`` of all the keys first (ranks in step: one round trip), then
+    ``collect`` polls with ``check`` (no blocking ``wait``), first after ``FIRST_POLL_S``, backing
+    off to ``max_poll_s``: one ``check`` of all the keys first (ranks in step: one round trip), then
     rank by rank; ``clock`` and ``sleep`` are injected for tests."""
 
     def __init__(
@@ -228,7 +243,7 @@ class Exchange:
         got: dict[int, dict[str, Any]] = {}
         pending = [r for r in range(self.world_size) if r != self.rank and r not in self.done]
         start = self._clock()
-        poll = 0.001
+        poll = FIRST_POLL_S
         while pending:
             wanted_keys = [self.key(r, name) for r in pending]
             if len(pending) > 1 and self.store.check(wanted_keys):  # the usual case: all in step
@@ -259,16 +274,19 @@ class Exchange:
         return got
 
 
-def _payload(info: RankInfo, host: str, *, name: str, epoch: EpochReport | None, report: Report) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "v": PAYLOAD_VERSION,
-        "rank": info.rank,
-        "host": host,
-        "name": name,
-        "epochs": len(report.epochs),
-        "run": {"summary": summary_to_dict(report.summary), "findings": [finding_to_dict(f) for f in report.findings]},
-        "notes": list(report.notes),
-    }
+def _payload(
+    info: RankInfo, host: str, *, name: str, epoch: EpochReport | None, report: Report | None, run_every: int
+) -> dict[str, Any]:
+    """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
+    given (every ``run_every``-th epoch, and at the end of the run)."""
+    out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
+    if report is not None:
+        out["epochs"] = len(report.epochs)
+        out["run"] = {
+            "summary": summary_to_dict(report.summary),
+            "findings": [finding_to_dict(f) for f in report.findings],
+        }
+        out["notes"] = list(report.notes)
     if epoch is not None:
         out["epoch"] = {
             "index": epoch.index,
@@ -315,7 +333,13 @@ def _span(payload: Mapping[str, Any], part: str) -> _Span:
 
 class Job:
     """One rank's part in a distributed job, for one run. Never raises: a failure of the
-    exchange is a note, and the run goes on with what this rank knows."""
+    exchange is a note, and the run goes on with what this rank knows.
+
+    Each epoch end every rank sends its epoch's summary (small, cheap to make); its run's summary
+    and findings, which cost a few milliseconds to make (the run's statistics and diagnosis),
+    only every ``run_every``-th epoch: a power of two, so that the epochs where every rank sends
+    it are the multiples of the largest (``run_due``), where rank 0 can make a job report from
+    summaries all taken at the same epoch end."""
 
     def __init__(
         self,
@@ -331,10 +355,18 @@ class Job:
         self.exchange = exchange
         self.min_saving = min_saving
         self._note = note
-        #: rank 0: each rank's latest run-level summary (``run`` of its last payload)
+        #: rank 0: each rank's latest run-level summary (``run`` of its last payload that had one)
         self._latest: dict[int, _Span] = {}
-        #: rank 0: the job's epochs so far
+        #: rank 0: each other rank's ``run_every``, as it last said
+        self._every: dict[int, int] = {}
+        #: the job's epochs so far (rank 0)
         self.epochs: list[EpochReport] = []
+        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``)
+        self._pending: list[EpochReport] = []
+        #: rank 0: the job's latest epoch and its rank rows, by index
+        self._recent: dict[int, tuple[EpochReport, tuple[RankEntry, ...]]] = {}
+        #: this rank's run-level summary goes out every ``run_every``-th epoch (``note_run_cost``)
+        self.run_every = 1
         #: seconds spent posting and collecting (for the gather's cost), and how many exchanges
         self.gather_s = 0.0
         self._gathered = 0
@@ -350,7 +382,25 @@ class Job:
         if report_dir is not None:
             write_report(report, self.rank_path(report_dir), durable=durable)
 
-    def _exchange(self, name: str, epoch: EpochReport | None, report: Report) -> dict[int, dict[str, Any]]:
+    def run_due(self, index: int) -> bool:
+        """Whether epoch ``index``'s end sends (another rank) or can count on (rank 0) the ranks'
+        run-level summaries: every rank sends its own at the multiples of its ``run_every``, so
+        rank 0 has them all from the same epoch end at the multiples of the largest."""
+        every = max(self._every.values(), default=1) if self.leader else self.run_every
+        return index % max(1, every) == 0
+
+    def note_run_cost(self, cost_s: float, epoch_s: float) -> None:
+        """Making and sending this rank's run-level summary took ``cost_s``, after an epoch of
+        ``epoch_s``: send it every ``run_every``-th epoch, the smallest power of two that keeps it
+        within ``RUN_SHARE`` of the epochs' time, and at most ``MAX_RUN_INTERVAL_S`` apart."""
+        if epoch_s <= 0 or cost_s < 0:
+            return
+        every = 1
+        while cost_s > RUN_SHARE * every * epoch_s and 2 * every * epoch_s <= MAX_RUN_INTERVAL_S:
+            every *= 2
+        self.run_every = every
+
+    def _exchange(self, name: str, epoch: EpochReport | None, report: Report | None) -> dict[int, dict[str, Any]]:
         """Post this rank's payload (ranks other than 0) or collect the others' (rank 0)."""
         exchange = self.exchange
         if exchange is None:
@@ -359,7 +409,10 @@ class Job:
         try:
             if not self.leader:
                 self._gathered += 1
-                exchange.post(name, _payload(self.info, self.host, name=name, epoch=epoch, report=report))
+                payload = _payload(
+                    self.info, self.host, name=name, epoch=epoch, report=report, run_every=self.run_every
+                )
+                exchange.post(name, payload)
                 return {}
             self._gathered += 1
             before = set(exchange.late)
@@ -378,78 +431,140 @@ class Job:
         finally:
             self.gather_s += time.perf_counter() - start
 
-    def close_epoch(self, epoch: EpochReport, report: Report) -> tuple[EpochReport, Report, tuple[RankEntry, ...]]:
-        """This rank's epoch is closed and its report built. Rank 0 returns the job's epoch, the
-        job's report and the epoch's rank rows; the other ranks post theirs and get them back."""
-        got = self._exchange(f"epoch{epoch.index}", epoch, report)
+    def close_epoch(self, epoch: EpochReport, report: Report | None) -> None:
+        """This rank's epoch is closed (and, when ``run_due``, its run's report built: ``report``).
+        The other ranks post theirs. Rank 0 takes the ranks' summaries of its previous epoch
+        (in a job in step they arrived long ago) and leaves this one's for its next epoch end,
+        unless something needs the job's numbers for it sooner (``job_epoch``, ``settle``): the
+        ranks post theirs while rank 0 closes its own, and waiting for them at every epoch end
+        would add their epoch end's work to rank 0's."""
         if not self.leader:
-            return epoch, report, ()
+            self._exchange(f"epoch{epoch.index}", epoch, report)
+            return
+        self._pending.append(epoch)
+        while len(self._pending) > MAX_DEFERRED:
+            self._gather(self._pending.pop(0))
+
+    def settle(self) -> None:
+        """Rank 0: take the ranks' summaries of every epoch still waiting for them (waiting for
+        them, within the exchange's deadline)."""
+        while self._pending:
+            self._gather(self._pending.pop(0))
+
+    def job_epoch(self, index: int) -> tuple[EpochReport, tuple[RankEntry, ...]] | None:
+        """Rank 0: the job's epoch ``index`` and its rank rows (the ranks' summaries taken first
+        when they are still waiting); None when it is no longer at hand."""
+        if any(epoch.index <= index for epoch in self._pending):
+            self.settle()
+        if index in self._recent:
+            return self._recent[index]
+        made = next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
+        return (made, ()) if made is not None else None
+
+    def _gather(self, epoch: EpochReport) -> None:
+        """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``."""
+        got = self._exchange(f"epoch{epoch.index}", epoch, None)
         spans = [_Span(0, self.host, epoch.summary, epoch.findings)]
         for r, payload in sorted(got.items()):
             try:
-                self._take_run(payload)
+                self._take(payload)
                 if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
                     spans.append(_span(payload, "epoch"))
                 elif payload.get("name") == "final":
                     self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
-        self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
         job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
         job_epoch = replace(job_epoch, findings=tuple(self._diagnose(spans)))
         self.epochs.append(job_epoch)
         if len(self.epochs) > MAX_JOB_EPOCHS:
             del self.epochs[10]
-        rows = tuple(rank_entry(s.rank, s.host, s.summary) for s in spans)
-        return job_epoch, self._job_report(report), rows
+        self._note_missing()
+        self._recent = {epoch.index: (job_epoch, tuple(rank_entry(s.rank, s.host, s.summary) for s in spans))}
 
     def finish(self, report: Report) -> tuple[Report, tuple[RankEntry, ...]]:
         """The run is over: post the final summary (ranks other than 0) or collect the others'
         final ones and build the job's report (rank 0)."""
+        if self.leader:
+            self.settle()
         got = self._exchange("final", None, report)
         if not self.leader:
             return report, ()
         for r, payload in sorted(got.items()):
             try:
-                self._take_run(payload)
+                self._take(payload)
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
-        self._latest[0] = _Span(0, self.host, report.summary, report.findings, len(report.epochs))
-        job = self._job_report(report, final=True)
+        self._note_missing()
+        spans = self._spans(report)
+        if len({s.epochs for s in spans}) > 1:
+            counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
+            self._note(f"the ranks closed different numbers of epochs ({counts})")
+        job = job_report(report, spans, tuple(self.epochs), min_saving=self.min_saving)
         return job, job.ranks
 
-    def _take_run(self, payload: Mapping[str, Any]) -> None:
+    def report_later(self) -> Callable[[Report], Report]:
+        """Rank 0: the job's report given rank 0's own, as of now: the other ranks' latest
+        run-level summaries and the job's epochs are taken now; the report is made (on any
+        thread) when called."""
+        latest = dict(self._latest)
+        epochs = tuple(self.epochs)
+        min_saving = self.min_saving
+
+        def make(own: Report) -> Report:
+            others = [latest[r] for r in sorted(latest) if r != 0]
+            return job_report(own, [_own_span(own, self.host), *others], epochs, min_saving=min_saving)
+
+        return make
+
+    def _spans(self, own: Report) -> list[_Span]:
+        return [_own_span(own, self.host), *(self._latest[r] for r in sorted(self._latest) if r != 0)]
+
+    def _take(self, payload: Mapping[str, Any]) -> None:
+        """A rank's payload: what it says of itself, and its run-level summary when it has one."""
+        rank = int(payload["rank"])
+        every = payload.get("every")
+        if isinstance(every, int) and every >= 1:
+            self._every[rank] = every
+        if "run" not in payload:
+            return
         span = _span(payload, "run")
         self._latest[span.rank] = span
         for text in payload.get("notes", []):
             if isinstance(text, str):
                 self._note(f"rank {span.rank}: {text}")
 
-    def _diagnose(self, spans: list[_Span]) -> list[Finding]:
-        return diagnose_job([s.work() for s in spans], min_saving=self.min_saving)
-
-    def _job_report(self, own: Report, *, final: bool = False) -> Report:
-        spans = [self._latest[r] for r in sorted(self._latest)]
-        missing = [r for r in range(self.info.world_size) if r not in self._latest]
+    def _note_missing(self) -> None:
         if self.exchange is None and self._gathered == 0:
             self._note(
                 f"a job of {self.info.world_size} ranks, but only rank 0's numbers are in this report: "
                 "the other ranks' summaries were not gathered (torch.distributed is not initialised); "
                 f"each rank writes its own under {RANKS_DIR}/"
             )
-        elif missing:
+            return
+        missing = [r for r in range(1, self.info.world_size) if r not in self._latest]
+        if missing:
             self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
-        if final and len({s.epochs for s in spans}) > 1:
-            counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
-            self._note(f"the ranks closed different numbers of epochs ({counts})")
-        ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
-        return replace(
-            own,
-            summary=job_summary([s.summary for s in spans]),
-            epochs=tuple(self.epochs),
-            findings=tuple(self._diagnose(spans)),
-            ranks=ranks,
-        )
+
+    def _diagnose(self, spans: list[_Span]) -> list[Finding]:
+        return diagnose_job([s.work() for s in spans], min_saving=self.min_saving)
+
+
+def _own_span(report: Report, host: str) -> _Span:
+    return _Span(0, host, report.summary, report.findings, len(report.epochs))
+
+
+def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...], *, min_saving: float) -> Report:
+    """Rank 0's report for the job: its own run information and notes, the ranks' summaries
+    together, the job's epochs and findings, a row per rank."""
+    ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
+    return replace(
+        own,
+        summary=job_summary([s.summary for s in spans]),
+        epochs=epochs,
+        findings=tuple(diagnose_job([s.work() for s in spans], min_saving=min_saving)),
+        ranks=ranks,
+    )
 
 
 def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Job | None:

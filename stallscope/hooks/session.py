@@ -207,6 +207,8 @@ class Session:
             if config.report_dir is not None
             else None
         )
+        #: a rank of a distributed job: its own ``ranks/rank-<R>.json`` (``_join_job``)
+        self._rank_writer: ReportWriter | None = None
         self._started_at = ""
         self._cpu_clock = cpu_clock
         self._epoch_index = 0
@@ -248,6 +250,15 @@ class Session:
         self.job = join_job(self.host.name, min_saving=self.config.min_saving, note=self.note)
         if self.job is not None and not self.job.leader:
             self._console = None
+        report_dir = self.config.report_dir
+        if self.job is not None and report_dir is not None and self._rank_writer is None:
+            # this rank's own file, on the same budget as report.json
+            self._rank_writer = ReportWriter(
+                self.job.rank_path(report_dir),
+                clock=self._clock,
+                on_error=self._write_error,
+                first_write_s=FIRST_WRITE_S,
+            )
 
     def start_clock(self) -> None:
         """Start the timeline now if it has not started."""
@@ -379,8 +390,19 @@ class Session:
         last epoch end (or, after an epoch end whose report the writer did not want, as of now)."""
         self._settle()
         if self._latest is None and self.epochs:
-            self._latest = self._report_job(complete=False)
+            self._latest = self._shown_report()
         return self._latest.get() if self._latest is not None else None
+
+    def _shown_report(self) -> Later[Report]:
+        """The run's report as of now, made later: rank 0 of a distributed job shows the job's
+        (its own run information and notes, the ranks' latest summaries together)."""
+        own = self._report_job(complete=False)
+        job = self.job
+        if job is None or not job.leader:
+            return own
+        job.settle()
+        make = job.report_later()
+        return Later(lambda: make(own.get()))
 
     def _close_epoch(self, snapshot: SpanSnapshot) -> Later[EpochReport]:
         index = self._epoch_index
@@ -446,26 +468,56 @@ class Session:
         return epoch
 
     def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
-        """An epoch end of a distributed job: this rank's epoch and report are made now (the
-        ranks exchange them); rank 0 prints and writes the job's, the others write their own
-        ``ranks/rank-<R>.json``."""
+        """An epoch end of a distributed job: this rank's epoch is made now and sent to rank 0,
+        with its run's report every ``Job.run_every``-th epoch (making that report costs
+        milliseconds: with short epochs, not every time). Rank 0 makes the job's epoch when it is
+        needed or at its next epoch end (``Job.close_epoch``), prints the job's panel and writes
+        the job's report, each on its budget, the report only at an epoch end where every rank
+        sent its run's; each rank writes its own ``ranks/rank-<R>.json`` on the same budget."""
         job = self.job
         assert job is not None
-        own = self.build_report(complete=False)
-        if job.leader:
-            self._write_own(own, durable=False)
-        shown, report, ranks = job.close_epoch(epoch.get(), own)
-        if job.leader:
-            report = dataclasses.replace(report, notes=tuple(self.notes))
-        self._latest = Later(None, report)
-        shown_later = Later(None, shown)
-        if span.steps > 0:
-            self._print_epoch(index, shown_later, span, ranks=ranks)
+        own: Later[Report] | None = None
         if not job.leader:
-            self._write_own(report, durable=False)
-        elif self._writer is not None and self._writer.wants_report():
-            self._writer.submit(lambda: report)
-        return shown_later
+            report: Report | None = None
+            if job.run_due(index):
+                start = time.perf_counter()
+                own = self._report_job(complete=False)
+                report = own.get()
+                job.close_epoch(epoch.get(), report)
+                job.note_run_cost(time.perf_counter() - start, span.wall_ns / 1e9)
+                self._write_own_later(own)
+            else:
+                job.close_epoch(epoch.get(), None)
+            self._latest = own
+            return epoch
+        # the job's report needs every rank's run from this epoch end
+        due = job.run_due(index) and self._writer is not None and self._writer.wants_report()
+        if due or (self._rank_writer is not None and self._rank_writer.wants_report()):
+            own = self._report_job(complete=False)  # read now, made when written
+        job.close_epoch(epoch.get(), None)
+        self._latest = None  # taken when asked for (``report``)
+        if own is not None:
+            self._write_own_later(own)
+        if due and own is not None and self._writer is not None:
+            job.settle()
+            make, notes, own_report = job.report_later(), tuple(self.notes), own
+            self._latest = Later(lambda: dataclasses.replace(make(own_report.get()), notes=notes))
+            self._writer.submit(self._latest.get)
+
+        def shown() -> tuple[EpochReport, tuple[RankEntry, ...]]:
+            made = job.job_epoch(index)
+            return made if made is not None else (epoch.get(), ())
+
+        made: Later[tuple[EpochReport, tuple[RankEntry, ...]]] = Later(shown)
+        if span.steps > 0:
+            self._print_epoch(index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]))
+        return Later(lambda: made.get()[0])
+
+    def _write_own_later(self, own: Later[Report]) -> None:
+        """This rank's own file, on its writer's budget."""
+        writer = self._rank_writer
+        if writer is not None and writer.wants_report():
+            writer.submit(own.get)
 
     def _device(self) -> DeviceInfo:
         """The accelerator the run uses. Once CUDA was seen in use it stays the device, also after
@@ -478,7 +530,12 @@ class Session:
         return device
 
     def _print_epoch(
-        self, index: int, later: Later[EpochReport], span: SpanSnapshot, *, ranks: tuple[RankEntry, ...] = ()
+        self,
+        index: int,
+        later: Later[EpochReport],
+        span: SpanSnapshot,
+        *,
+        ranks: Later[tuple[RankEntry, ...]] | None = None,
     ) -> None:
         """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
         epochs ended unprinted before it. Due: by default when the time since the last panel is at
@@ -497,7 +554,8 @@ class Session:
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
         short = too_short_for(span.steps, span.wall_ns / 1e9)
-        self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=ranks)
+        rows = ranks.get() if ranks is not None else ()
+        self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=rows)
         end = self._clock()
         # the smaller of this panel's cost and the previous one's: a single slow panel (the first,
         # which loads rich's rendering, or one a garbage collection hit) does not hold back the next
@@ -518,15 +576,16 @@ class Session:
         """The run is over: build, print (when asked) and write the final report."""
         self._settle()
         self.signals.stop()
-        if self._writer is not None:
-            self._writer.close()  # no mid-run report is written after this
+        for writer in (self._writer, self._rank_writer):
+            if writer is not None:
+                writer.close()  # no mid-run report is written after this
         self._close_tail()
         report = self.build_report(complete=True)
         own = report.summary  # this process's run
         ranks: tuple[RankEntry, ...] = ()
         if self.job is not None:
             if self.job.leader:
-                self._write_own(report, durable=True)
+                self._write_own(report)
             report, ranks = self.job.finish(report)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
@@ -745,19 +804,16 @@ class Session:
         if report is None:
             return
         if self.job is not None and not self.job.leader:
-            self._write_own(report, durable=True)
+            self._write_own(report)
         elif self._writer is not None:
             self._writer.write_final(report)
         if self._write_failed and report.notes != tuple(self.notes):  # the note is in the report
             self._latest = Later(None, dataclasses.replace(report, notes=tuple(self.notes)))
 
-    def _write_own(self, report: Report, *, durable: bool) -> None:
-        """This rank's own file (``ranks/rank-<R>.json``) of a distributed job."""
-        assert self.job is not None
-        try:
-            self.job.write_own(report, self.config.report_dir, durable=durable)
-        except OSError as exc:
-            self._write_error(exc)
+    def _write_own(self, report: Report) -> None:
+        """This rank's own file (``ranks/rank-<R>.json``) of a distributed job, last and durably."""
+        if self._rank_writer is not None:
+            self._rank_writer.write_final(report)
 
     def _write_error(self, exc: OSError) -> None:
         """A file system refused a write (permissions, read-only, full, a path under a file): only
