@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,7 @@ def _fake_cuda(monkeypatch: pytest.MonkeyPatch, device: FakeDevice, *, uuid: str
         max_allocated_bytes=2**29,
         tf32_matmul=False,
     )
-    monkeypatch.setattr(collector_module, "cuda_facts", lambda: facts)
+    monkeypatch.setattr(collector_module, "cuda_facts", lambda **_: facts)
     monkeypatch.setattr(collector_module, "event_factory", lambda: device.event)
     return facts
 
@@ -104,7 +105,7 @@ def test_on_cuda_the_compute_phase_is_timed_with_events(
 ) -> None:
     device = FakeDevice()
     facts = _fake_cuda(monkeypatch, device, uuid="GPU-1234")
-    monkeypatch.setattr(collector_module, "batch_pinning", lambda batch: (0, 2))
+    monkeypatch.setattr(collector_module, "batch_pinning", lambda batch, **_: (0, 2))
     session = make_session(tmp_path, clock, cpu_clock)
     session.start()
     session.note_loader(None, None)
@@ -232,3 +233,134 @@ def test_on_cuda_every_epoch_is_closed_at_its_end(
     assert not session.signals.windows_wait
     assert len(session.epochs) == 5
     session.finish(print_run=False)
+
+
+class Allocations:
+    """The CUDA allocator's count of allocations as a test drives it (``cuda_allocations``)."""
+
+    def __init__(self) -> None:
+        self.count = 500
+
+    def __call__(self, torch: Any) -> int:
+        return self.count
+
+
+def _cuda_steps(session: Session, clock: FakeClock, device: FakeDevice, allocations: Allocations, grow: int) -> None:
+    """A pass of 4 steps whose compute phases the CUDA events time; each step makes ``grow``
+    allocations on the device (a model on the GPU: its activations; a model on the CPU: none).
+    The device runs the phases as the host records them: an idle stream."""
+    session.note_loader(None, None)
+    tl = session.timeline
+    compute = tl.phase_id("compute")
+    for _ in range(4):
+        tl.data_begin()
+        clock.advance_ms(1)
+        tl.data_end(got_item=True)
+        tl.enter(compute)
+        clock.advance_ms(20)
+        device.now_ms += 20
+        allocations.count += grow
+        tl.leave()
+    device.done_until = 1e12
+
+
+def test_a_cpu_run_beside_tensors_held_on_cuda_is_read_as_a_cpu_run(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on an H100: a CPU training run in a process that still held tensors on the GPU (an
+    earlier model, as in a notebook) was read as "GPU 100% busy (cuda_events), computes in
+    float32: use bf16". Its compute phases timed an idle stream. The allocator's count of
+    allocations did not move in its first epoch: it is a CPU run, until the count moves."""
+    device = FakeDevice()
+    _fake_cuda(monkeypatch, device, uuid="GPU-1234")
+    allocations = Allocations()
+    monkeypatch.setattr(collector_module, "cuda_allocations", allocations)
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    assert session.signals.cuda_device is not None  # CUDA holds tensors: taken as the device at first
+    _cuda_steps(session, clock, device, allocations, grow=0)
+    first = session.end_epoch()
+    assert first is not None
+    assert first.get().summary.idle_source == "host_phases"
+    assert session.signals.timer is None
+    assert session.signals.nvml is None
+    assert session._device().kind == "cpu"
+    assert session.signals.on_cuda is False
+    _cuda_steps(session, clock, device, allocations, grow=0)  # the next pass start does not take it back
+    second = session.end_epoch(may_wait=False)
+    assert second is not None
+    assert second.get().summary.idle_source == "host_phases"
+    assert session.signals.cuda_device is None
+    # the run moves its model to the GPU: the count moves, and the next pass is on CUDA
+    allocations.count += 3
+    _cuda_steps(session, clock, device, allocations, grow=2)
+    third = session.end_epoch(may_wait=False)
+    assert third is not None
+    assert third.get().summary.idle_source == "cuda_events"
+    report = session.finish(print_run=False)
+    assert report.run.device.kind == "cuda"
+    assert any("allocated nothing on the GPU in its first epoch" in n for n in report.notes)
+
+
+def test_a_gpu_run_that_allocates_stays_on_cuda(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = FakeDevice()
+    _fake_cuda(monkeypatch, device, uuid="GPU-1234")
+    allocations = Allocations()
+    monkeypatch.setattr(collector_module, "cuda_allocations", allocations)
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    for index in range(3):
+        _cuda_steps(session, clock, device, allocations, grow=2)
+        epoch = session.end_epoch()
+        assert epoch is not None
+        assert session.signals.timer is not None
+        assert session.signals.on_cuda is True
+        if index == 0:  # (the timer times a phase every 16 ms of real time: the first one here)
+            assert epoch.get().summary.idle_source == "cuda_events"
+    allocations.count = 10**6  # confirmed once: not asked again
+    monkeypatch.setattr(collector_module, "cuda_allocations", lambda torch: pytest.fail("asked again"))
+    _cuda_steps(session, clock, device, allocations, grow=0)
+    assert session.end_epoch() is not None
+    report = session.finish(print_run=False)
+    assert report.run.device.kind == "cuda"
+    assert not any("allocated nothing" in n for n in report.notes)
+
+
+def test_an_epoch_end_reads_the_gpus_peak_memory_on_a_budget(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the device's peak memory took 0.8 ms an epoch end on an H100 host (three walks of
+    the allocator's table), 5% of a run of 30-step epochs. Each reading here takes 0.05 ms of the
+    clock: with epochs 2 ms apart, one epoch end in about ten reads it, and the run's report has
+    the peak as of its end."""
+    device = FakeDevice()
+    facts = _fake_cuda(monkeypatch, device, uuid=None)
+    reads = {"n": 0}
+
+    def read(*, in_use: bool = False) -> CudaDevice:
+        reads["n"] += 1
+        clock.advance_ms(0.05)
+        return replace(facts, max_allocated_bytes=reads["n"])
+
+    monkeypatch.setattr(collector_module, "cuda_facts", read)
+    collector = SignalCollector(
+        Session(ScopeConfig.create(tmp_path, console=False)).timeline,
+        nvml_device=None,
+        interval_s=1.0,
+        host=False,
+        nvml_load=no_pynvml,
+        clock=clock,
+    )
+    collector.start()
+    start = reads["n"]
+    for _ in range(200):
+        clock.advance_ms(2)
+        collector.close_window(steps=0)
+    epoch_reads = reads["n"] - start
+    assert 10 <= epoch_reads <= 200 // 8
+    run = collector.run_window()
+    assert run.cuda_device is not None
+    assert run.cuda_device.max_allocated_bytes == reads["n"]  # read anew for the run's report
+    collector.stop()

@@ -301,3 +301,47 @@ def test_the_collector_releases_the_timer_when_it_stops() -> None:
     compute_phase(collector.timer, device, 10)
     collector.stop()
     assert collector.timer._pending == deque()
+
+
+def _torch_with_nested_stats(stats: dict[str, Any]) -> SimpleNamespace:
+    """A torch whose allocator answers through ``memory_stats_as_nested_dict`` only: the one-number
+    functions flatten the whole table in Python (about 250 us each on an H100 host)."""
+
+    def flat(*args: Any) -> Any:
+        raise AssertionError("a one-number allocator function was called")
+
+    cuda = SimpleNamespace(
+        is_initialized=lambda: True,
+        memory_stats_as_nested_dict=lambda index=None: stats,
+        memory_allocated=flat,
+        memory_stats=flat,
+        max_memory_reserved=flat,
+        max_memory_allocated=flat,
+        current_device=lambda: 0,
+        get_device_properties=lambda index: SimpleNamespace(
+            name="GPU", uuid="1234", major=9, minor=0, total_memory=2**30
+        ),
+    )
+    return SimpleNamespace(
+        cuda=cuda, backends=SimpleNamespace(cuda=SimpleNamespace(matmul=SimpleNamespace(allow_tf32=True)))
+    )
+
+
+def test_the_allocator_is_read_in_one_call_per_question(monkeypatch: pytest.MonkeyPatch) -> None:
+    stats = {
+        "allocated_bytes": {"all": {"current": 4096, "peak": 8192}},
+        "reserved_bytes": {"all": {"current": 2**20, "peak": 2**21}},
+        "allocation": {"all": {"allocated": 77}},
+    }
+    fake = _torch_with_nested_stats(stats)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert cuda_events.cuda_in_use(fake)
+    assert cuda_events.cuda_allocations(fake) == 77
+    facts = cuda_events.cuda_facts()
+    assert facts is not None
+    assert (facts.max_allocated_bytes, facts.max_reserved_bytes, facts.uuid) == (8192, 2**21, "GPU-1234")
+    stats["allocated_bytes"]["all"]["current"] = 0  # nothing held: not in use, unless the caller saw it
+    assert not cuda_events.cuda_in_use(fake)
+    assert cuda_events.cuda_facts() is None
+    assert cuda_events.cuda_facts(in_use=True) is not None
+    assert cuda_events.cuda_allocations(None) is None

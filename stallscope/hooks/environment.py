@@ -42,13 +42,14 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def current_device() -> DeviceInfo:
+def current_device(*, cuda: bool | None = None) -> DeviceInfo:
     """The accelerator torch is using. CUDA counts only once the user's code initialised it and
     keeps tensors on it (``cuda_in_use``), so StallScope never creates a CUDA context (or breaks
-    forked workers) on its own, and a CPU run in a process that touched CUDA stays a CPU run."""
+    forked workers) on its own, and a CPU run in a process that touched CUDA stays a CPU run.
+    ``cuda=False``: the caller knows the run does no work on CUDA (the CPU then)."""
     torch: Any = sys.modules.get("torch")
     try:
-        if torch is not None and cuda_in_use(torch):
+        if torch is not None and cuda is not False and cuda_in_use(torch):
             index = int(torch.cuda.current_device())
             props = torch.cuda.get_device_properties(index)
             uuid = getattr(props, "uuid", None)

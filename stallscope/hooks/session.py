@@ -407,7 +407,7 @@ class Session:
     def _close_epoch(self, snapshot: SpanSnapshot) -> Later[EpochReport]:
         index = self._epoch_index
         self._epoch_index += 1
-        signals = self.signals.close_window()
+        signals = self.signals.close_window(steps=snapshot.steps)
         run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
         epoch = self._keep_epoch(index, snapshot, signals, self._known(signals, first_epoch=index), run_span)
         if index == 0 and (self.job is None or self.job.exchange is None):
@@ -523,7 +523,7 @@ class Session:
         """The accelerator the run uses. Once CUDA was seen in use it stays the device, also after
         the user's code moved its tensors off it (Lightning's teardown does, before the final
         report)."""
-        device = current_device()
+        device = current_device(cuda=False if self.signals.cuda_idle else None)
         facts = self.signals.cuda_device
         if device.kind != "cuda" and facts is not None:
             return DeviceInfo(kind="cuda", name=facts.name, index=facts.index, uuid=facts.uuid)
@@ -689,7 +689,7 @@ class Session:
             batch_tensors=f.batch_tensors,
             batch_bytes=f.batch_bytes,
             in_process_batch_s=f.in_process_batch_s,
-            compute_threads=compute_threads(on_cuda=True if self.signals.cuda_device is not None else None),
+            compute_threads=compute_threads(on_cuda=self.signals.on_cuda),
             nvml=signals.nvml,
             host_signals=signals.host,
             cuda=signals.cuda,

@@ -14,6 +14,7 @@ collector never raises into the session.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from stallscope.signals.cuda_events import (
     CudaDevice,
     CudaSummary,
     batch_pinning,
+    cuda_allocations,
     cuda_facts,
     event_factory,
 )
@@ -48,6 +50,10 @@ class Signals:
 
 
 _NO_SIGNALS = Signals()
+
+#: at most this share of the time between epoch ends goes to reading the CUDA device's peak
+#: memory anew (``SignalCollector._refresh_device``)
+REFRESH_SHARE = 0.0025
 
 
 class SignalCollector:
@@ -79,6 +85,15 @@ class SignalCollector:
         self.timer: CudaComputeTimer | None = None
         self.cuda_device: CudaDevice | None = None
         self._cuda_checked = False
+        #: no epoch end reads the CUDA device's peak memory anew before this clock reading
+        self._refresh_at = 0
+        #: the CUDA allocator's count of allocations (``cuda_allocations``) when CUDA was taken
+        #: as this run's device, until an epoch confirms it; and when it was given up (``_idle_cuda``)
+        self._allocations_then: int | None = None
+        self._cuda_confirmed = False
+        self._given_up_at: int | None = None
+        #: CUDA holds tensors, but this run does no work there: a CPU run (``_idle_cuda``)
+        self.cuda_idle = False
         self._batch_checked = False
         self._started = False
         self._stopped = False
@@ -141,6 +156,11 @@ class SignalCollector:
         facts = cuda_facts()
         if facts is None:
             return
+        allocations = self._allocations()
+        if self.cuda_idle and (allocations is None or allocations == self._given_up_at):
+            return  # still nothing of this run's on the GPU
+        self.cuda_idle = False
+        self._allocations_then = allocations
         self._cuda_checked = True
         self.cuda_device = facts
         if self._nvml_device is None:
@@ -166,15 +186,17 @@ class SignalCollector:
         timer = self.timer
 
         def check() -> None:
-            timer.note_batch(*batch_pinning(batch))
+            timer.note_batch(*batch_pinning(batch, in_use=True))
 
         self._guard("cuda", check)
 
     # -- windows -------------------------------------------------------------------------
 
-    def close_window(self) -> Signals:
-        """The signals of the epoch that just ended; starts the next window."""
+    def close_window(self, *, steps: int = 1) -> Signals:
+        """The signals of the epoch that just ended (of ``steps`` steps); starts the next window."""
         self.check_device()
+        if steps > 0 and self.cuda_device is not None and not self._cuda_confirmed:
+            self._guard("cuda", self._confirm_cuda)
         nvml = self._summary("nvml", self.nvml.close_window) if self.nvml is not None else None
         host = self._summary("host", self.host.close_window) if self.host is not None else None
         cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
@@ -182,6 +204,49 @@ class SignalCollector:
         if nvml is None and host is None and cuda is None and device is None:
             return _NO_SIGNALS  # a short epoch on the CPU: frozen, so one serves them all
         return Signals(nvml=nvml, host=host, cuda=cuda, cuda_device=device)
+
+    @property
+    def on_cuda(self) -> bool | None:
+        """True once the run was seen on CUDA, False when CUDA was given up as idle
+        (``_confirm_cuda``), None when not known (``compute_threads`` then looks itself)."""
+        if self.cuda_device is not None:
+            return True
+        return False if self.cuda_idle else None
+
+    def _allocations(self) -> int | None:
+        return cuda_allocations(sys.modules.get("torch"))
+
+    def _confirm_cuda(self) -> None:
+        """At the end of the first epoch with steps since CUDA was taken as this run's device: did
+        the run allocate anything on it? A model on the GPU allocates its activations every step.
+        A process that holds tensors on the GPU (an earlier model in a notebook, another part of
+        the program) while this run trains on the CPU does not: its CUDA events would time an idle
+        stream (the host's own time, read as a GPU 100% busy) and NVML another workload's use, so
+        the run is read as a CPU run (``_idle_cuda``) until the allocator moves."""
+        now = self._allocations()
+        then = self._allocations_then
+        if now is None or then is None or now != then:
+            self._cuda_confirmed = True
+            return
+        self._idle_cuda(now)
+
+    def _idle_cuda(self, allocations: int) -> None:
+        self.cuda_idle = True
+        self._given_up_at = allocations
+        self._cuda_checked = False  # a later pass start looks again (``_check_device``)
+        self.cuda_device = None
+        if self.timer is not None:
+            with contextlib.suppress(Exception):
+                self._timeline.unwatch()
+            self.timer.release()
+            self.timer = None
+        if self.nvml is not None and self._nvml_device is None:  # one the user named stays
+            self.nvml.stop()
+            self.nvml = None
+        self.note(
+            "CUDA holds tensors in this process, but this run allocated nothing on the GPU in its first "
+            "epoch: it is read as a run on the CPU"
+        )
 
     @property
     def windows_wait(self) -> bool:
@@ -207,14 +272,21 @@ class SignalCollector:
             nvml=self._summary("nvml", self.nvml.run_summary if self.nvml is not None else None),
             host=self._summary("host", self.host.run_summary if self.host is not None else None),
             cuda=self._summary("cuda", self.timer.run_summary if self.timer is not None else None),
-            cuda_device=self.cuda_device,
+            cuda_device=self._refresh_device(now=True),
         )
 
-    def _refresh_device(self) -> CudaDevice | None:
+    def _refresh_device(self, *, now: bool = False) -> CudaDevice | None:
+        """The CUDA device with its peak memory as of now (``now``), or as of a recent epoch end:
+        reading it takes tens of microseconds, so an epoch end reads it anew once at least
+        ``1 / REFRESH_SHARE`` times as long as the last reading took has passed."""
         if self.cuda_device is not None and not self._stopped:
-            fresh = cuda_facts()  # peak memory moves on
-            if fresh is not None:
-                self.cuda_device = fresh
+            start = self._clock()
+            if now or start >= self._refresh_at:
+                fresh = cuda_facts(in_use=True)  # peak memory moves on
+                if fresh is not None:
+                    self.cuda_device = fresh
+                end = self._clock()
+                self._refresh_at = end + round((end - start) / REFRESH_SHARE)
         return self.cuda_device
 
     def notes(self) -> list[str]:

@@ -280,7 +280,50 @@ def cuda_in_use(torch: Any) -> bool:
     on the device (a library that probed it, an evaluation that is over) is a run on the CPU: its
     compute phases would time nothing on the device, and NVML would report another process's
     use of the GPU as this run's. Never initialises CUDA; may raise on a broken install."""
-    return bool(torch.cuda.is_initialized()) and int(torch.cuda.memory_allocated()) > 0
+    return bool(torch.cuda.is_initialized()) and _allocated_bytes(torch) > 0
+
+
+def _allocator_stats(torch: Any, index: int | None = None) -> dict[str, Any] | None:
+    """The caching allocator's statistics as torch keeps them (nested: ``stats["allocated_bytes"]
+    ["all"]["current"]``), or None where this torch does not offer them so. ``memory_allocated``
+    and the other one-number functions each flatten the whole table in Python first: about 250 us
+    each on an H100 host, which an epoch end paid several times over."""
+    nested = getattr(torch.cuda, "memory_stats_as_nested_dict", None)
+    if nested is None:
+        return None
+    stats = nested(index)
+    return stats if isinstance(stats, dict) else None
+
+
+def _stat(stats: dict[str, Any], *path: str) -> int | None:
+    value: Any = stats
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return int(value) if isinstance(value, int) else None
+
+
+def _allocated_bytes(torch: Any) -> int:
+    stats = _allocator_stats(torch)
+    if stats is None:
+        return int(torch.cuda.memory_allocated())
+    return _stat(stats, "allocated_bytes", "all", "current") or 0
+
+
+def cuda_allocations(torch: Any) -> int | None:
+    """How many allocations torch's caching allocator has made on the current device since the
+    process began (a count that only grows: every step of a model on the GPU allocates its
+    activations); None when the allocator does not say, or torch is not imported (``torch``:
+    the module, or None). Only once CUDA is in use."""
+    if torch is None:
+        return None
+    try:
+        stats = _allocator_stats(torch)
+        if stats is not None:
+            return _stat(stats, "allocation", "all", "allocated")
+        count = torch.cuda.memory_stats().get("allocation.all.allocated")
+    except Exception:
+        return None
+    return int(count) if isinstance(count, int) else None
 
 
 def _cuda_torch() -> Any:
@@ -307,13 +350,21 @@ def event_factory() -> Callable[[], EventLike] | None:
     return new_event
 
 
-def cuda_facts() -> CudaDevice | None:
-    """The CUDA device torch uses on this thread, or None when CUDA is not in use."""
-    torch = _cuda_torch()
+def cuda_facts(*, in_use: bool = False) -> CudaDevice | None:
+    """The CUDA device torch uses on this thread, or None when CUDA is not in use (``in_use``:
+    the caller saw it in use, and only its peak memory is wanted anew)."""
+    torch = sys.modules.get("torch") if in_use else _cuda_torch()
     if torch is None:
         return None
     try:
         index = int(torch.cuda.current_device())
+        stats = _allocator_stats(torch, index)
+        if stats is not None:
+            max_reserved = _stat(stats, "reserved_bytes", "all", "peak") or 0
+            max_allocated = _stat(stats, "allocated_bytes", "all", "peak") or 0
+        else:
+            max_reserved = int(torch.cuda.max_memory_reserved(index))
+            max_allocated = int(torch.cuda.max_memory_allocated(index))
         props = torch.cuda.get_device_properties(index)
         raw = getattr(props, "uuid", None)
         uuid = None if raw is None else str(raw)
@@ -325,19 +376,19 @@ def cuda_facts() -> CudaDevice | None:
             uuid=uuid,
             capability=(int(props.major), int(props.minor)),
             total_memory_bytes=int(props.total_memory),
-            max_reserved_bytes=int(torch.cuda.max_memory_reserved(index)),
-            max_allocated_bytes=int(torch.cuda.max_memory_allocated(index)),
+            max_reserved_bytes=max_reserved,
+            max_allocated_bytes=max_allocated,
             tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
         )
     except Exception:
         return None
 
 
-def batch_pinning(batch: object, limit: int = 16) -> tuple[int, int]:
+def batch_pinning(batch: object, limit: int = 16, *, in_use: bool = False) -> tuple[int, int]:
     """(pinned, pageable) CPU tensors among the first ``limit`` tensors of a batch (nested tuples,
     lists, dicts). (0, 0) when CUDA is not in use: pinning matters only for copies to a GPU, and
-    asking a tensor without CUDA could initialise it."""
-    torch = _cuda_torch()
+    asking a tensor without CUDA could initialise it (``in_use``: the caller saw it in use)."""
+    torch = sys.modules.get("torch") if in_use else _cuda_torch()
     if torch is None:
         return 0, 0
     pinned = pageable = seen = 0
