@@ -220,6 +220,22 @@ def cpu_after_cuda(report_dir: str, console: Any, **_: Any) -> Report:
     held = torch.ones(1024, device=DEV)
     del held
     torch.cuda.synchronize()
+    return _cpu_run(report_dir, console)
+
+
+def cpu_beside_cuda(report_dir: str, console: Any, **_: Any) -> Report:
+    """A CPU training run in a process that holds a tensor on the GPU all along (an earlier model,
+    as in a notebook): a CPU run too, not a GPU 100% busy (its CUDA events would time an idle
+    stream)."""
+    held = torch.ones(1024, device=DEV)
+    torch.cuda.synchronize()
+    try:
+        return _cpu_run(report_dir, console)
+    finally:
+        del held
+
+
+def _cpu_run(report_dir: str, console: Any) -> Report:
     dataset = SyntheticDataset(40 * 16, cpu_ms=0.3)
     data = DataLoader(dataset, batch_size=16)
     model = mlp(256, 2)
@@ -242,6 +258,7 @@ SCENARIOS: dict[str, tuple[Callable[..., Report], dict[str, dict[str, Any]]]] = 
     "fp32_bound": (fp32_bound, {"compute.amp": {"precision": "bf16-mixed"}}),
     "lightning_starved": (lightning_starved, {}),
     "cpu_after_cuda": (cpu_after_cuda, {}),
+    "cpu_beside_cuda": (cpu_beside_cuda, {}),
 }
 
 
@@ -421,9 +438,60 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
     return out
 
 
+def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str, Any]:
+    """Loop (d) on the GPU: the tiny step as many short epochs (100 of 30 steps), bare and watched
+    with the console on (rendered to memory), interleaved, median of the pairs in wall and in
+    process CPU time. On CUDA every epoch end closes at once (the CUDA-event and NVML windows
+    close there), so this is the full per-epoch cost."""
+    import io
+
+    from rich.console import Console
+
+    data, step = _tiny(steps)
+
+    def timed(fn: Callable[[], None]) -> tuple[float, float]:
+        torch.cuda.synchronize()
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    def bare() -> None:
+        for _ in range(epochs):
+            for x, y in _cycle(data, steps):
+                step(x, y)
+
+    def watched() -> None:
+        console = Console(file=io.StringIO(), width=100)
+        with tempfile.TemporaryDirectory() as tmp, StallScope(tmp, console=console) as scope:
+            for _ in range(epochs):
+                for x, y in scope.iter(_cycle(data, steps)):
+                    with scope.phase("compute"):
+                        step(x, y)
+
+    timed(bare)
+    timed(watched)
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "watched": []}
+    for _ in range(pairs):
+        runs["bare"].append(timed(bare))
+        runs["watched"].append(timed(watched))
+    wall = [w / b for (w, _), (b, _) in zip(runs["watched"], runs["bare"], strict=True)]
+    cpu = [c / b for (_, c), (_, b) in zip(runs["watched"], runs["bare"], strict=True)]
+    return {
+        "shape": f"{epochs} epochs of {steps} steps",
+        "step_us_bare": round(statistics.median(w for w, _ in runs["bare"]) / (epochs * steps) * 1e6, 1),
+        "wall": round(statistics.median(wall), 3),
+        "cpu": round(statistics.median(cpu), 3),
+        "wall_ratios": [round(r, 3) for r in wall],
+        "cpu_ratios": [round(r, 3) for r in cpu],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--only", nargs="*", default=None, help="scenario names, or 'sync' / 'overhead'")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="scenario names, or 'sync' / 'overhead' / 'short_epochs'"
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--panels", action="store_true", help="print the first run's panels")
@@ -431,7 +499,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("gpu_check.py needs a CUDA GPU")
     warnings.simplefilter("ignore")
-    names = args.only or [*SCENARIOS, "sync", "overhead"]
+    names = args.only or [*SCENARIOS, "sync", "overhead", "short_epochs"]
     results: list[dict[str, Any]] = []
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
     for name in names:
@@ -441,6 +509,8 @@ def main() -> None:
                 result: dict[str, Any] = {"scenario": "sync", **no_sync_added()}
             elif name == "overhead":
                 result = {"scenario": "overhead", **overhead()}
+            elif name == "short_epochs":
+                result = {"scenario": "short_epochs", **short_epochs()}
             else:
                 result = check(name, args.repeats, args.panels)
         except Exception as exc:  # keep going: one broken scenario must not hide the others

@@ -13,8 +13,12 @@ An epoch end costs what it touches: between real training steps, whose work has 
 StallScope's code and data from the caches, a function runs several times slower than in a loop
 of its own (``timeit`` of the same call).
 
-    .venv/bin/python benchmarks/profiling/epoch_costs.py [--runs 8] [--epochs 100]
+    .venv/bin/python benchmarks/profiling/epoch_costs.py [--runs 8] [--epochs 100] [--cuda]
     (about 20 seconds on 2 cores)
+
+``--cuda`` runs the loop with its model and batches on the GPU, where every epoch end also
+closes the CUDA events' and NVML's windows, and adds those functions and the wall time spent in
+each (a CUDA call may wait without using the CPU).
 """
 
 from __future__ import annotations
@@ -59,24 +63,56 @@ WRAPPED = (
     ("stallscope.signals.collector", "SignalCollector", "close_window"),
 )
 
+#: the same, for the parts a CUDA run adds (``--cuda``)
+WRAPPED_CUDA = (
+    ("stallscope.signals.collector", "SignalCollector", "_refresh_device"),
+    ("stallscope.signals.collector", "SignalCollector", "_confirm_cuda"),
+    ("stallscope.signals.collector", "SignalCollector", "check_device"),
+    ("stallscope.signals.collector", "SignalCollector", "note_batch"),
+    ("stallscope.signals.nvml", "NvmlSampler", "close_window"),
+    ("stallscope.signals.nvml", "NvmlSampler", "run_summary"),
+    ("stallscope.signals.cuda_events", "CudaComputeTimer", "close_window"),
+    ("stallscope.signals.cuda_events", "CudaComputeTimer", "run_summary"),
+    ("stallscope.hooks.session", "Session", "_close_epoch"),
+    ("stallscope.hooks.session", "Session", "_keep_epoch"),
+    ("stallscope.hooks.session", "Session", "_device"),
+    ("stallscope.hooks.session", "Session", "_report_job"),
+    ("stallscope.report.writer", "ReportWriter", "submit"),
+)
 
-def wrap(fn: Callable[..., Any], label: str, spent: Counter[str], calls: Counter[str]) -> Callable[..., Any]:
+
+def wrap(
+    fn: Callable[..., Any], label: str, spent: Counter[str], calls: Counter[str], walls: Counter[str] | None = None
+) -> Callable[..., Any]:
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.thread_time_ns()
+        wall = time.perf_counter_ns()
         try:
             return fn(*args, **kwargs)
         finally:
             spent[label] += time.thread_time_ns() - start
             calls[label] += 1
+            if walls is not None:
+                walls[label] += time.perf_counter_ns() - wall
 
     return timed
+
+
+def to_cuda(loop: Any) -> None:
+    """Move loop (a)'s model, optimizer and batches to the GPU."""
+    import torch
+
+    loop.model.cuda()
+    loop.opt = torch.optim.SGD(loop.model.parameters(), lr=1e-3)
+    loop.batches = [(x.cuda(), y.cuda()) for x, y in loop.batches]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=8, help="bare and watched runs each (default 8)")
     parser.add_argument("--epochs", type=int, default=100, help="epochs of 30 steps a run (default 100)")
+    parser.add_argument("--cuda", action="store_true", help="the loop on the GPU (see above)")
     args = parser.parse_args()
     if args.runs < 1 or args.epochs < 1:
         parser.error("--runs and --epochs must be >= 1")
@@ -91,12 +127,21 @@ def main() -> int:
     torch.set_num_threads(1)
     spent: Counter[str] = Counter()
     calls: Counter[str] = Counter()
-    for module_name, class_name, name in WRAPPED:
+    walls: Counter[str] = Counter()
+    if args.cuda and not torch.cuda.is_available():
+        parser.error("--cuda needs a CUDA GPU")
+    for module_name, class_name, name in (*WRAPPED, *(WRAPPED_CUDA if args.cuda else ())):
         cls = getattr(importlib.import_module(module_name), class_name)
-        setattr(cls, name, wrap(getattr(cls, name), f"{class_name}.{name}", spent, calls))
-    session.diagnose = wrap(session.diagnose, "diagnose (an epoch's or the run's)", spent, calls)
+        setattr(cls, name, wrap(getattr(cls, name), f"{class_name}.{name}", spent, calls, walls))
+    session.diagnose = wrap(session.diagnose, "diagnose (an epoch's or the run's)", spent, calls, walls)
+    if args.cuda:
+        from stallscope.signals import collector
+
+        collector.cuda_facts = wrap(collector.cuda_facts, "cuda_facts", spent, calls, walls)
 
     loop = tiny_loop(EPOCH_STEPS)
+    if args.cuda:
+        to_cuda(loop)
     report_dir = tempfile.mkdtemp(prefix="stallscope-epoch-costs-")
     loop.bare_epochs(3)  # both meet the code once before counting
     loop.watched_epochs(3, report_dir)
@@ -117,12 +162,15 @@ def main() -> int:
         f"loop (d), {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
         f"watched {watched / runs * 1e3:.1f} ms ({watched / bare:.3f}, the wrappers' cost included)"
     )
-    print(f"{'function (inclusive)':44s} {'ms a run':>9s} {'% of bare':>9s} {'us a call':>9s} {'calls a run':>11s}")
+    print(
+        f"{'function (inclusive)':44s} {'ms a run':>9s} {'% of bare':>9s} {'us a call':>9s} {'calls a run':>11s}"
+        f" {'wall ms a run':>13s}"
+    )
     for label, ns in spent.most_common():
         per_run_ms = ns / runs / 1e6
         print(
             f"{label:44s} {per_run_ms:9.2f} {per_run_ms / (bare / runs * 1e3):9.2%} "
-            f"{ns / calls[label] / 1e3:9.1f} {calls[label] / runs:11.1f}"
+            f"{ns / calls[label] / 1e3:9.1f} {calls[label] / runs:11.1f} {walls[label] / runs / 1e6:13.2f}"
         )
     return 0
 
