@@ -6,6 +6,7 @@ real multi-process jobs.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -300,3 +301,121 @@ def _span_for_cores() -> Any:
         data_cpu_ns=0,
         process_cpu_ns=10**9,
     )
+
+
+# -- in proportion: many short epochs --------------------------------------------------------
+
+
+def test_run_every_is_the_smallest_power_of_two_within_the_share() -> None:
+    job = Job(RankInfo(1, 2), "host", None)
+    job.note_run_cost(0.001, 1.0)  # 0.1% of a 1 s epoch: every epoch
+    assert job.run_every == 1
+    job.note_run_cost(0.003, 0.05)  # 3 ms a report, 50 ms epochs: 0.25% needs 24 epochs
+    assert job.run_every == 32
+    job.note_run_cost(0.01, 0.001)  # 1 ms epochs: no staler than MAX_RUN_INTERVAL_S (5 s)
+    assert job.run_every == 4096
+    assert job.run_every * 0.001 <= distributed.MAX_RUN_INTERVAL_S
+    assert [i for i in range(10_000) if job.run_due(i)] == [0, 4096, 8192]
+    job.note_epoch(0.001)
+    assert job.run_every == 4096
+    job.note_epoch(2.0)  # the epochs grew long: within 5 s again at once, on the same multiples
+    assert job.run_every == 2
+
+
+def test_rank_0_counts_on_the_ranks_run_summaries_at_the_multiples_of_the_largest_run_every() -> None:
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 3), "host0", exchange(store, 0, clock, world=3))
+    assert leader.run_due(1)  # nothing heard yet: every epoch end
+    for r, every in ((1, 4), (2, 8)):
+        exchange(store, r, clock, world=3).post("epoch0", {**payload(r, "epoch0"), "every": every})
+    leader.close_epoch(_epoch(0), None)
+    leader.settle()
+    assert [i for i in range(33) if leader.run_due(i)] == [0, 8, 16, 24, 32]
+
+
+def test_rank_0_takes_an_epoch_at_its_next_epoch_end_unless_it_is_needed_sooner() -> None:
+    """Waiting at each epoch end for the ranks to post would add their epoch end's work to rank
+    0's; in a job in step their summaries of the previous epoch are there already."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    other.close_epoch(_epoch(0, steps=7), None)
+    leader.close_epoch(_epoch(0, steps=5), None)
+    assert leader.epochs == []  # left for the next epoch end
+    assert store.checks == 0
+    other.close_epoch(_epoch(1, steps=7), None)
+    leader.close_epoch(_epoch(1, steps=5), None)
+    assert [e.index for e in leader.epochs] == [0]
+    made = leader.job_epoch(1)  # a panel or a logger needs it now
+    assert made is not None
+    job_epoch, rows = made
+    assert job_epoch.summary.steps == 7  # rank 1's epoch is in it
+    assert [r.rank for r in rows] == [0, 1]
+    assert [e.index for e in leader.epochs] == [0, 1]
+    assert clock.now == 0.0  # nothing was waited for
+    assert store.data == {}
+
+
+def test_many_short_epochs_of_a_job_keep_to_the_budget(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """400 epochs of three 1 ms steps on each rank, where a rank's run report costs 2 ms to make
+    and a write 2 ms: each rank made its run report and wrote its file at every epoch end (more
+    time than the training). Now a rank makes its run report a few times, each file is written a
+    few times, and the job's report still has every epoch with every rank's numbers."""
+    from conftest import FakeClock
+
+    from stallscope.hooks import scope as scope_module
+    from stallscope.report import writer as writer_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(scope_module, "Session", functools.partial(session.Session, clock=clock, cpu_clock=clock))
+    made: dict[int, int] = {}
+    written: dict[str, int] = {}
+    real_job, real_write = session.Session._report_job, writer_module.write_report
+
+    def report_job(self: session.Session, *, complete: bool) -> Any:
+        clock.advance_ms(2)
+        rank = self.job.info.rank if self.job is not None else -1
+        made[rank] = made.get(rank, 0) + 1
+        return real_job(self, complete=complete)
+
+    def write(report: Report, path: Path, *, durable: bool) -> None:
+        clock.advance_ms(2)
+        written[path.name] = written.get(path.name, 0) + 1
+        real_write(report, path, durable=durable)
+
+    monkeypatch.setattr(session.Session, "_report_job", report_job)
+    monkeypatch.setattr(writer_module, "write_report", write)
+
+    def train_steps(report_dir: Path, batches: int) -> Report | None:
+        with StallScope(report_dir, console=False) as scope:
+            for _ in range(400):
+                for _batch in scope.iter(range(batches)):
+                    with scope.phase("compute"):
+                        clock.advance_ms(1)
+        return scope.report
+
+    two_ranks(1)
+    train_steps(tmp_path / "node1", batches=3)
+    two_ranks(0)
+    job = train_steps(tmp_path / "node0", batches=2)
+    assert job is not None
+    assert made[1] <= 4  # instead of 401
+    assert written["rank-1.json"] <= 4
+    assert written["rank-0.json"] <= 4
+    assert written["report.json"] <= 4
+    assert made[0] <= 2 * written["report.json"] + written["rank-0.json"] + 2
+    assert len(job.epochs) == 400
+    assert {e.summary.steps for e in job.epochs} == {3}  # rank 1's (the longer) epoch in every one
+    assert [(r.rank, r.steps, r.epochs) for r in job.ranks] == [(0, 800, 400), (1, 1200, 400)]
+    assert not any("sent no summary" in n for n in job.notes)
+
+
+def _epoch(index: int, steps: int = 4) -> Any:
+    from stallscope.report.schema import EpochReport
+    from stallscope.timeline.stats import Distribution
+
+    span = replace(_span_for_cores(), steps=steps, step=Distribution.of([10**8] * steps))
+    sess = session.Session(ScopeConfig.create(None, console=False))
+    return EpochReport(index=index, summary=sess.summarize(span), findings=())

@@ -400,6 +400,13 @@ class Job:
             every *= 2
         self.run_every = every
 
+    def note_epoch(self, epoch_s: float) -> None:
+        """An epoch of ``epoch_s`` ended: epochs that grew longer bring ``run_every`` down at once
+        (to a divisor of what it was: the epochs rank 0 counts on stay among the new ones), so
+        that the run's summary never goes out less often than every ``MAX_RUN_INTERVAL_S``."""
+        while self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
+            self.run_every //= 2
+
     def _exchange(self, name: str, epoch: EpochReport | None, report: Report | None) -> dict[int, dict[str, Any]]:
         """Post this rank's payload (ranks other than 0) or collect the others' (rank 0)."""
         exchange = self.exchange

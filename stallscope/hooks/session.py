@@ -479,12 +479,13 @@ class Session:
         own: Later[Report] | None = None
         if not job.leader:
             report: Report | None = None
+            job.note_epoch(span.wall_ns / 1e9)
             if job.run_due(index):
-                start = time.perf_counter()
+                start = self._clock()
                 own = self._report_job(complete=False)
                 report = own.get()
                 job.close_epoch(epoch.get(), report)
-                job.note_run_cost(time.perf_counter() - start, span.wall_ns / 1e9)
+                job.note_run_cost((self._clock() - start) / 1e9, span.wall_ns / 1e9)
                 self._write_own_later(own)
             else:
                 job.close_epoch(epoch.get(), None)
