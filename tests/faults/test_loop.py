@@ -166,11 +166,11 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
             closes: list[int] = []
 
             def closing(real: Any) -> Any:
-                def close() -> Any:
+                def close(**kwargs: Any) -> Any:
                     closes.append(1)
                     if len(closes) == 2:
                         signal.raise_signal(signal.SIGUSR1)
-                    return real()
+                    return real(**kwargs)
 
                 return close
 
