@@ -42,9 +42,9 @@ from stallscope.report.render import plain, print_diagnosis
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
-from stallscope.signals.collector import SignalCollector, Signals
+from stallscope.signals.collector import SignalCollector, Signals, WindowMark
 from stallscope.signals.host import HostInfo, host_info
-from stallscope.signals.host_sampler import HostSummary, memory_risk_note
+from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig, probe_batch_s
 from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
@@ -332,14 +332,14 @@ class Session:
     def _wait(self) -> bool:
         """An epoch end with nothing due (no panel, no report write) leaves the epoch's close to a
         later one: the timeline marks where the epoch ends (``Timeline.mark_epoch``), this end
-        reads what only it can (what the rules will know, the host's window), and the epoch's
+        reads what only it can (what the rules will know, the signals' windows), and the epoch's
         statistics and place in the report are made, together with up to
         ``MAX_WAITING - 1`` others, at the next epoch end that has something to do, or when the
         report is asked for. Between training steps an epoch end costs what it touches, so a few
         dozen short epochs closed at once cost less than each at its end. Only an epoch shorter
         than ``WAIT_UNDER_NS``; not the first one (its panel is printed), nor a distributed
-        job's (the ranks exchange each epoch), nor one on CUDA (NVML's and the CUDA events'
-        windows close at the epoch's end)."""
+        job's (the ranks exchange each epoch), nor one on CUDA before an epoch confirmed that
+        the run works there (``SignalCollector.windows_wait``)."""
         timeline = self.timeline
         if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
             return False
@@ -354,7 +354,7 @@ class Session:
         if self._writer is not None and self._writer.wants_report(now):
             return False
         at = (now, self._cpu_clock())
-        token = (self._epoch_index, self._facts(), signals.close_host_window())
+        token = (self._epoch_index, self._facts(), signals.mark_windows())
         # counted first: an exception a signal handler raises from here on loses no marked epoch
         self._epoch_index += 1
         self._ended_at = now
@@ -371,8 +371,8 @@ class Session:
         closed = timeline.closed_epochs()
         while closed:
             token, snapshot, run = closed[0]
-            index, facts, host = cast("tuple[int, _Facts, HostSummary | None]", token)
-            signals = self.signals.host_signals(host)
+            index, facts, mark = cast("tuple[int, _Facts, WindowMark]", token)
+            signals = self.signals.marked_signals(mark)
             known = self._known(signals, first_epoch=index, facts=facts)
             self._keep_epoch(index, snapshot, signals, known, run.span if run is not None else None)
             del closed[0]

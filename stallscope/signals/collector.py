@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from stallscope._exceptions import from_signal_handler
 from stallscope.signals.cuda_events import (
@@ -50,6 +50,18 @@ class Signals:
 
 
 _NO_SIGNALS = Signals()
+
+
+class WindowMark(NamedTuple):
+    """The windows of an epoch whose close waits (``SignalCollector.mark_windows``)."""
+
+    #: NVML's samples of the epoch, set aside (``NvmlSampler.mark_window``)
+    nvml: object | None
+    host: HostSummary | None
+    cuda: CudaSummary | None
+    #: the CUDA device as last read (``_refresh_device``)
+    device: CudaDevice | None
+
 
 #: at most this share of the time between epoch ends goes to reading the CUDA device's peak
 #: memory anew (``SignalCollector._refresh_device``)
@@ -170,7 +182,7 @@ class SignalCollector:
                 self.note("torch reports no UUID for its GPU, so NVML cannot tell which GPU it is; pass nvml_device")
         new_event = event_factory()
         if new_event is not None:
-            self.timer = CudaComputeTimer(new_event)
+            self.timer = CudaComputeTimer(new_event, clock=self._clock)
             self._timeline.watch(self._timeline.phase_id(COMPUTE), self.timer.begin, self.timer.end)
 
     def begin_pass(self) -> None:
@@ -250,21 +262,29 @@ class SignalCollector:
 
     @property
     def windows_wait(self) -> bool:
-        """Whether only the host is sampled (no NVML, no CUDA): then an epoch end may close the
-        host's window alone (``close_host_window``) and the epoch's ``Signals`` be made later
-        (``host_signals``). NVML's and the CUDA events' windows, and a CUDA device's memory, are
-        read by ``close_window`` itself."""
-        return self.nvml is None and self.timer is None and self.cuda_device is None
+        """Whether an epoch end may set its windows aside (``mark_windows``) and the epoch's
+        ``Signals`` be made later (``marked_signals``): always, but on CUDA not before an epoch
+        confirmed that the run works there (``_confirm_cuda``, at a ``close_window``)."""
+        return self.cuda_device is None or self._cuda_confirmed
 
-    def close_host_window(self) -> HostSummary | None:
-        """``close_window`` where only the host is sampled (``windows_wait``): the host's window."""
-        host = self.host
-        return self._summary("host", host.close_window) if host is not None else None
+    def mark_windows(self) -> WindowMark:
+        """``close_window`` for an epoch whose close waits: each window is closed now, cheaply
+        (NVML's samples set aside, not summarised; the CUDA events' totals; the host's window;
+        the device as last read), and summarised when the epoch is closed (``marked_signals``)."""
+        nvml = self._summary("nvml", self.nvml.mark_window) if self.nvml is not None else None
+        host = self._summary("host", self.host.close_window) if self.host is not None else None
+        cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
+        return WindowMark(nvml, host, cuda, self._refresh_device())
 
-    @staticmethod
-    def host_signals(host: HostSummary | None) -> Signals:
-        """The ``Signals`` of a window ``close_host_window`` closed."""
-        return _NO_SIGNALS if host is None else Signals(host=host)
+    def marked_signals(self, mark: WindowMark) -> Signals:
+        """The ``Signals`` of the windows ``mark_windows`` closed."""
+        nvml_sampler, window = self.nvml, mark.nvml
+        nvml = None
+        if nvml_sampler is not None and window is not None:
+            nvml = self._summary("nvml", lambda: nvml_sampler.window_summary(window))
+        if nvml is None and mark.host is None and mark.cuda is None and mark.device is None:
+            return _NO_SIGNALS
+        return Signals(nvml=nvml, host=mark.host, cuda=mark.cuda, cuda_device=mark.device)
 
     def run_window(self) -> Signals:
         """The signals of the whole run so far."""

@@ -500,6 +500,15 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         window, self._win = self._win, _Window()
         return window
 
+    def mark_window(self) -> object:
+        """``close_window`` for an epoch whose close waits: the window's samples are set aside now
+        (nothing adds to them after), summarised by ``window_summary`` when the epoch is closed."""
+        return self._with_lock(self._swap_window)
+
+    def window_summary(self, window: object) -> NvmlSummary | None:
+        """The summary of a window ``mark_window`` set aside."""
+        return self._summary(window) if isinstance(window, _Window) else None
+
     def run_summary(self) -> NvmlSummary | None:
         return self._with_lock(lambda: self._summary(self._all))
 

@@ -175,7 +175,7 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
                 return close
 
             # an epoch end closes the signals' windows, or the host's alone (a short epoch's end)
-            for name in ("close_window", "close_host_window"):
+            for name in ("close_window", "mark_windows"):
                 monkeypatch.setattr(session.signals, name, closing(getattr(session.signals, name)))
             items = 16
         else:
