@@ -419,3 +419,85 @@ def _epoch(index: int, steps: int = 4) -> Any:
     span = replace(_span_for_cores(), steps=steps, step=Distribution.of([10**8] * steps))
     sess = session.Session(ScopeConfig.create(None, console=False))
     return EpochReport(index=index, summary=sess.summarize(span), findings=())
+
+
+def _fake_clocked_ranks(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Scopes made from now on read a fake clock (returned)."""
+    from conftest import FakeClock
+
+    from stallscope.hooks import scope as scope_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(scope_module, "Session", functools.partial(session.Session, clock=clock, cpu_clock=clock))
+    return clock
+
+
+def test_the_jobs_report_adds_up_run_summaries_of_one_epoch_end(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1's run report costs 8 ms with 1 s epochs: after its first epoch it sends it every 4th
+    epoch. Rank 0, which heard of that only later, wrote a report.json with its own run as of
+    epoch 2 beside rank 1's as of epoch 0 (found in review). Every report.json now has each rank's
+    run as of the same epoch end."""
+    from stallscope.report import writer as writer_module
+
+    clock = _fake_clocked_ranks(monkeypatch)
+    real_job, real_write = session.Session._report_job, writer_module.write_report
+
+    def report_job(self: session.Session, *, complete: bool) -> Any:
+        if self.job is not None and not self.job.leader:
+            clock.advance_ms(8)
+        return real_job(self, complete=complete)
+
+    written: list[list[tuple[int, int]]] = []
+
+    def write(report: Report, path: Path, *, durable: bool) -> None:
+        if path.name == "report.json":
+            written.append([(r.steps, r.epochs) for r in report.ranks])
+        real_write(report, path, durable=durable)
+
+    monkeypatch.setattr(session.Session, "_report_job", report_job)
+    monkeypatch.setattr(writer_module, "write_report", write)
+
+    def train_slowly(report_dir: Path) -> Report | None:
+        with StallScope(report_dir, console=False) as scope:
+            for _ in range(10):
+                for _batch in scope.iter(range(4)):
+                    with scope.phase("compute"):
+                        clock.advance_ms(250)
+        return scope.report
+
+    two_ranks(1)
+    train_slowly(tmp_path / "node1")
+    two_ranks(0)
+    train_slowly(tmp_path / "node0")
+    assert len(written) >= 3  # mid-run writes, and the final one
+    for ranks in written:
+        assert len(set(ranks)) == 1, ranks  # both ranks as of the same epoch end
+    assert written[-1] == [(40, 10), (40, 10)]
+
+
+def test_a_ranks_notes_are_in_scope_report_mid_run(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank's notes come with its run summary (here every epoch: 1 s epochs); rank 0's
+    ``scope.report`` takes the ranks' summaries before its own notes (found in review)."""
+    clock = _fake_clocked_ranks(monkeypatch)
+    two_ranks(1)
+    with StallScope(tmp_path / "node1", console=False) as scope:
+        for index in range(3):
+            if index == 2:
+                scope._session.note("hello from rank 1")
+            for _batch in scope.iter(range(4)):
+                with scope.phase("compute"):
+                    clock.advance_ms(250)
+    two_ranks(0)
+    with StallScope(None, console=False) as scope:
+        for _ in range(3):
+            for _batch in scope.iter(range(4)):
+                with scope.phase("compute"):
+                    clock.advance_ms(250)
+        mid_run = scope.report  # the last epoch ended; the run has not
+        assert mid_run is not None
+        assert not mid_run.complete
+        assert "rank 1: hello from rank 1" in mid_run.notes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,7 @@ def _cuda_steps(
     allocations: Allocations,
     grow: int,
     compute_ms: float = 20,
+    on_first_step: Callable[[], object] | None = None,
 ) -> None:
     """A pass of 4 steps whose compute phases the CUDA events time; each step makes ``grow``
     allocations on the device (a model on the GPU: its activations; a model on the CPU: none).
@@ -276,10 +278,12 @@ def _cuda_steps(
     session.note_loader(None, None)
     tl = session.timeline
     compute = tl.phase_id("compute")
-    for _ in range(4):
+    for step in range(4):
         tl.data_begin()
         clock.advance_ms(1)
         tl.data_end(got_item=True)
+        if step == 0 and on_first_step is not None:
+            on_first_step()
         tl.enter(compute)
         clock.advance_ms(compute_ms)
         device.now_ms += compute_ms
@@ -388,3 +392,31 @@ def test_an_epoch_end_reads_the_gpus_peak_memory_on_a_budget(
     assert run.cuda_device is not None
     assert run.cuda_device.max_allocated_bytes == reads["n"]  # read anew for the run's report
     collector.stop()
+
+
+def test_cuda_first_seen_at_an_epoch_end_is_confirmed_at_the_next(
+    tmp_path: Path, clock: FakeClock, cpu_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose memory appears only in its first step (lazy modules, a model moved to the GPU
+    inside the step) is first seen at the epoch's end: taken there, and confirmed (or not) at the
+    next epoch end, not in the same one against its own count (found in review)."""
+    device = FakeDevice()
+    facts = _fake_cuda(monkeypatch, device, uuid="GPU-1234")
+    on_gpu = {"yet": False}
+    monkeypatch.setattr(collector_module, "cuda_facts", lambda **_: facts if on_gpu["yet"] else None)
+    allocations = Allocations()
+    monkeypatch.setattr(collector_module, "cuda_allocations", allocations)
+    session = make_session(tmp_path, clock, cpu_clock)
+    session.start()
+    assert session.signals.cuda_device is None
+    _cuda_steps(session, clock, device, allocations, grow=2, on_first_step=lambda: on_gpu.update(yet=True))
+    assert session.signals.cuda_device is None  # the pass started before
+    session.end_epoch()
+    assert session.signals.cuda_device is not None
+    assert not session.signals.cuda_idle
+    _cuda_steps(session, clock, device, allocations, grow=2)
+    session.end_epoch(may_wait=False)
+    assert session.signals.on_cuda is True
+    report = session.finish(print_run=False)
+    assert report.run.device.kind == "cuda"
+    assert not any("allocated nothing" in n for n in report.notes)

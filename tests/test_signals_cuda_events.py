@@ -345,3 +345,17 @@ def test_the_allocator_is_read_in_one_call_per_question(monkeypatch: pytest.Monk
     assert cuda_events.cuda_facts() is None
     assert cuda_events.cuda_facts(in_use=True) is not None
     assert cuda_events.cuda_allocations(None) is None
+
+
+@pytest.mark.parametrize(
+    ("backend", "count", "expected"), [("native", 77, 77), ("native", 0, None), ("cudaMallocAsync", 0, None)]
+)
+def test_an_allocator_that_keeps_no_count_is_unknown(
+    monkeypatch: pytest.MonkeyPatch, backend: str, count: int, expected: int | None
+) -> None:
+    """``cudaMallocAsync`` fills only the byte counts of its tables: its count of allocations reads
+    0, and a GPU run would have read as one that allocates nothing (found in review)."""
+    stats = {"allocated_bytes": {"all": {"current": 4096}}, "allocation": {"all": {"allocated": count}}}
+    fake = _torch_with_nested_stats(stats)
+    fake.cuda.get_allocator_backend = lambda: backend
+    assert cuda_events.cuda_allocations(fake) == expected

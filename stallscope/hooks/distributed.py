@@ -281,6 +281,7 @@ def _payload(
     given (every ``run_every``-th epoch, and at the end of the run)."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
     if report is not None:
+        out["run_at"] = epoch.index if epoch is not None else None  # None: the end of the run
         out["epochs"] = len(report.epochs)
         out["run"] = {
             "summary": summary_to_dict(report.summary),
@@ -359,6 +360,8 @@ class Job:
         self._latest: dict[int, _Span] = {}
         #: rank 0: each other rank's ``run_every``, as it last said
         self._every: dict[int, int] = {}
+        #: rank 0: the epoch end each rank's latest run summary was taken at (None: its run's end)
+        self._latest_at: dict[int, int | None] = {}
         #: the job's epochs so far (rank 0)
         self.epochs: list[EpochReport] = []
         #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``)
@@ -388,6 +391,17 @@ class Job:
         rank 0 has them all from the same epoch end at the multiples of the largest."""
         every = max(self._every.values(), default=1) if self.leader else self.run_every
         return index % max(1, every) == 0
+
+    def runs_from(self, index: int) -> bool:
+        """Rank 0: whether every other rank's latest run summary was taken at epoch ``index``'s
+        end, or at the end of its run (after ``settle``; a rank noted late aside): only then does
+        the job's report add up summaries of one moment."""
+        exchange = self.exchange
+        if exchange is None:
+            return True
+        # a rank noted late is not waited for; one that ended sent its final summary
+        others = [r for r in range(1, self.info.world_size) if r not in exchange.late]
+        return all(r in self._latest_at and self._latest_at[r] in (index, None) for r in others)
 
     def note_run_cost(self, cost_s: float, epoch_s: float) -> None:
         """Making and sending this rank's run-level summary took ``cost_s``, after an epoch of
@@ -537,6 +551,8 @@ class Job:
             return
         span = _span(payload, "run")
         self._latest[span.rank] = span
+        at = payload.get("run_at")
+        self._latest_at[span.rank] = at if isinstance(at, int) else None
         for text in payload.get("notes", []):
             if isinstance(text, str):
                 self._note(f"rank {span.rank}: {text}")

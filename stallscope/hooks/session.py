@@ -396,11 +396,12 @@ class Session:
     def _shown_report(self) -> Later[Report]:
         """The run's report as of now, made later: rank 0 of a distributed job shows the job's
         (its own run information and notes, the ranks' latest summaries together)."""
-        own = self._report_job(complete=False)
         job = self.job
+        if job is not None and job.leader:
+            job.settle()  # first: the notes it adds are in the report
+        own = self._report_job(complete=False)
         if job is None or not job.leader:
             return own
-        job.settle()
         make = job.report_later()
         return Later(lambda: make(own.get()))
 
@@ -501,9 +502,10 @@ class Session:
             self._write_own_later(own)
         if due and own is not None and self._writer is not None:
             job.settle()
-            make, notes, own_report = job.report_later(), tuple(self.notes), own
-            self._latest = Later(lambda: dataclasses.replace(make(own_report.get()), notes=notes))
-            self._writer.submit(self._latest.get)
+            if job.runs_from(index):  # else at a later such epoch end
+                make, notes, own_report = job.report_later(), tuple(self.notes), own
+                self._latest = Later(lambda: dataclasses.replace(make(own_report.get()), notes=notes))
+                self._writer.submit(self._latest.get)
 
         def shown() -> tuple[EpochReport, tuple[RankEntry, ...]]:
             made = job.job_epoch(index)

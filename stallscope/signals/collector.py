@@ -205,9 +205,12 @@ class SignalCollector:
     # -- windows -------------------------------------------------------------------------
 
     def close_window(self, *, steps: int = 1) -> Signals:
-        """The signals of the epoch that just ended (of ``steps`` steps); starts the next window."""
+        """The signals of the epoch that just ended (of ``steps`` steps); starts the next window.
+        The run's use of CUDA is confirmed at an epoch end after the one that took the device
+        (a model whose memory appears only in its first step is taken here, not at a pass start)."""
+        taken = self.cuda_device is not None
         self.check_device()
-        if steps > 0 and self.cuda_device is not None and not self._cuda_confirmed:
+        if taken and steps > 0 and self.cuda_device is not None and not self._cuda_confirmed:
             self._guard("cuda", self._confirm_cuda)
         nvml = self._summary("nvml", self.nvml.close_window) if self.nvml is not None else None
         host = self._summary("host", self.host.close_window) if self.host is not None else None

@@ -317,13 +317,18 @@ def cuda_allocations(torch: Any) -> int | None:
     if torch is None:
         return None
     try:
+        backend = getattr(torch.cuda, "get_allocator_backend", None)
+        if backend is not None and backend() != "native":
+            return None  # cudaMallocAsync keeps no such count (its tables read 0)
         stats = _allocator_stats(torch)
         if stats is not None:
-            return _stat(stats, "allocation", "all", "allocated")
-        count = torch.cuda.memory_stats().get("allocation.all.allocated")
+            count = _stat(stats, "allocation", "all", "allocated")
+        else:
+            count = torch.cuda.memory_stats().get("allocation.all.allocated")
     except Exception:
         return None
-    return int(count) if isinstance(count, int) else None
+    # holding tensors takes at least one allocation: a count of 0 is an allocator that does not count
+    return int(count) if isinstance(count, int) and count > 0 else None
 
 
 def _cuda_torch() -> Any:

@@ -502,17 +502,21 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
 
     def mark_window(self) -> object:
         """``close_window`` for an epoch whose close waits: the window's samples are set aside now
-        (nothing adds to them after), summarised by ``window_summary`` when the epoch is closed."""
-        return self._with_lock(self._swap_window)
+        (nothing adds to them after), with whether utilization had stopped by then, summarised by
+        ``window_summary`` when the epoch is closed."""
+        return (self._with_lock(self._swap_window), self.util_stopped)
 
-    def window_summary(self, window: object) -> NvmlSummary | None:
+    def window_summary(self, mark: object) -> NvmlSummary | None:
         """The summary of a window ``mark_window`` set aside."""
-        return self._summary(window) if isinstance(window, _Window) else None
+        if not isinstance(mark, tuple) or len(mark) != 2 or not isinstance(mark[0], _Window):
+            return None
+        window, partial = mark
+        return self._summary(window, util_partial=bool(partial))
 
     def run_summary(self) -> NvmlSummary | None:
         return self._with_lock(lambda: self._summary(self._all))
 
-    def _summary(self, w: _Window) -> NvmlSummary | None:
+    def _summary(self, w: _Window, *, util_partial: bool | None = None) -> NvmlSummary | None:
         if self._handle is None:
             return None
         names = self._phase_names()
@@ -542,7 +546,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             sm_clock_unthrottled_mhz=w.clock_free_sum / w.clock_free_n if w.clock_free_n else None,
             throttle={k: v / busy for k, v in w.throttle_ns.items()} if w.reasons_seen and busy > 0 else {},
             temperature_max_c=w.temp_max,
-            util_partial=self.util_stopped,
+            util_partial=self.util_stopped if util_partial is None else util_partial,
         )
 
 
