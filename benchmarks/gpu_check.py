@@ -373,6 +373,15 @@ def no_sync_added(steps: int = 2000) -> dict[str, Any]:
         }
 
 
+def _timed(fn: Callable[[], None]) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of ``fn()``, the GPU's queue drained before and after."""
+    torch.cuda.synchronize()
+    t0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
     """Watched / bare time of a tiny GPU step (launch-bound, about 1 ms here), interleaved, median
     of the pairs, in wall and in process CPU time; also watched without the CUDA-event timer, and
@@ -380,13 +389,6 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
     from stallscope.signals import collector, cuda_events
 
     data, step = _tiny(steps)
-
-    def timed(fn: Callable[[], None]) -> tuple[float, float]:
-        torch.cuda.synchronize()
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0, time.process_time() - c0
 
     def bare() -> None:
         for x, y in _cycle(data, steps):
@@ -409,11 +411,11 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
 
     variants = {"bare": bare, "watched": watched, "watched_no_events": no_timer}
     for fn in variants.values():
-        timed(fn)
+        _timed(fn)
     runs: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for _ in range(pairs):
         for name, fn in variants.items():
-            runs[name].append(timed(fn))
+            runs[name].append(_timed(fn))
     out: dict[str, Any] = {"step_us_bare": round(statistics.median(w for w, _ in runs["bare"]) / steps * 1e6, 1)}
     for name in ("watched", "watched_no_events"):
         wall = [w / b[0] for (w, _), b in zip(runs[name], runs["bare"], strict=True)]
@@ -441,20 +443,13 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
 def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str, Any]:
     """Loop (d) on the GPU: the tiny step as many short epochs (100 of 30 steps), bare and watched
     with the console on (rendered to memory), interleaved, median of the pairs in wall and in
-    process CPU time. On CUDA every epoch end closes at once (the CUDA-event and NVML windows
-    close there), so this is the full per-epoch cost."""
+    process CPU time: the whole per-epoch cost on CUDA (the CUDA-event and NVML windows, the
+    device's memory, the epochs that wait)."""
     import io
 
     from rich.console import Console
 
     data, step = _tiny(steps)
-
-    def timed(fn: Callable[[], None]) -> tuple[float, float]:
-        torch.cuda.synchronize()
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        torch.cuda.synchronize()
-        return time.perf_counter() - t0, time.process_time() - c0
 
     def bare() -> None:
         for _ in range(epochs):
@@ -469,12 +464,12 @@ def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str
                     with scope.phase("compute"):
                         step(x, y)
 
-    timed(bare)
-    timed(watched)
+    _timed(bare)
+    _timed(watched)
     runs: dict[str, list[tuple[float, float]]] = {"bare": [], "watched": []}
     for _ in range(pairs):
-        runs["bare"].append(timed(bare))
-        runs["watched"].append(timed(watched))
+        runs["bare"].append(_timed(bare))
+        runs["watched"].append(_timed(watched))
     wall = [w / b for (w, _), (b, _) in zip(runs["watched"], runs["bare"], strict=True)]
     cpu = [c / b for (_, c), (_, b) in zip(runs["watched"], runs["bare"], strict=True)]
     return {

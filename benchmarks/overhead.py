@@ -6,6 +6,8 @@ Loops:
   (c) tiny Lightning fit                     target <= 1.02 (against Lightning without StallScope)
   (d) many short epochs: 100 epochs of 30 steps of loop (a), and a Lightning fit of 50 epochs
       of 30 steps                             target <= 1.05, in process CPU time and wall time
+  (e) loop (d) as a job: two gloo ranks under torchrun, each 100 epochs of 30 steps of loop (a)'s
+      model in DistributedDataParallel        target <= 1.05, rank 0 and rank 1, both clocks
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
 each after a full garbage collection; the ratio reported is the median over pairs.
@@ -35,6 +37,7 @@ import gc
 import io
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -53,7 +56,7 @@ from torch import nn  # noqa: E402
 
 from stallscope import StallScope  # noqa: E402
 
-TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02, "d": 1.05}
+TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02, "d": 1.05, "e": 1.05}
 #: steps per run: a watched run pays its fixed costs (epoch-end diagnosis, report writes) once
 TINY_STEPS = 20_000
 MEDIUM_STEPS = 500
@@ -307,6 +310,8 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
     for key in args.only or sorted(TARGETS):
         if key == "d":
             rows.extend(short_epochs(args, tmp))
+        elif key == "e":
+            rows.extend(job_epochs(args))
         elif key in loops:
             label, loop = loops[key]
             ratio, b, w = pairs(loop.bare, lambda loop=loop: loop.watched(tmp), args.pairs)
@@ -360,6 +365,54 @@ def short_epochs(args: argparse.Namespace, tmp: str) -> list[Row]:
     rows.append(("d", label, "StallScope, CPU time", cpu, b / steps, TARGETS["d"]))
     rows.append(("d", label, "StallScope, wall time", wall, b / steps, TARGETS["d"]))
     return rows
+
+
+def job_epochs(args: argparse.Namespace) -> list[Row]:
+    """Loop (e): loop (d) as a two-rank job (gloo, one thread a rank), launched with ``torchrun``;
+    each rank runs the pairs itself (both ranks in the same order) and reports its medians."""
+    settings = {"pairs": args.pairs, "epochs": SHORT_EPOCHS, "steps": EPOCH_STEPS}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               __file__, JOB_FLAG, json.dumps(settings)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=1800).stdout
+    rows: list[Row] = []
+    for line in sorted(line for line in out.splitlines() if line.startswith("{")):
+        got = json.loads(line)
+        label = f"2 ranks (gloo), {SHORT_EPOCHS} epochs of {EPOCH_STEPS} steps, rank {got['rank']}"
+        step = got["bare_s"] / (SHORT_EPOCHS * EPOCH_STEPS)
+        rows.append(("e", label, "StallScope, CPU time", got["cpu"], step, TARGETS["e"]))
+        rows.append(("e", label, "StallScope, wall time", got["wall"], step, TARGETS["e"]))
+    return rows
+
+
+def job_rank(pairs: int, epochs: int, steps: int) -> None:
+    """One rank of loop (e): prints one JSON line with its median ratios."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    loop = tiny_loop(steps)
+    loop.model = nn.parallel.DistributedDataParallel(loop.model)
+    loop.opt = torch.optim.SGD(loop.model.parameters(), lr=1e-3)
+    tmp = tempfile.mkdtemp(prefix="stallscope-overhead-job-")
+
+    def in_step(run: Callable[[], float]) -> Callable[[], float]:
+        def ranks_in_step() -> float:
+            dist.barrier()  # both ranks start each run together
+            return run()
+
+        return ranks_in_step
+
+    wall, cpu, bare = pairs_cpu(
+        in_step(lambda: loop.bare_epochs(epochs)), in_step(lambda: loop.watched_epochs(epochs, tmp)), pairs
+    )
+    line = {"rank": dist.get_rank(), "wall": wall, "cpu": cpu, "bare_s": bare}
+    print(json.dumps(line), flush=True)
+    dist.destroy_process_group()
+
+
+#: loop (e)'s ranks run this file again with this flag and their settings
+JOB_FLAG = "--job-rank"
 
 
 def across_processes(args: argparse.Namespace, argv: list[str]) -> list[tuple[Row, float | None, float | None]]:
@@ -455,4 +508,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if JOB_FLAG in sys.argv:
+        job_rank(**json.loads(sys.argv[sys.argv.index(JOB_FLAG) + 1]))
+        sys.exit(0)
     sys.exit(main())
