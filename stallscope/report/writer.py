@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stallscope._threads import start_quiet
 from stallscope.report.io import write_report
 from stallscope.report.schema import Report
 
@@ -114,7 +115,7 @@ class ReportWriter:
             self._pending_since = now
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="stallscope-report", daemon=True)
-                self._thread.start()
+                start_quiet(self._thread)
             self._cond.notify()
 
     def close(self) -> None:

@@ -29,6 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+from stallscope._threads import start_quiet
+
 S_co = TypeVar("S_co", covariant=True)
 S = TypeVar("S")
 R = TypeVar("R")
@@ -125,7 +127,7 @@ class PeriodicSampler(Generic[S, R]):
         if self._thread is not None or not self._enabled:
             return
         self._thread = threading.Thread(target=self._run, name=f"stallscope-{self.name}", daemon=True)
-        self._thread.start()
+        start_quiet(self._thread)
 
     def stop(self) -> None:
         self._stop.set()
