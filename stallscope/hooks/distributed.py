@@ -3,11 +3,14 @@
 Every rank records its own timeline, exactly as a single process does: nothing here runs per
 step. At each epoch end (and once at the end of the run) a rank hands its summary to a ``Job``:
 
-* a rank other than 0 writes ``<report_dir>/ranks/rank-<R>.json`` (its own report), posts its
-  summary for rank 0 and goes on; it prints nothing;
-* rank 0 writes its own ``ranks/rank-0.json`` too, collects the others' summaries, and turns them
-  into the job's report (``report/job.py``, ``analysis/job.py``), which it prints and writes as
+* a rank other than 0 posts its epoch's summary for rank 0 (and its run's, every ``run_every``-th
+  epoch) and goes on; it prints nothing;
+* rank 0 collects the others' summaries and turns them into the job's epochs and report
+  (``report/job.py``, ``analysis/job.py``), which the session prints and writes as
   ``<report_dir>/report.json``.
+
+Each rank's session writes its own ``<report_dir>/ranks/rank-<R>.json``, and rank 0 the job's
+report, on the report writer's budget (``Session._close_job_epoch``), in full at the end.
 
 No file is written by two processes, and nothing assumes the ranks share a file system: the
 summaries travel over the job's own ``torch.distributed`` rendezvous store.
@@ -47,7 +50,6 @@ from typing import Any, Protocol
 
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job
-from stallscope.report.io import write_report
 from stallscope.report.job import job_summary, rank_entry
 from stallscope.report.schema import (
     EpochReport,
@@ -380,10 +382,6 @@ class Job:
 
     def rank_path(self, report_dir: Path) -> Path:
         return report_dir / RANKS_DIR / f"rank-{self.info.rank}.json"
-
-    def write_own(self, report: Report, report_dir: Path | None, *, durable: bool) -> None:
-        if report_dir is not None:
-            write_report(report, self.rank_path(report_dir), durable=durable)
 
     def run_due(self, index: int) -> bool:
         """Whether epoch ``index``'s end sends (another rank) or can count on (rank 0) the ranks'
