@@ -212,13 +212,7 @@ class SignalCollector:
         self.check_device()
         if taken and steps > 0 and self.cuda_device is not None and not self._cuda_confirmed:
             self._guard("cuda", self._confirm_cuda)
-        nvml = self._summary("nvml", self.nvml.close_window) if self.nvml is not None else None
-        host = self._summary("host", self.host.close_window) if self.host is not None else None
-        cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
-        device = self._refresh_device()
-        if nvml is None and host is None and cuda is None and device is None:
-            return _NO_SIGNALS  # a short epoch on the CPU: frozen, so one serves them all
-        return Signals(nvml=nvml, host=host, cuda=cuda, cuda_device=device)
+        return self.marked_signals(self.mark_windows())
 
     @property
     def on_cuda(self) -> bool | None:
@@ -286,7 +280,7 @@ class SignalCollector:
         if nvml_sampler is not None and window is not None:
             nvml = self._summary("nvml", lambda: nvml_sampler.window_summary(window))
         if nvml is None and mark.host is None and mark.cuda is None and mark.device is None:
-            return _NO_SIGNALS
+            return _NO_SIGNALS  # a short epoch on the CPU: frozen, so one serves them all
         return Signals(nvml=nvml, host=mark.host, cuda=mark.cuda, cuda_device=mark.device)
 
     def run_window(self) -> Signals:

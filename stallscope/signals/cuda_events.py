@@ -331,9 +331,12 @@ def cuda_allocations(torch: Any) -> int | None:
     return int(count) if isinstance(count, int) and count > 0 else None
 
 
-def _cuda_torch() -> Any:
-    """torch, when it is imported and the run computes on CUDA (``cuda_in_use``); else None."""
+def _cuda_torch(*, in_use: bool = False) -> Any:
+    """torch, when it is imported and the run computes on CUDA (``cuda_in_use``, unless the
+    caller saw it in use: ``in_use``); else None."""
     torch: Any = sys.modules.get("torch")
+    if in_use:
+        return torch
     try:
         if torch is not None and cuda_in_use(torch):
             return torch
@@ -358,7 +361,7 @@ def event_factory() -> Callable[[], EventLike] | None:
 def cuda_facts(*, in_use: bool = False) -> CudaDevice | None:
     """The CUDA device torch uses on this thread, or None when CUDA is not in use (``in_use``:
     the caller saw it in use, and only its peak memory is wanted anew)."""
-    torch = sys.modules.get("torch") if in_use else _cuda_torch()
+    torch = _cuda_torch(in_use=in_use)
     if torch is None:
         return None
     try:
@@ -393,7 +396,7 @@ def batch_pinning(batch: object, limit: int = 16, *, in_use: bool = False) -> tu
     """(pinned, pageable) CPU tensors among the first ``limit`` tensors of a batch (nested tuples,
     lists, dicts). (0, 0) when CUDA is not in use: pinning matters only for copies to a GPU, and
     asking a tensor without CUDA could initialise it (``in_use``: the caller saw it in use)."""
-    torch = sys.modules.get("torch") if in_use else _cuda_torch()
+    torch = _cuda_torch(in_use=in_use)
     if torch is None:
         return 0, 0
     pinned = pageable = seen = 0

@@ -493,8 +493,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
     # -- summaries (training thread) -----------------------------------------------------
 
     def close_window(self) -> NvmlSummary | None:
-        window = self._with_lock(self._swap_window)
-        return self._summary(window) if window is not None else None
+        return self.window_summary(self.mark_window())
 
     def _swap_window(self) -> _Window:
         window, self._win = self._win, _Window()
