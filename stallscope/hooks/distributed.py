@@ -494,7 +494,7 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
-        job_epoch = replace(job_epoch, findings=tuple(self._diagnose(spans)))
+        job_epoch = replace(job_epoch, findings=_diagnose(spans, self.min_saving))
         self.epochs.append(job_epoch)
         if len(self.epochs) > MAX_JOB_EPOCHS:
             del self.epochs[10]
@@ -515,7 +515,7 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._note_missing()
-        spans = self._spans(report)
+        spans = _job_spans(report, self.host, self._latest)
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
@@ -526,18 +526,14 @@ class Job:
         """Rank 0: the job's report given rank 0's own, as of now: the other ranks' latest
         run-level summaries and the job's epochs are taken now; the report is made (on any
         thread) when called."""
-        latest = dict(self._latest)
+        latest, host = dict(self._latest), self.host
         epochs = tuple(self.epochs)
         min_saving = self.min_saving
 
         def make(own: Report) -> Report:
-            others = [latest[r] for r in sorted(latest) if r != 0]
-            return job_report(own, [_own_span(own, self.host), *others], epochs, min_saving=min_saving)
+            return job_report(own, _job_spans(own, host, latest), epochs, min_saving=min_saving)
 
         return make
-
-    def _spans(self, own: Report) -> list[_Span]:
-        return [_own_span(own, self.host), *(self._latest[r] for r in sorted(self._latest) if r != 0)]
 
     def _take(self, payload: Mapping[str, Any]) -> None:
         """A rank's payload: what it says of itself, and its run-level summary when it has one."""
@@ -567,12 +563,16 @@ class Job:
         if missing:
             self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
 
-    def _diagnose(self, spans: list[_Span]) -> list[Finding]:
-        return diagnose_job([s.work() for s in spans], min_saving=self.min_saving)
+
+def _diagnose(spans: list[_Span], min_saving: float) -> tuple[Finding, ...]:
+    """The job's findings from the ranks' spans (``analysis/job.py``)."""
+    return tuple(diagnose_job([s.work() for s in spans], min_saving=min_saving))
 
 
-def _own_span(report: Report, host: str) -> _Span:
-    return _Span(0, host, report.summary, report.findings, len(report.epochs))
+def _job_spans(own: Report, host: str, latest: Mapping[int, _Span]) -> list[_Span]:
+    """Rank 0's own run and the other ranks' latest run summaries, in rank order."""
+    own_span = _Span(0, host, own.summary, own.findings, len(own.epochs))
+    return [own_span, *(latest[r] for r in sorted(latest) if r != 0)]
 
 
 def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...], *, min_saving: float) -> Report:
@@ -583,7 +583,7 @@ def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...],
         own,
         summary=job_summary([s.summary for s in spans]),
         epochs=epochs,
-        findings=tuple(diagnose_job([s.work() for s in spans], min_saving=min_saving)),
+        findings=_diagnose(spans, min_saving),
         ranks=ranks,
     )
 
