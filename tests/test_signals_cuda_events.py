@@ -154,7 +154,7 @@ class FakeTensor:
 
 def test_batch_pinning_walks_nested_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_torch = SimpleNamespace(Tensor=FakeTensor)
-    monkeypatch.setattr(cuda_events, "_cuda_torch", lambda: fake_torch)
+    monkeypatch.setattr(cuda_events, "_cuda_torch", lambda **_: fake_torch)
     batch = {"x": FakeTensor("cpu", False), "y": [FakeTensor("cpu", True), FakeTensor("cuda", False)], "n": 3}
     assert batch_pinning(batch) == (1, 1)
 
