@@ -68,11 +68,15 @@ class _Planted(Dataset[torch.Tensor]):
         return torch.full((2,), float(i))
 
 
+#: the loaders' own timeout: how long torch waits for a batch before it looks for dead workers
+LOADER_TIMEOUT_S = 10
+
+
 def _worker_data(fault: str) -> Any:
     def data(epoch: int) -> Iterator[Any]:
         # the fault in the second epoch; the loader's own timeout keeps a lost worker from hanging
         ds = _Planted(fault, at=5 if epoch == 1 else -1)
-        yield from DataLoader(ds, batch_size=1, num_workers=1, timeout=60)
+        yield from DataLoader(ds, batch_size=1, num_workers=1, timeout=LOADER_TIMEOUT_S)
 
     return data
 
@@ -113,7 +117,15 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
     assert scoped.error is not None
     assert scoped.error[0] in LOST_WORKER
     assert _first(scoped.items)[:8] == _first(bare.items)[:8] == [float(i) for i in range(8)]
-    assert scoped.seconds < bare.seconds + 2.5
+    # torch learns of the dead worker from its SIGCHLD, which the kernel may hand to another of
+    # the process's threads (the loader's own queue feeders, with or without StallScope): the
+    # main thread then waits out the loader's timeout and finds the worker gone ("exited
+    # unexpectedly"). Bare runs do so too (seen under load: 60 s with a 60 s timeout), so only
+    # that path may take the timeout; StallScope's own threads take no signals (test_threads.py).
+    allowed = bare.seconds + 2.5
+    if "exited unexpectedly" in scoped.error[1]:
+        allowed = max(allowed, LOADER_TIMEOUT_S + 2.5)
+    assert scoped.seconds < allowed, (scoped.seconds, scoped.error)
     report = valid_report(tmp_path)
     assert report.summary.steps == len(scoped.items)  # no step for the batch that never came
     assert report.complete
