@@ -15,6 +15,7 @@ pays for being watched.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -254,6 +255,8 @@ def _cpu_run(report_dir: str, console: Any) -> Report:
 SCENARIOS: dict[str, tuple[Callable[..., Report], dict[str, dict[str, Any]]]] = {
     "starved": (starved, {}),
     "pageable": (pageable, {}),
+    "pageable_w2": (functools.partial(pageable, num_workers=2), {}),
+    "pageable_w8": (functools.partial(pageable, num_workers=8), {}),
     "synced": (synced, {"host.sync": {"read_loss": False}}),
     "fp32_bound": (fp32_bound, {"compute.amp": {"precision": "bf16-mixed"}}),
     "lightning_starved": (lightning_starved, {}),
@@ -285,6 +288,7 @@ def describe(report: Report) -> dict[str, Any]:
                 "confidence": f.confidence,
                 "suggestion": dict(f.suggestion),
                 "title": f.title,
+                "evidence": dict(f.evidence),
             }
             for f in report.findings[:4]
         ],
@@ -322,6 +326,7 @@ def check(name: str, repeats: int, console: Any) -> dict[str, Any]:
         result["predicted"] = top.est_speedup
         result["bound"] = top.est_speedup_bound
         result["realized"] = round(realized, 3)
+        result["step_ms"] = {k: [round(w * 1e3, 2) for w in v] for k, v in walls.items()}
         result["error"] = round(abs(top.est_speedup - realized) / realized, 3)
         return result
 
@@ -440,6 +445,34 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
     return out
 
 
+def pin_costs(mb: int = 32, repeats: int = 20) -> dict[str, Any]:
+    """What ``data.pin_memory``'s model assumes, timed alone on this host: copying a ``mb`` MB
+    batch to the GPU from pageable memory, pinning it (``Tensor.pin_memory``, as the loader's
+    pin thread does; torch's pinned host allocator caches the buffers), and copying the pinned
+    batch; medians in ms."""
+    x = torch.randn(mb * 256 * 1024)
+    times: dict[str, list[float]] = {"pageable_copy": [], "pin": [], "pinned_copy": [], "host_copy": []}
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        x.to(DEV)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        pinned = x.pin_memory()
+        t2 = time.perf_counter()
+        pinned.to(DEV, non_blocking=True)
+        torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        x.clone()
+        t4 = time.perf_counter()
+        for key, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            times[key].append(dt * 1e3)
+    out: dict[str, Any] = {"mb": mb}
+    out.update({f"{k}_ms": round(statistics.median(v), 3) for k, v in times.items()})
+    out["pinned_speedup"] = round(out["pageable_copy_ms"] / out["pinned_copy_ms"], 2)
+    return out
+
+
 def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str, Any]:
     """Loop (d) on the GPU: the tiny step as many short epochs (100 of 30 steps), bare and watched
     with the console on (rendered to memory), interleaved, median of the pairs in wall and in
@@ -485,7 +518,7 @@ def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--only", nargs="*", default=None, help="scenario names, or 'sync' / 'overhead' / 'short_epochs'"
+        "--only", nargs="*", default=None, help="scenario names, or 'sync' / 'overhead' / 'short_epochs' / 'pin_costs'"
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", default=None, help="write the results here")
@@ -506,6 +539,8 @@ def main() -> None:
                 result = {"scenario": "overhead", **overhead()}
             elif name == "short_epochs":
                 result = {"scenario": "short_epochs", **short_epochs()}
+            elif name == "pin_costs":
+                result = {"scenario": "pin_costs", **pin_costs()}
             else:
                 result = check(name, args.repeats, args.panels)
         except Exception as exc:  # keep going: one broken scenario must not hide the others
