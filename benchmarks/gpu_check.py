@@ -445,6 +445,52 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
     return out
 
 
+def epoch_sources(epochs: int = 60, steps: int = 30) -> dict[str, Any]:
+    """Many short epochs of the tiny GPU step, watched: each epoch's idle fraction and where it
+    came from, with the CUDA-event windows as they are and with short windows not borrowing the
+    run's busy time per phase (``MIN_WINDOW_PHASES`` out of reach), one run each."""
+    from stallscope.signals import cuda_events
+
+    data, step = _tiny(steps)
+
+    def run() -> Report:
+        with tempfile.TemporaryDirectory() as tmp, StallScope(tmp, console=False) as scope:
+            for _ in range(epochs):
+                for x, y in scope.iter(_cycle(data, steps)):
+                    with scope.phase("compute"):
+                        step(x, y)
+        torch.cuda.synchronize()
+        report = scope.report
+        assert report is not None
+        return report
+
+    out: dict[str, Any] = {"shape": f"{epochs} epochs of {steps} steps"}
+    real = cuda_events.MIN_WINDOW_PHASES
+    for label, least in (("own_windows_only", 10**9), ("borrowing", real)):
+        cuda_events.MIN_WINDOW_PHASES = least
+        try:
+            report = run()
+        finally:
+            cuda_events.MIN_WINDOW_PHASES = real
+        sources: dict[str, int] = {}
+        idles = []
+        for epoch in report.epochs:
+            sources[epoch.summary.idle_source] = sources.get(epoch.summary.idle_source, 0) + 1
+            idles.append(epoch.summary.gpu_idle_fraction)
+        out[label] = {
+            "run_idle": round(report.summary.gpu_idle_fraction, 3),
+            "run_source": report.summary.idle_source,
+            "nvml_util_mean": (report.summary.nvml or {}).get("util_mean"),
+            "epoch_sources": sources,
+            "epoch_idle_min_median_max": [
+                round(min(idles), 3),
+                round(statistics.median(idles), 3),
+                round(max(idles), 3),
+            ],
+        }
+    return out
+
+
 def pin_costs(mb: int = 32, repeats: int = 20) -> dict[str, Any]:
     """What ``data.pin_memory``'s model assumes, timed alone on this host: copying a ``mb`` MB
     batch to the GPU from pageable memory, pinning it (``Tensor.pin_memory``, as the loader's
@@ -518,7 +564,10 @@ def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--only", nargs="*", default=None, help="scenario names, or 'sync' / 'overhead' / 'short_epochs' / 'pin_costs'"
+        "--only",
+        nargs="*",
+        default=None,
+        help="scenario names, or one of: sync, overhead, short_epochs, pin_costs, epoch_sources",
     )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", default=None, help="write the results here")
@@ -541,6 +590,8 @@ def main() -> None:
                 result = {"scenario": "short_epochs", **short_epochs()}
             elif name == "pin_costs":
                 result = {"scenario": "pin_costs", **pin_costs()}
+            elif name == "epoch_sources":
+                result = {"scenario": "epoch_sources", **epoch_sources()}
             else:
                 result = check(name, args.repeats, args.panels)
         except Exception as exc:  # keep going: one broken scenario must not hide the others

@@ -410,3 +410,44 @@ def test_the_warm_up_phase_alone_gives_no_busy_time() -> None:
     window = timer.close_window()
     assert window is not None
     assert (window.phases, window.busy_ns) == (3, 6_000_000)
+
+
+def test_short_epochs_borrow_the_runs_busy_time_per_phase() -> None:
+    """60 epochs of 30 launch-bound steps (1.2 ms each, 0.6 ms of it device work), records at
+    0.02 ms so one phase in about 13 is timed, and the device 5 ms behind the host: an epoch
+    holds two or three timed phases, some of whose events resolve in the next epoch. Each epoch's
+    window must still give its busy time (not None, which sent the epoch to NVML or the host's
+    phases), close to the device's 30 x 0.6 ms."""
+    device = FakeDevice(record_cost_ms=0.02)
+    timer = CudaComputeTimer(device.event, clock=device.clock)
+    windows = []
+    for _ in range(60):
+        for _ in range(30):
+            compute_phase(timer, device, 0.6)
+            device.now_ms += 0.6  # the rest of the step
+            device.done_until = device.now_ms - 5.0
+        windows.append(timer.close_window())
+    later = windows[5:]  # once the run has timed a few phases
+    assert all(w is not None for w in later)
+    for w in later:
+        assert w is not None
+        # each timed span also holds its start record's 0.02 ms
+        assert w.busy_ns == pytest.approx(30 * 0.62e6, rel=0.15)
+    assert all(w is not None and w.timed for w in later)
+    assert any(w is not None and w.borrowed for w in later)
+
+
+def test_a_window_with_enough_timed_phases_keeps_its_own() -> None:
+    """Long phases, all timed: a window's busy time is its own, whatever the run's was."""
+    device = FakeDevice()
+    device.done_until = 1e9
+    timer = CudaComputeTimer(device.event, clock=device.clock, warmup=0)
+    for _ in range(8):
+        compute_phase(timer, device, 10.0)
+    first = timer.close_window()
+    for _ in range(8):
+        compute_phase(timer, device, 2.0)
+    second = timer.close_window()
+    assert first is not None and second is not None
+    assert not second.borrowed
+    assert second.busy_ns == 16_000_000

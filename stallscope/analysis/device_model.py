@@ -60,7 +60,7 @@ def device_view(ctx: Context) -> DeviceView | None:
     nvml = ctx.nvml
     util_ok = nvml is not None and nvml.util_mean is not None and nvml.util_samples >= MIN_UTIL_SAMPLES
     by_phase = nvml.util_by_phase if nvml is not None and util_ok else {}
-    if ctx.cuda is not None and ctx.cuda.phases > 0:
+    if ctx.cuda is not None and ctx.cuda.timed:
         busy, source = min(1.0, ctx.cuda.busy_ns / span.wall_ns), "cuda_events"
     elif nvml is not None and nvml.util_mean is not None and util_ok:
         busy, source = nvml.util_mean, "nvml"

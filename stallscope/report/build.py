@@ -90,7 +90,7 @@ def device_idle(span: SpanStats, cuda: CudaSummary | None, nvml: NvmlSummary | N
     CUDA events (device-side busy time of the compute phase), else NVML utilization, else None
     (``summarize`` then uses the host phases). NVML utilization that stopped part-way through
     the span is not used: the headline covers the whole span from one source."""
-    if cuda is not None and cuda.phases > 0 and span.wall_ns > 0:
+    if cuda is not None and cuda.timed and span.wall_ns > 0:
         return min(1.0, max(0.0, 1.0 - cuda.busy_ns / span.wall_ns)), "cuda_events"
     if nvml is not None and nvml.idle_fraction is not None and not nvml.util_partial:
         return min(1.0, max(0.0, nvml.idle_fraction)), "nvml"

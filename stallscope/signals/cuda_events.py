@@ -19,6 +19,13 @@ The device span of a compute phase runs from when the device reached its first p
 when it finished the last; gaps in between (a launch-bound loop) count as busy, so the idle
 fraction from CUDA events is a lower bound.
 
+Short windows. An epoch of a few dozen short steps may hold only a timed phase or two (or none:
+its events still on the device when it ends count in the next window), and its idle fraction
+then swung between sources and values from one epoch to the next (seen on an H100: most epochs
+0% idle from CUDA events, some 90% from NVML). A window with fewer than ``MIN_WINDOW_PHASES``
+resolved timed phases takes its busy time per compute phase from the run's timed phases so far
+(``CudaSummary.borrowed``), once the run has that many.
+
 Warm-up. A process's first compute phase is where CUDA initialises lazily (the cuBLAS handle,
 each kernel's module at its first launch): the host spends up to a second there while the
 device, past the start event, waits, and that whole span would read as busy. Scaled up to the
@@ -46,6 +53,9 @@ MAX_PENDING = 256
 POLL_EVERY = 16
 #: most of the host's time the event records may take (module doc)
 TIMING_BUDGET = 0.0025
+#: a window with fewer resolved timed phases than this borrows the run's busy time per phase
+#: (module doc, "Short windows")
+MIN_WINDOW_PHASES = 4
 #: compute phases a timer leaves untimed at its start: CUDA's lazy initialisation (module doc)
 WARMUP_PHASES = 1
 #: the longest wait between two timed phases, ns (at 40 us for two records the budget asks
@@ -81,6 +91,14 @@ class CudaSummary:
     pageable_batches: int = 0
     #: compute phases left untimed to keep the records' cost down (counted in ``busy_ns``)
     untimed: int = 0
+    #: ``busy_ns`` is the window's compute phases times the run's busy time per timed phase: the
+    #: window had fewer than ``MIN_WINDOW_PHASES`` of its own (module doc, "Short windows")
+    borrowed: bool = False
+
+    @property
+    def timed(self) -> bool:
+        """Whether ``busy_ns`` measures the window: from its own timed phases or the run's."""
+        return self.phases > 0 or self.borrowed
 
 
 @dataclass(frozen=True)
@@ -271,9 +289,13 @@ class CudaComputeTimer:
 
     def _summary(self, now: tuple[int, ...], before: tuple[int, ...]) -> CudaSummary | None:
         busy, phases, dropped, checked, pageable, started, untimed = (a - b for a, b in zip(now, before, strict=True))
-        if phases == 0 and checked == 0:
+        run_busy, run_phases = now[0], now[1]
+        borrowed = phases < MIN_WINDOW_PHASES <= run_phases and started + untimed > 0
+        if borrowed:  # too few of its own: the run's busy time per phase, for each of its phases
+            busy = round(run_busy / run_phases * (started + untimed))
+        elif phases == 0 and checked == 0:
             return None
-        if untimed and started:
+        elif untimed and started:
             busy = round(busy * (started + untimed) / started)
         return CudaSummary(
             busy_ns=busy,
@@ -283,6 +305,7 @@ class CudaComputeTimer:
             batches_checked=checked,
             pageable_batches=pageable,
             untimed=untimed,
+            borrowed=borrowed,
         )
 
 

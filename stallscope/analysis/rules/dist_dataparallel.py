@@ -32,7 +32,7 @@ def rule(ctx: Context) -> Finding | None:
     compute = max(0, span.phase_ns.get(COMPUTE, 0))
     outside = max(0, span.wall_ns - compute)
     busy = compute
-    if ctx.cuda is not None and ctx.cuda.phases > 0:
+    if ctx.cuda is not None and ctx.cuda.timed:
         busy = min(compute, max(0, ctx.cuda.busy_ns))
     idle_in_compute = compute - busy
     predicted = busy + (outside + idle_in_compute) / n
@@ -50,7 +50,7 @@ def rule(ctx: Context) -> Finding | None:
             "devices": n,
             "outside_compute_fraction": frac(outside / span.wall_ns),
             "gpu_idle_in_compute_fraction": frac(idle_in_compute / span.wall_ns),
-            "cuda_events": ctx.cuda is not None and ctx.cuda.phases > 0,
+            "cuda_events": ctx.cuda is not None and ctx.cuda.timed,
         },
         fix=(
             f"Replace nn.DataParallel by DistributedDataParallel, one process per GPU ({launch}; "

@@ -43,7 +43,7 @@ def rule(ctx: Context) -> Finding | None:
         return None
     span_ratio = None
     confidence: Confidence = "low"
-    if ctx.cuda is not None and ctx.cuda.phases > 0 and ctx.span.phase_ns.get(COMPUTE, 0) > 0:
+    if ctx.cuda is not None and ctx.cuda.timed and ctx.span.phase_ns.get(COMPUTE, 0) > 0:
         span_ratio = ctx.cuda.busy_ns / ctx.span.phase_ns[COMPUTE]
         if span_ratio >= 0.8:
             confidence = "medium"
