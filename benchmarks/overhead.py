@@ -109,33 +109,38 @@ class PlainLoop:
             self.opt.step()
         return loss
 
-    def bare(self) -> float:
-        t0 = time.perf_counter()
+    def bare_pass(self) -> None:
+        """One pass over the batches, as a user's loop would run it."""
         for step, (x, y) in enumerate(self.batches):
             loss = self.train_step(x, y)
             if step % 50 == 0:
                 loss.item()
+
+    def watched_pass(self, scope: StallScope) -> None:
+        """The same pass under ``scope``: the loader through ``scope.iter``, two phases marked."""
+        for step, (x, y) in enumerate(scope.iter(self.batches)):
+            with scope.phase("compute"):
+                loss = self.train_step(x, y)
+            if step % 50 == 0:
+                with scope.phase("logging"):
+                    loss.item()
+
+    def bare(self) -> float:
+        t0 = time.perf_counter()
+        self.bare_pass()
         return time.perf_counter() - t0
 
     def watched(self, report_dir: str) -> float:
         t0 = time.perf_counter()
         with StallScope(report_dir, console=null_console()) as scope:
-            for step, (x, y) in enumerate(scope.iter(self.batches)):
-                with scope.phase("compute"):
-                    loss = self.train_step(x, y)
-                if step % 50 == 0:
-                    with scope.phase("logging"):
-                        loss.item()
+            self.watched_pass(scope)
         return time.perf_counter() - t0
 
     def bare_epochs(self, epochs: int) -> float:
         """Loop (d), bare: ``epochs`` passes over the batches."""
         t0 = time.perf_counter()
         for _ in range(epochs):
-            for step, (x, y) in enumerate(self.batches):
-                loss = self.train_step(x, y)
-                if step % 50 == 0:
-                    loss.item()
+            self.bare_pass()
         return time.perf_counter() - t0
 
     def watched_epochs(self, epochs: int, report_dir: str) -> float:
@@ -143,12 +148,7 @@ class PlainLoop:
         t0 = time.perf_counter()
         with StallScope(report_dir, console=null_console()) as scope:
             for _ in range(epochs):
-                for step, (x, y) in enumerate(scope.iter(self.batches)):
-                    with scope.phase("compute"):
-                        loss = self.train_step(x, y)
-                    if step % 50 == 0:
-                        with scope.phase("logging"):
-                            loss.item()
+                self.watched_pass(scope)
         return time.perf_counter() - t0
 
     def interleaved_epochs(self, epochs: int, report_dir: str) -> tuple[float, float, float, float]:
@@ -176,17 +176,9 @@ class PlainLoop:
         for _ in range(epochs):
             marks = [(cpu(), wall())]
             for _bare in range(2):
-                for step, (x, y) in enumerate(self.batches):
-                    loss = self.train_step(x, y)
-                    if step % 50 == 0:
-                        loss.item()
+                self.bare_pass()
                 marks.append((cpu(), wall()))
-            for step, (x, y) in enumerate(scope.iter(self.batches)):
-                with scope.phase("compute"):
-                    loss = self.train_step(x, y)
-                if step % 50 == 0:
-                    with scope.phase("logging"):
-                        loss.item()
+            self.watched_pass(scope)
             marks.append((cpu(), wall()))
             (c0, w0), (c1, w1), (c2, w2), (c3, w3) = marks
             cold_cpu += c1 - c0
