@@ -448,6 +448,7 @@ def test_a_window_with_enough_timed_phases_keeps_its_own() -> None:
     for _ in range(8):
         compute_phase(timer, device, 2.0)
     second = timer.close_window()
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     assert not second.borrowed
     assert second.busy_ns == 16_000_000
