@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from signal_fakes import cuda, nvml, record_span
+from signal_fakes import context, cuda, nvml, record_span
 
+from stallscope.analysis.device_model import device_view
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.schema import summary_from_dict, summary_to_dict
 
@@ -48,6 +49,9 @@ def test_idle_fraction_prefers_cuda_events_then_nvml_then_host_phases() -> None:
     events = cuda(busy_ns=int(0.3 * SPAN.wall_ns), phases=10)
     assert device_idle(SPAN, events, nvml(util_mean=0.5)) == (pytest.approx(0.7), "cuda_events")
     assert device_idle(SPAN, cuda(phases=0), nvml(util_mean=0.5)) == (0.5, "nvml")
+    # a short window that borrowed the run's busy time per phase is still a CUDA-event measure
+    borrowed = cuda(busy_ns=int(0.3 * SPAN.wall_ns), phases=0, borrowed=True)
+    assert device_idle(SPAN, borrowed, nvml(util_mean=0.5)) == (pytest.approx(0.7), "cuda_events")
     assert device_idle(SPAN, None, nvml(util_mean=None)) == (None, "host_phases")
     idle, source = device_idle(SPAN, None, nvml(util_mean=0.25))
     summary = summarize(SPAN, idle_fraction=idle, idle_source=source, nvml=nvml_fields(nvml(util_mean=0.25)))
@@ -55,6 +59,18 @@ def test_idle_fraction_prefers_cuda_events_then_nvml_then_host_phases() -> None:
     idle, source = device_idle(SPAN, None, None)
     summary = summarize(SPAN, idle_fraction=idle, idle_source=source)
     assert (summary.gpu_idle_fraction, summary.idle_source) == (pytest.approx(0.6), "host_phases")
+
+
+def test_the_rules_take_a_borrowed_cuda_window_as_the_devices_busy_time() -> None:
+    """``device_view`` (what the device-side rules read): a window with no resolved phase of its
+    own but the run's busy time per phase is a CUDA-event measure, not NVML's."""
+    borrowed = cuda(busy_ns=int(0.3 * SPAN.wall_ns), phases=0, borrowed=True)
+    view = device_view(context(SPAN, cuda=borrowed, nvml=nvml(util_mean=0.9, util_samples=50)))
+    assert view is not None
+    assert (view.source, view.busy) == ("cuda_events", pytest.approx(0.3))
+    view = device_view(context(SPAN, cuda=cuda(phases=0), nvml=nvml(util_mean=0.9, util_samples=50)))
+    assert view is not None
+    assert view.source == "nvml"
 
 
 def test_the_nvml_summary_survives_the_json_round_trip() -> None:

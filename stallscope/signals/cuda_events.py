@@ -11,20 +11,25 @@ piling up events. Events are pooled and reused.
 Recording costs the host: on an H100 host two records cost about 38 us, 2.5% of a 1.5 ms step
 there. So not every compute phase is timed: a phase is timed when at least the records' measured cost
 over ``TIMING_BUDGET`` of host time (16 ms for 40 us) has passed since the last timed one begun,
-which keeps timing within that share of the host's time: every phase of steps that long, about
-one in eleven of 1.5 ms steps. The busy time of a window is the timed phases' busy time scaled by
-all its phases over the timed ones: an estimate for steps that vary, exact for steps that repeat.
+which keeps timing within that share of the host's time (the gap is at most ``MAX_GAP_NS``,
+below: records dearer than 250 us would take more): every phase of steps that long, about one
+in eleven of 1.5 ms steps. The busy time of a window is the mean device time of the timed
+phases resolved in it, times the compute phases it began, timed or not: an estimate for steps
+that vary, exact for steps that repeat. A phase still on the device when its window closes is
+resolved in a later window and counts there in the mean; its window counted it by number, so it
+is neither lost nor counted twice.
 
 The device span of a compute phase runs from when the device reached its first piece of work to
 when it finished the last; gaps in between (a launch-bound loop) count as busy, so the idle
 fraction from CUDA events is a lower bound.
 
-Short windows. An epoch of a few dozen short steps may hold only a timed phase or two (or none:
-its events still on the device when it ends count in the next window), and its idle fraction
-then swung between sources and values from one epoch to the next (seen on an H100: most epochs
-0% idle from CUDA events, some 90% from NVML). A window with fewer than ``MIN_WINDOW_PHASES``
-resolved timed phases takes its busy time per compute phase from the run's timed phases so far
-(``CudaSummary.borrowed``), once the run has that many.
+Short windows. An epoch of a few dozen short steps may have only a timed phase or two resolved
+(or none: its events still on the device when it ends), and its idle fraction then swung
+between sources and values from one epoch to the next (seen on an H100: most epochs 0% idle
+from CUDA events, some 90% from NVML). A window with fewer than ``MIN_WINDOW_PHASES`` resolved
+timed phases takes its busy time per compute phase from the run's timed phases so far
+(``CudaSummary.borrowed``), once the run has that many. That mean is the whole run's: one odd
+phase (a recompilation, an autotuning step) weighs on every borrowed window after it.
 
 Warm-up. A process's first compute phase is where CUDA initialises lazily (the cuBLAS handle,
 each kernel's module at its first launch): the host spends up to a second there while the
@@ -77,19 +82,22 @@ class EventLike(Protocol):
 class CudaSummary:
     """Device-side timing of the compute phase over one window."""
 
-    #: device time of the window's compute phases, ns: the timed phases' device time (between
-    #: their start and end events) scaled by all phases over the timed ones
+    #: device time of the window's compute phases, ns: the mean device time (between start and
+    #: end events) of the timed phases resolved in the window, times the compute phases the
+    #: window began (timed or not); see ``borrowed``
     busy_ns: int
     #: compute phases timed and resolved
     phases: int
-    #: compute phases not timed (queue full, nested, or after an error)
+    #: compute phases not counted: the queue of pairs was full, or the timer was released with
+    #: them still on the device
     dropped: int
-    #: phases still in flight on the device when the window closed (counted in a later window)
+    #: phases still in flight on the device when the window closed (resolved in a later window)
     pending: int
     #: batches checked for pinned memory, and how many of them held pageable CPU tensors
     batches_checked: int = 0
     pageable_batches: int = 0
-    #: compute phases left untimed to keep the records' cost down (counted in ``busy_ns``)
+    #: compute phases left untimed, to keep the records' cost down or as the timer's warm-up
+    #: (counted in ``busy_ns``)
     untimed: int = 0
     #: ``busy_ns`` is the window's compute phases times the run's busy time per timed phase: the
     #: window had fewer than ``MIN_WINDOW_PHASES`` of its own (module doc, "Short windows")
@@ -290,13 +298,17 @@ class CudaComputeTimer:
     def _summary(self, now: tuple[int, ...], before: tuple[int, ...]) -> CudaSummary | None:
         busy, phases, dropped, checked, pageable, started, untimed = (a - b for a, b in zip(now, before, strict=True))
         run_busy, run_phases = now[0], now[1]
-        borrowed = phases < MIN_WINDOW_PHASES <= run_phases and started + untimed > 0
-        if borrowed:  # too few of its own: the run's busy time per phase, for each of its phases
-            busy = round(run_busy / run_phases * (started + untimed))
+        # the window's own compute phases, timed or not: each counts for the busy time per phase
+        # of the phases resolved in the window (some of which an earlier window began), so a
+        # phase still on the device when its window closed is neither lost nor counted twice
+        count = started + untimed
+        borrowed = phases < MIN_WINDOW_PHASES <= run_phases and count > 0
+        if borrowed:  # too few resolved: the run's busy time per phase instead
+            busy = round(run_busy / run_phases * count)
         elif phases == 0 and checked == 0:
             return None
-        elif untimed and started:
-            busy = round(busy * (started + untimed) / started)
+        elif phases > 0:
+            busy = round(busy / phases * count)
         return CudaSummary(
             busy_ns=busy,
             phases=phases,
