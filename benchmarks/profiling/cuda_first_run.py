@@ -7,8 +7,9 @@ span of each timed compute phase are logged. The script prints, per run, the idl
 StallScope reported and from which source, NVML's mean utilization beside it, and the timer's
 first spans, its timed and untimed phases and its gap between timed phases.
 
-``--old`` runs the timer as it was before the warm-up rule: the first compute phase timed, and
-the gap between timed phases unbounded (``WARMUP_PHASES = 0``, ``MAX_GAP_NS`` huge).
+``--old`` (in each pair, the first) runs the timer as it was before: the first compute phase
+timed, the gap between timed phases unbounded and no window borrowing the run's busy time per
+phase (``WARMUP_PHASES = 0``, ``MAX_GAP_NS`` and ``MIN_WINDOW_PHASES`` out of reach).
 
     python benchmarks/profiling/cuda_first_run.py [--scenarios pageable starved]
     (about a minute on an H100 host; needs a CUDA GPU)
@@ -38,6 +39,7 @@ def child(scenario: str, old: bool) -> dict[str, Any]:
     if old:
         cuda_events.WARMUP_PHASES = 0
         cuda_events.MAX_GAP_NS = 10**15
+        cuda_events.MIN_WINDOW_PHASES = 10**9
         init = cuda_events.CudaComputeTimer.__init__
 
         def old_init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -116,7 +118,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="*", default=["pageable", "starved"])
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--old", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--old", action="store_true", help="with --child: the timer as it was (see above)")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
     if args.child:
@@ -128,7 +130,11 @@ def main() -> int:
             cmd = [sys.executable, __file__, "--child", scenario, *(["--old"] if old else [])]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            result = json.loads(lines[-1]) if lines else {"scenario": scenario, "old": old, "error": done.stderr[-800:]}
+            result = (
+                json.loads(lines[-1])
+                if lines
+                else {"scenario": scenario, "timer": "old" if old else "new", "error": done.stderr[-800:]}
+            )
             results.append(result)
             print(json.dumps(result), flush=True)
     if args.json:
