@@ -35,6 +35,12 @@ def test_the_gpu_idle_inside_compute_is_split_too() -> None:
     # new step time: 0.4 busy + (0.2 outside + 0.4 idle) / 2 = 0.7 s of 1.0 s
     assert f.est_saving_fraction == pytest.approx(0.3, abs=1e-3)
     assert f.evidence["gpu_idle_in_compute_fraction"] == pytest.approx(0.4, abs=1e-3)
+    # a short window that borrowed the run's busy time per phase reads the same
+    borrowed = context(SPAN, data_parallel_devices=2, cuda=cuda(busy_ns=400_000_000, phases=0, borrowed=True))
+    g = dist_dataparallel.rule(borrowed)
+    assert g is not None
+    assert g.est_saving_fraction == pytest.approx(0.3, abs=1e-3)
+    assert g.evidence["cuda_events"] is True
 
 
 @pytest.mark.parametrize("devices", [None, 0, 1])

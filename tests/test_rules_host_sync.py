@@ -38,6 +38,16 @@ def test_cuda_events_corroborate() -> None:
     assert f.evidence["device_span_over_compute"] == pytest.approx(0.9)
 
 
+def test_a_short_windows_borrowed_busy_time_corroborates_too() -> None:
+    """An epoch with too few timed phases of its own takes the run's busy time per phase
+    (``CudaSummary.borrowed``): still the device's span, not nothing."""
+    events = cuda(busy_ns=int(0.9 * SPAN.phase_ns["compute"]), phases=0, borrowed=True)
+    f = host_sync.rule(sync_ctx(cuda=events))  # type: ignore[arg-type]
+    assert f is not None
+    assert f.confidence == "medium"
+    assert f.evidence["device_span_over_compute"] == pytest.approx(0.9)
+
+
 def test_not_when_the_gpu_keeps_working_while_the_host_does_other_things() -> None:
     overlapped = nvml(util_mean=0.9, util_by_phase={"compute": 0.95, "data": 0.85})
     assert host_sync.rule(sync_ctx(nvml=overlapped)) is None  # type: ignore[arg-type]
