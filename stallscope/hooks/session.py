@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar, cast
 
 from rich.console import Console
@@ -200,13 +201,7 @@ class Session:
         self.notes: list[str] = []
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
-        self._writer = (
-            ReportWriter(
-                config.report_dir / REPORT_NAME, clock=clock, on_error=self._write_error, first_write_s=FIRST_WRITE_S
-            )
-            if config.report_dir is not None
-            else None
-        )
+        self._writer = self._new_writer(config.report_dir / REPORT_NAME) if config.report_dir is not None else None
         #: a rank of a distributed job: its own ``ranks/rank-<R>.json`` (``_join_job``)
         self._rank_writer: ReportWriter | None = None
         self._started_at = ""
@@ -253,12 +248,11 @@ class Session:
         report_dir = self.config.report_dir
         if self.job is not None and report_dir is not None and self._rank_writer is None:
             # this rank's own file, on the same budget as report.json
-            self._rank_writer = ReportWriter(
-                self.job.rank_path(report_dir),
-                clock=self._clock,
-                on_error=self._write_error,
-                first_write_s=FIRST_WRITE_S,
-            )
+            self._rank_writer = self._new_writer(self.job.rank_path(report_dir))
+
+    def _new_writer(self, path: Path) -> ReportWriter:
+        """A writer of the run's reports to ``path`` (``report.json``, or a rank's own file)."""
+        return ReportWriter(path, clock=self._clock, on_error=self._write_error, first_write_s=FIRST_WRITE_S)
 
     def start_clock(self) -> None:
         """Start the timeline now if it has not started."""
