@@ -22,7 +22,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -31,20 +30,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from overhead import thread_cpu_ns  # noqa: E402  (the sibling benchmark)
 
 from stallscope.signals.host_sampler import MIN_INTERVAL_S as HOST_MIN_INTERVAL_S  # noqa: E402
 from stallscope.signals.host_sampler import HostSampler, PsutilProbe  # noqa: E402
 from stallscope.signals.nvml import NvmlSampler  # noqa: E402
 from stallscope.signals.sampler import PeriodicSampler  # noqa: E402
 from stallscope.timeline.recorder import Timeline  # noqa: E402
-
-
-def thread_cpu_ns(thread: threading.Thread) -> int | None:
-    tid = thread.native_id
-    try:
-        return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def cpu_cost(sampler: PeriodicSampler[Any, Any], seconds: float) -> tuple[float, int]:
