@@ -343,6 +343,14 @@ def _cycle(data: list[Any], steps: int) -> Iterator[Any]:
         yield data[i % len(data)]
 
 
+def _tiny_epochs(scope: StallScope, data: list[Any], step: Step, *, epochs: int, steps: int) -> None:
+    """``epochs`` watched passes of ``steps`` tiny steps each, the step as the compute phase."""
+    for _ in range(epochs):
+        for x, y in scope.iter(_cycle(data, steps)):
+            with scope.phase("compute"):
+                step(x, y)
+
+
 def no_sync_added(steps: int = 2000) -> dict[str, Any]:
     """A sync-free watched loop under sync debug mode "error": any sync StallScope added raises
     inside it, which it contains and reports as a note. First, that the mode is on: ``.item()``
@@ -361,10 +369,7 @@ def no_sync_added(steps: int = 2000) -> dict[str, Any]:
         torch.cuda.set_sync_debug_mode("error")
         try:
             with StallScope(tmp, console=False) as scope:
-                for _ in range(3):
-                    for x, y in scope.iter(_cycle(data, steps // 3)):
-                        with scope.phase("compute"):
-                            step(x, y)
+                _tiny_epochs(scope, data, step, epochs=3, steps=steps // 3)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
@@ -401,9 +406,7 @@ def overhead(steps: int = 2000, pairs: int = 7) -> dict[str, Any]:
 
     def watched() -> None:
         with tempfile.TemporaryDirectory() as tmp, StallScope(tmp, console=False) as scope:
-            for x, y in scope.iter(_cycle(data, steps)):
-                with scope.phase("compute"):
-                    step(x, y)
+            _tiny_epochs(scope, data, step, epochs=1, steps=steps)
 
     real_factory = collector.event_factory
 
@@ -455,10 +458,7 @@ def epoch_sources(epochs: int = 60, steps: int = 30) -> dict[str, Any]:
 
     def run() -> Report:
         with tempfile.TemporaryDirectory() as tmp, StallScope(tmp, console=False) as scope:
-            for _ in range(epochs):
-                for x, y in scope.iter(_cycle(data, steps)):
-                    with scope.phase("compute"):
-                        step(x, y)
+            _tiny_epochs(scope, data, step, epochs=epochs, steps=steps)
         torch.cuda.synchronize()
         report = scope.report
         assert report is not None
@@ -538,10 +538,7 @@ def short_epochs(epochs: int = 100, steps: int = 30, pairs: int = 7) -> dict[str
     def watched() -> None:
         console = Console(file=io.StringIO(), width=100)
         with tempfile.TemporaryDirectory() as tmp, StallScope(tmp, console=console) as scope:
-            for _ in range(epochs):
-                for x, y in scope.iter(_cycle(data, steps)):
-                    with scope.phase("compute"):
-                        step(x, y)
+            _tiny_epochs(scope, data, step, epochs=epochs, steps=steps)
 
     _timed(bare)
     _timed(watched)
