@@ -16,7 +16,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import LoopModel, batches_may_be_ready
+from stallscope.analysis.loop_model import batches_may_be_ready, host_share
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
@@ -31,7 +31,8 @@ def rule(ctx: Context) -> Finding | None:
     model, _ = refine(ctx, model)
     if not model.starved:
         return None
-    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * _host_share(ctx, model)
+    share = host_share(ctx, model.main_cpu_s, model.consumer_s)
+    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * share
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
     # with workers, fewer (down to none) may win: the hand-over then costs more than it hides.
     # Without a probe, a batch's in-process cost is the workers' rate less the hand-over, an upper
@@ -133,13 +134,3 @@ def rule(ctx: Context) -> Finding | None:
         suggestion=suggestion,
         snippet=snippet,
     )
-
-
-def _host_share(ctx: Context, model: LoopModel) -> float:
-    """The share of a core the training process got while it computed, when the compute runs on
-    the CPU (its CPU time over its wall time; 1.0 on a GPU, where the host also waits on the
-    device). On a host shared with other jobs, CPU-bound loading gets no more than this share
-    either, so it is not mistaken for loading that waits on storage."""
-    if ctx.cuda_device is not None or ctx.cuda is not None or model.consumer_s <= 0:
-        return 1.0
-    return min(1.0, max(0.1, model.main_cpu_s / model.consumer_s))
