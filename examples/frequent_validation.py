@@ -61,8 +61,10 @@ def run(
                 step += 1
                 with scope.phase("compute"):
                     trainer.step(batch, repeat=4)
-                last = epoch + 1 == epochs and i == batches
-                if every_n_steps is not None and step % every_n_steps == 0 or every_n_epochs is not None and i == batches and (epoch + 1) % every_n_epochs == 0 or at_end and last:
+                by_steps = every_n_steps is not None and step % every_n_steps == 0
+                by_epochs = every_n_epochs is not None and i == batches and (epoch + 1) % every_n_epochs == 0
+                last = at_end and epoch + 1 == epochs and i == batches
+                if by_steps or by_epochs or last:
                     validate()
     return scope.report
 

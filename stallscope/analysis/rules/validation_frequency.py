@@ -190,7 +190,10 @@ def _plain_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
         every_n_steps = k
         plan.suggestion = {"every_n_steps": k, "at_end": True}
         plan.what = f"every {k} steps (about every {every_text} of training) and once after the loop"
-        plan.snippet = f"if step % {k} == 0:  # step: the steps so far, from 1\n    validate()\n# ...and once after the loop\nvalidate()"
+        plan.snippet = (
+            f"if step % {k} == 0:  # step: the steps so far, from 1\n    validate()\n"
+            "# ...and once after the loop\nvalidate()"
+        )
         if k > run.steps:
             plan.capped = True
             plan.notes.append(
