@@ -160,8 +160,9 @@ def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
         )
         return fix, snippet
     shard = (
-        " Each worker runs its own copy of __iter__: shard it with torch.utils.data.get_worker_info() (worker k of"
-        f" n yields every n-th batch), or each batch comes {'twice' if workers == 2 else f'{workers} times'}."
+        " Each worker runs its own copy of __iter__: shard it with torch.utils.data.get_worker_info(), so that"
+        " worker k of n makes only every n-th batch (making a batch and skipping it saves nothing), or each"
+        f" batch comes {'twice' if workers == 2 else f'{workers} times'}."
         if workers > 1
         else ""
     )
@@ -177,7 +178,7 @@ def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
         "    def __iter__(self):\n"
         "        info = get_worker_info()\n"
         "        k, n = (info.id, info.num_workers) if info is not None else (0, 1)\n"
-        "        return itertools.islice(make_batches(), k, None, n)\n"
+        "        yield from make_batches(worker=k, workers=n)  # every n-th batch, from the k-th\n"
         f"DataLoader(Batches(), batch_size=None, num_workers={workers})"
     )
     return fix, snippet
