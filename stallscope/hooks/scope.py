@@ -264,7 +264,9 @@ class StallScope(LightningCallbacks):
                         # the run's only epoch ends here: the run's panel alone (its findings
                         # count what came after the loop, and it has the run's notes)
                         self._end_epoch(panel=self._session.epochs_ended > 0)
-                    print_run = self._active and self._session.epochs_ended > 0
+                    # a plain loop's single epoch: the run's panel is the one the user sees
+                    least = 1 if self._session.framework == "plain" else 2
+                    print_run = self._active and self._session.epochs_ended >= least
                     self._session.finish(print_run=print_run)
                     break
                 except Exception as exc:
