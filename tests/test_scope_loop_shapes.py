@@ -161,13 +161,14 @@ def test_a_while_loop_is_told_steps_not_epochs(tmp_path: Path, clocked: FakeCloc
 def test_a_generator_of_ready_batches_is_told_an_iterable_dataset_of_batches(
     tmp_path: Path, clocked: FakeClock, cpu_clock: FakeClock
 ) -> None:
-    """A generator that makes each batch with 5 ms of CPU, 1 ms of compute: more processes help,
-    but a generator is not a Dataset, and ``batch_size=...`` would batch its batches again."""
+    """A generator that makes each batch with 20 ms of CPU, 1 ms of compute: more processes help
+    (whatever torch's threads and the hand-over's GIL wait), but a generator is not a Dataset,
+    and ``batch_size=...`` would batch its batches again."""
 
     def batches() -> Iterator[int]:
         for i in range(300):
-            clocked.advance_ms(5)
-            cpu_clock.advance_ms(5)
+            clocked.advance_ms(20)
+            cpu_clock.advance_ms(20)
             yield i
 
     with StallScope(tmp_path, console=False) as scope:
@@ -186,7 +187,7 @@ def test_a_generator_of_ready_batches_is_told_an_iterable_dataset_of_batches(
 def test_batch_fed_loops_are_told_to_make_batches_ahead(
     tmp_path: Path, clocked: FakeClock, cpu_clock: FakeClock
 ) -> None:
-    get_batch = Batches(clocked, cpu_clock, wait_ms=5)
+    get_batch = Batches(clocked, cpu_clock, wait_ms=20)
     with StallScope(tmp_path, console=False) as scope:
         for _ in range(300):
             scope.batch(get_batch, "train")
