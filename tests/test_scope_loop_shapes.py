@@ -264,3 +264,23 @@ def test_a_single_pass_ended_before_the_exit_shows_its_panel_then_the_runs(tmp_p
             clocked.advance_ms(1)
     text = out.getvalue()
     assert text.index("StallScope · epoch 0") < text.index("StallScope · run (1 epoch)")
+
+
+def test_an_internal_failure_in_batch_turns_the_scope_off_and_the_loop_goes_on(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stallscope.timeline.recorder import Timeline
+
+    def broken(self: Timeline, *, new_step: bool = True) -> None:
+        raise RuntimeError("planted")
+
+    got = []
+    with StallScope(tmp_path, console=False) as scope:
+        got.append(scope.batch(lambda: 1))
+        monkeypatch.setattr(Timeline, "data_begin", broken)
+        got.append(scope.batch(lambda: 2))
+        got.append(scope.batch(lambda: 3))
+    assert got == [1, 2, 3]
+    assert scope.enabled is False
+    assert "turned itself off" in capsys.readouterr().err
+    assert any("turned itself off" in note for note in _read(tmp_path)["notes"])

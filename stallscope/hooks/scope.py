@@ -398,10 +398,10 @@ class StallScope(LightningCallbacks):
         except BaseException:
             self._data_end(got_item=False)
             raise
-        wait_ns = self._data_end(got_item=True)
+        self._data_end(got_item=True)
         if self._look_at_batch and self._active:
             self._look_at_batch = False
-            self._guarded(self._count_batch, item, wait_ns)
+            self._guarded(self._count_batch, item)
         return item
 
     def _begin_batches(self) -> None:
@@ -422,9 +422,9 @@ class StallScope(LightningCallbacks):
         self._batch_epoch = True
         self._look_at_batch = True
 
-    def _count_batch(self, item: object, wait_ns: int) -> None:
-        """The first batch of an epoch of ``batch`` calls: count its tensors and bytes."""
-        del wait_ns
+    def _count_batch(self, item: object) -> None:
+        """The first batch of an epoch of ``batch`` calls: count its tensors and bytes; on CUDA,
+        look for pageable tensors (``data.pin_memory``)."""
         self._session.batch_tensors = count_tensors(item)
         self._session.batch_bytes = batch_bytes(item)
         self._session.note_batch(item)
