@@ -618,6 +618,8 @@ class Session:
             short = too_short_for(own.steps, own.wall_s) if own.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
             title = "run (no steps)" if no_steps else f"run ({count(self._epoch_index, 'epoch')})"
+            if self.source == "callable" and self._epoch_index == 1:
+                title = "run"  # a loop with no epochs: none named
             self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._print_where()
