@@ -284,3 +284,36 @@ def test_an_internal_failure_in_batch_turns_the_scope_off_and_the_loop_goes_on(
     assert scope.enabled is False
     assert "turned itself off" in capsys.readouterr().err
     assert any("turned itself off" in note for note in _read(tmp_path)["notes"])
+
+
+def test_a_generator_and_a_batch_function_get_the_same_prediction_as_an_iterable(
+    tmp_path: Path, clocked: FakeClock, cpu_clock: FakeClock
+) -> None:
+    """The same batches (20 ms of CPU each) and steps from a list-like iterable, a generator and
+    ``scope.batch`` calls: one model, one number of workers, one prediction; only the words differ."""
+
+    class Items:
+        def __iter__(self) -> Iterator[int]:
+            for i in range(300):
+                clocked.advance_ms(20)
+                cpu_clock.advance_ms(20)
+                yield i
+
+    found = {}
+    for shape in ("iterable", "generator", "callable"):
+        with StallScope(tmp_path / shape, console=False) as scope:
+            if shape == "callable":
+                get = iter(Items()).__next__
+                for _ in range(300):
+                    scope.batch(get)
+                    _compute(scope, clocked, cpu_clock)
+            else:
+                for _ in scope.iter(Items() if shape == "iterable" else iter(Items())):
+                    _compute(scope, clocked, cpu_clock)
+        found[shape] = {f["id"]: f for f in _read(tmp_path / shape)["findings"]}["data.workers"]
+    assert found["iterable"]["suggestion"] == found["generator"]["suggestion"] == found["callable"]["suggestion"]
+    speedups = {shape: f["est_speedup"] for shape, f in found.items()}
+    assert max(speedups.values()) - min(speedups.values()) <= 0.05, speedups
+    assert "Wrap the iterable" in found["iterable"]["fix"]
+    assert "IterableDataset" in found["generator"]["fix"]
+    assert "IterableDataset" in found["callable"]["fix"]
