@@ -50,7 +50,7 @@ SAN_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 # (tests/test_bounded_memory.py counts bytes with tracemalloc: it runs in `unit` on both paths, not
 # here, where ASan's allocator and timing move its counts by more than its bound)
 SAN_TESTS := tests/test_native.py tests/test_native_twins.py tests/test_timeline_recorder.py \
-	tests/test_timeline_stats.py tests/test_scope.py tests/test_hooks_lightning.py
+	tests/test_timeline_stats.py tests/test_scope.py tests/test_scope_loop_shapes.py tests/test_hooks_lightning.py
 sanitize: $(STAMP)
 	rm -rf $(SAN_DIR)
 	mkdir -p $(SAN_DIR)/lib

@@ -64,7 +64,9 @@ def rule(ctx: Context) -> Finding | None:
     where = "the train DataLoader" if lightning else "the DataLoader"
     snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested})"
     suggestion: dict[str, int] = {"num_workers": suggested}
-    if model.workers == 0 and ctx.loader is None:
+    if model.workers == 0 and ctx.loader is None and ctx.source in ("generator", "callable"):
+        fix, snippet = _ready_batches_fix(ctx, suggested)
+    elif model.workers == 0 and ctx.loader is None:
         fix = (
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
             "prepared in parallel with training."
@@ -134,3 +136,51 @@ def rule(ctx: Context) -> Finding | None:
         suggestion=suggestion,
         snippet=snippet,
     )
+
+
+def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
+    """The fix and snippet for a loop fed whole batches by a generator or by ``scope.batch``
+    calls: not a Dataset of samples, so no ``batch_size`` (it would batch the batches again)."""
+    if ctx.source == "callable":
+        fix = (
+            f"Make the batches in {count(workers, 'DataLoader worker process')}, ahead of the loop: an IterableDataset"
+            " whose __iter__ calls your batch function in a loop, read through"
+            f" DataLoader(ds, batch_size=None, num_workers={workers}) (batch_size=None: its items are batches"
+            " already), and scope.batch(next, batches) where the loop called it. Each worker has its own random"
+            " state, seeded apart by torch. Where the batches come from the GPU, or from NumPy slices of a"
+            " memory-mapped file that release the GIL, a background thread keeping a few batches ready in a"
+            " queue.Queue does the same without processes."
+        )
+        snippet = (
+            "class Batches(IterableDataset):\n"
+            "    def __iter__(self):\n"
+            "        while True:\n"
+            "            yield get_batch()\n"
+            f"batches = iter(DataLoader(Batches(), batch_size=None, num_workers={workers}))\n"
+            "x, y = scope.batch(next, batches)"
+        )
+        return fix, snippet
+    shard = (
+        " Each worker runs its own copy of __iter__: shard it with torch.utils.data.get_worker_info(), so that"
+        " worker k of n makes only every n-th batch (making a batch and skipping it saves nothing), or each"
+        f" batch comes {'twice' if workers == 2 else f'{workers} times'}."
+        if workers > 1
+        else ""
+    )
+    fix = (
+        f"Make the batches in {count(workers, 'DataLoader worker process')}: an IterableDataset whose __iter__"
+        f" yields the generator's batches, read through DataLoader(ds, batch_size=None, num_workers={workers})"
+        f" (batch_size=None: its items are batches already).{shard} Where the batches come from the GPU or a"
+        " memory-mapped array, a background thread keeping a few batches ready in a queue.Queue does the same"
+        " without processes."
+    )
+    snippet = (
+        "class Batches(IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        info = get_worker_info()\n"
+        "        k, n = (info.id, info.num_workers) if info is not None else (0, 1)\n"
+        "        yield from make_batches(worker=k, workers=n)  # every n-th batch, from the k-th\n"
+        f"DataLoader(Batches(), batch_size=None, num_workers={workers})"
+    )
+    return fix, snippet
+
