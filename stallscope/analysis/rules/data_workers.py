@@ -183,4 +183,3 @@ def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
         f"DataLoader(Batches(), batch_size=None, num_workers={workers})"
     )
     return fix, snippet
-
