@@ -39,7 +39,8 @@ from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.render import plain, print_diagnosis
+from stallscope.report.render import print_diagnosis
+from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
@@ -825,11 +826,11 @@ class Session:
             "the diagnosis goes on and each later epoch end tries again"
         )
         self.note(text)
-        print(f"stallscope: {text}", file=sys.stderr)
+        print(f"stallscope: {plain(text)}", file=sys.stderr)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""
         text = f"StallScope turned itself off after an internal error ({type(exc).__name__}: {exc}); training goes on"
         self.note(text)
         self.signals.stop()
-        print(f"stallscope: {text}", file=sys.stderr)
+        print(f"stallscope: {plain(text)}", file=sys.stderr)
