@@ -8,6 +8,7 @@ loader, from phases) propagate unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -268,6 +269,11 @@ class StallScope(LightningCallbacks):
                         continue
                     self._fail(exc)
                     break
+        except BaseException as exc:  # Ctrl-C, a SIGTERM handler's sys.exit: the report, then it
+            if self._active:
+                with contextlib.suppress(Exception):
+                    self._session.finish_interrupted(exc)
+            raise
         finally:
             self._active = False
             self._session.timeline.stop()

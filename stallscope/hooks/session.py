@@ -99,6 +99,10 @@ class Later(Generic[T]):
                 self._make = None  # what it captured can go
             return self._value
 
+    def made(self) -> T | None:
+        """The value if it was made already, else None (makes nothing, waits for nothing)."""
+        return self._value
+
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
@@ -223,6 +227,9 @@ class Session:
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
         self._write_failed = False
+        #: the final report was made (``finish``), and written
+        self._final_made = False
+        self._final_written = False
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -587,6 +594,7 @@ class Session:
             report, ranks = self.job.finish(report)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
+        self._final_made = True
         if print_run:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
@@ -595,8 +603,41 @@ class Session:
             notes = report.notes + ((short,) if short else ())
             self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
         self.write()
+        self._final_written = True
         self._print_where()
         return report
+
+    def finish_interrupted(self, exc: BaseException) -> None:
+        """An interrupt (Ctrl-C, a SIGTERM handler's ``sys.exit``) came while ``finish`` ran: write
+        the report of what ran all the same, the fast way when the final one was not made yet: the
+        run's summary (every step) and the epochs already made, no findings, and a note that says
+        so. The caller lets the interrupt go on up."""
+        if self._final_written:
+            return
+        if not self._final_made:
+            self.note(
+                f"the final diagnosis was interrupted ({type(exc).__name__}): "
+                "the report holds the run's summary, no findings"
+            )
+            self.start_clock()
+            span = self.timeline.run_snapshot().stats()
+            try:
+                summary = self.summarize(span, self.signals.run_window())
+            except Exception:  # the samplers' numbers are a refinement: the steps are what counts
+                summary = self.summarize(span)
+            epochs = tuple(e for e in (epoch.made() for epoch in self.epochs) if e is not None)
+            report = Report(
+                run=self._run_info(),
+                summary=summary,
+                epochs=epochs,
+                notes=tuple(self.notes),
+                complete=True,
+                tail=self.tail,
+            )
+            self._latest = Later(None, report)
+            self._final_made = True
+        self.write()
+        self._final_written = True
 
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""
@@ -736,19 +777,7 @@ class Session:
         busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
         if busy is not None:
             self.note(busy)
-        run = RunInfo(
-            started_at=self._started_at,
-            host=self.host.name,
-            torch_version=torch_version(),
-            device=self._device(),
-            dataloader=self.loader.to_dict() if self.loader is not None else None,
-            stallscope_version=__version__,
-            framework=self.framework,
-            usable_cores=self.host.usable_cores,
-            rank=self.job.info.rank if self.job is not None else None,
-            world_size=self.job.info.world_size if self.job is not None else None,
-            local_rank=self.job.info.local_rank if self.job is not None else None,
-        )
+        run = self._run_info()
         known = self._known(signals)
         epochs = tuple(self.epochs)
         notes = tuple(self.notes)
@@ -768,6 +797,21 @@ class Session:
             )
 
         return Later(build)
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(
+            started_at=self._started_at,
+            host=self.host.name,
+            torch_version=torch_version(),
+            device=self._device(),
+            dataloader=self.loader.to_dict() if self.loader is not None else None,
+            stallscope_version=__version__,
+            framework=self.framework,
+            usable_cores=self.host.usable_cores,
+            rank=self.job.info.rank if self.job is not None else None,
+            world_size=self.job.info.world_size if self.job is not None else None,
+            local_rank=self.job.info.local_rank if self.job is not None else None,
+        )
 
     def print(
         self,

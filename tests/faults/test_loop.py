@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,48 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
     assert report.complete
     assert report.summary.steps == items
     assert not any("turned itself off" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_an_interrupt_during_the_final_diagnosis_still_writes_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, epochs: int
+) -> None:
+    """Ctrl-C (Python's own SIGINT handler) or a SIGTERM handler that calls ``sys.exit(143)``
+    while the final report is diagnosed: the interrupt reaches the loop unchanged, and the report
+    of what ran is written anyway, the fast way (the summary of every step, no findings, a note
+    that says so). A one-epoch run had no report on disk before (the first mid-run write waits)."""
+    previous = signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    try:
+        scope = StallScope(tmp_path, console=False)
+        session = scope._session
+        real_diagnose, real_finish = session_module.diagnose, session.finish
+        finishing: list[int] = []
+
+        def diagnose(*args: Any, **kwargs: Any) -> Any:
+            if len(finishing) == 1:
+                finishing.append(1)
+                signal.raise_signal(signum)
+            return real_diagnose(*args, **kwargs)
+
+        def finish(*args: Any, **kwargs: Any) -> Any:
+            finishing.append(1)
+            return real_finish(*args, **kwargs)
+
+        monkeypatch.setattr(session_module, "diagnose", diagnose)
+        monkeypatch.setattr(session, "finish", finish)
+        scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=epochs, scope=scope)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert len(finishing) == 2  # the interrupt came while the final report was being made
+    assert scoped.error == (("KeyboardInterrupt", "") if signum == signal.SIGINT else ("SystemExit", "143"))
+    assert len(scoped.items) == 8 * epochs
+    report = valid_report(tmp_path)
+    assert report.summary.steps == 8 * epochs  # every step, not the last epoch end's
+    assert report.findings == ()
+    name = "KeyboardInterrupt" if signum == signal.SIGINT else "SystemExit"
+    assert f"the final diagnosis was interrupted ({name}): the report holds the run's summary, no findings" in (
+        report.notes
+    )
+    assert scope.report is not None
+    assert scope.report.summary.steps == 8 * epochs
