@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -34,6 +35,9 @@ T = TypeVar("T")
 
 #: where the report goes unless told
 DEFAULT_REPORT_DIR = Path("stallscope")
+
+#: the live scopes by ``state_key`` (``StallScope._keyed``)
+_LIVE_KEYS: weakref.WeakValueDictionary[str, StallScope] = weakref.WeakValueDictionary()
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
@@ -175,11 +179,19 @@ class StallScope(LightningCallbacks):
     def _keyed(self) -> None:
         """Lightning's ``state_key``, one per report folder: a Trainer refuses two stateful
         callbacks with the same key, and two scopes writing to two folders must both work. The
-        default folder keeps the plain class name (it labels every hook in a profiler's output)."""
+        default folder keeps the plain class name (it labels every hook in a profiler's output).
+        A second live scope of the same folder gets a key of its own (``copy``), so that a Trainer
+        given both still starts; the later one in the Trainer's list then turns itself off
+        (``LightningCallbacks._watched_already``)."""
         folder = self._config.report_dir
         key = type(self).state_key
         if folder != DEFAULT_REPORT_DIR.resolve():
             key = self._generate_state_key(report_dir=None if folder is None else str(folder))
+        copy = 1
+        while (other := _LIVE_KEYS.get(key)) is not None and other is not self:
+            copy += 1
+            key = self._generate_state_key(report_dir=None if folder is None else str(folder), copy=copy)
+        _LIVE_KEYS[key] = self
         self.state_key = key
 
     def _reset(self, session: Session | None = None) -> None:
