@@ -580,6 +580,9 @@ class Session:
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self._settle()
+        # the run ends here: stopping the samplers (a wedged one is waited for a bounded while)
+        # and the writers is StallScope's time, not the run's tail
+        self.timeline.pause()
         self.signals.stop()
         for writer in (self._writer, self._rank_writer):
             if writer is not None:

@@ -214,3 +214,39 @@ def test_a_wedged_psutil_costs_the_loop_nothing_per_epoch(tmp_path: Path, probe:
     assert report.complete
     assert report.summary.steps == 100
     assert len(report.epochs) == 10
+
+
+def test_a_sampler_wedged_at_its_last_sample_is_not_the_runs_time(
+    tmp_path: Path, probe: type[_Probe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psutil reads block for good from the run's last step on, so the host sampler's final
+    sample (taken as the scope exits) never returns. Exit waits for it a bounded while, on
+    StallScope's time: the run's wall time, its tail and its notes do not count the wait."""
+    scope = StallScope(tmp_path, console=False, sample_interval_s=0.02)
+    stops: list[float] = []
+    real_stop = scope._session.signals.stop
+
+    def timed_stop() -> None:
+        began = time.perf_counter()
+        real_stop()
+        stops.append(time.perf_counter() - began)
+
+    monkeypatch.setattr(scope._session.signals, "stop", timed_stop)
+
+    def body(epoch: int, item: int) -> None:
+        time.sleep(0.005)
+        if item == 23:  # the last step: every read from now on blocks
+            probe.wedge_after = len(probe.calls)
+
+    scoped = plain_run(body, data=numbers(8), scope=scope)
+    assert scoped.error is None
+    assert len(probe.calls) > (probe.wedge_after or 0)  # it did wedge
+    assert stops
+    assert 0.3 < stops[0] < 5  # exit waited for the wedged sample, a bounded while
+    report = valid_report(tmp_path)
+    assert report.summary.steps == 24
+    in_epochs = sum(e.summary.wall_s for e in report.epochs)
+    tail = report.tail.wall_s if report.tail is not None else 0.0
+    assert tail < stops[0] / 2  # the wait is not the run's tail
+    assert report.summary.wall_s < in_epochs + stops[0] / 2
+    assert not any("came after the last epoch's end" in n for n in report.notes)
