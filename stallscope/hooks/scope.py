@@ -204,6 +204,8 @@ class StallScope(LightningCallbacks):
         self._active = True
         self._started = False
         self._finished = False
+        #: inside ``with scope:`` (a second ``with`` is refused)
+        self._entered = False
         self._generation = 0
         self._in_epoch = False
         #: [epoch index, iter() ns, first wait ns, final next() ns] of the pass in progress
@@ -216,6 +218,15 @@ class StallScope(LightningCallbacks):
     # -- context manager -----------------------------------------------------------------
 
     def __enter__(self) -> StallScope:
+        # one run per scope: a second ``with scope:`` would record nothing, silently
+        if self._finished:
+            raise RuntimeError(
+                "this StallScope has recorded its run already (its report is written); "
+                "make a new StallScope(...) for another run"
+            )
+        if self._entered:
+            raise RuntimeError("this StallScope is already in use in a 'with' block; it cannot be entered twice")
+        self._entered = True
         self.start()
         return self
 

@@ -39,6 +39,7 @@ from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
+from stallscope.report.lock import FolderLock
 from stallscope.report.render import print_diagnosis
 from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
@@ -207,6 +208,8 @@ class Session:
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = self._new_writer(config.report_dir / REPORT_NAME) if config.report_dir is not None else None
+        #: the lock file of the run that writes ``report.json`` (``_claim_folder``)
+        self._folder_lock = FolderLock(config.report_dir, self.host.name) if config.report_dir is not None else None
         #: a rank of a distributed job: its own ``ranks/rank-<R>.json`` (``_join_job``)
         self._rank_writer: ReportWriter | None = None
         self._started_at = ""
@@ -315,6 +318,8 @@ class Session:
         """Close the epoch: print it, write the report (on their budgets); its report, made when
         asked for. None for an empty epoch, and for one whose close waits (``may_wait``: see
         ``_wait``)."""
+        if self._folder_lock is not None and not self._folder_lock.claimed:
+            self._claim_folder()
         if may_wait and self._wait():
             return None
         timeline = self.timeline
@@ -580,6 +585,9 @@ class Session:
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self._settle()
+        if self._folder_lock is not None:
+            self._claim_folder()
+            self._release_folder()
         # the run ends here: stopping the samplers (a wedged one is waited for a bounded while)
         # and the writers is StallScope's time, not the run's tail
         self.timeline.pause()
@@ -659,6 +667,19 @@ class Session:
         # (a file name that is not UTF-8) written as their escapes
         where = plain(path)
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
+
+    def _claim_folder(self) -> None:
+        """Take the report folder's lock (``report/lock.py``), once, as the writer of ``report.json``
+        (rank 0 of a distributed job, which is known by the first epoch end)."""
+        lock = self._folder_lock
+        if lock is None or lock.claimed or (self.job is not None and not self.job.leader):
+            return
+        if (text := lock.claim()) is not None:
+            self.note(text)
+
+    def _release_folder(self) -> None:
+        if self._folder_lock is not None and (text := self._folder_lock.release()) is not None:
+            self.note(text)
 
     def _close_tail(self) -> None:
         """The time after the last epoch's end (a validation or a save after the last pass, the
@@ -880,4 +901,5 @@ class Session:
         text = f"StallScope turned itself off after an internal error ({type(exc).__name__}: {exc}); training goes on"
         self.note(text)
         self.signals.stop()
+        self._release_folder()
         print(f"stallscope: {plain(text)}", file=sys.stderr)

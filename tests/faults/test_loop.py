@@ -4,8 +4,10 @@ is written and readable."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from faults.harness import assert_unchanged, numbers, plain_run, script_run, valid_report
 from stallscope import StallScope
 from stallscope.hooks import session as session_module
+from stallscope.signals.host import host_info
 
 
 def _raise_at(target: int, exc: BaseException) -> Any:
@@ -264,3 +267,60 @@ def test_an_interrupt_during_the_final_diagnosis_still_writes_the_report(
     )
     assert scope.report is not None
     assert scope.report.summary.steps == 8 * epochs
+
+
+def test_a_scope_entered_again_says_so_at_once(tmp_path: Path) -> None:
+    """A scope records one run: a second ``with scope:`` after the first ended, or one inside the
+    first, raises ``RuntimeError`` before training starts, and the first run's report stays."""
+    scope = StallScope(tmp_path / "a", console=False)
+    with scope:
+        for _ in scope.iter(range(100)):
+            pass
+        with pytest.raises(RuntimeError, match="cannot be entered twice"), scope:
+            pass
+        for _ in scope.iter(range(10)):
+            pass
+    with pytest.raises(RuntimeError, match="has recorded its run already"), scope:
+        pass
+    report = valid_report(tmp_path / "a")
+    assert report.complete
+    assert report.summary.steps == 110
+
+
+def test_two_runs_writing_one_folder_at_once_say_so(tmp_path: Path) -> None:
+    """Two runs of one report folder at once (here two scopes of one process, interleaved): the
+    later one says, on taking the folder's lock, that another was writing there; the earlier one
+    says, at its end, that another run began meanwhile. Neither run is lost without a note."""
+    first = StallScope(tmp_path, console=False)
+    second = StallScope(tmp_path, console=False)
+    with first:
+        for _ in first.iter(range(8)):
+            pass
+        assert (tmp_path / ".stallscope.lock").is_file()
+        with second:
+            for _ in second.iter(range(4)):
+                pass
+        for _ in first.iter(range(8)):
+            pass
+    assert first.report is not None
+    assert second.report is not None
+    assert any("another run" in n and "was writing this report folder" in n for n in second.report.notes)
+    assert any("another run" in n or "lock" in n for n in first.report.notes)
+    on_disk = valid_report(tmp_path)  # the run that finished last
+    assert on_disk.summary.steps == 16
+    assert any("lock" in n or "another run" in n for n in on_disk.notes)
+    assert not (tmp_path / ".stallscope.lock").exists()  # released
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over_quietly(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    lock = {"pid": int(dead.stdout), "host": host_info().name, "token": "gone"}
+    (tmp_path / ".stallscope.lock").write_text(json.dumps(lock), encoding="utf-8")
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(range(8)):
+            pass
+    report = valid_report(tmp_path)
+    assert not any("another run" in n for n in report.notes)
+    assert not (tmp_path / ".stallscope.lock").exists()
