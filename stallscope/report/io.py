@@ -72,6 +72,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportError(f"{p}: not UTF-8 text, not a StallScope report") from None
+    _check_shape(p, raw, text)
     try:
         data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_BadNumber)
     except json.JSONDecodeError as exc:
@@ -94,6 +95,30 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
 #: the largest report file read, bytes (a report is kilobytes; 500 epochs of findings a few MB)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
+#: the most JSON objects and arrays a report may hold (500 epochs of findings: tens of thousands)
+MAX_CONTAINERS = 1_000_000
+#: the most JSON values (told by their separators) a report may hold
+MAX_VALUES = 4_000_000
+
+
+def _check_shape(p: Path, raw: bytes, text: str) -> None:
+    """Refuse before parsing what parsing would make huge: the top level must be an object, and
+    the objects and arrays (counted by their brackets, strings included: an upper bound) and the
+    values (counted by their commas) within bounds. Parsing 60 MB of ``[{},{},...]`` takes 1.6 GB."""
+    if not text.lstrip().startswith("{"):
+        raise ReportError(f"{p}: not a StallScope report (the top level is not a JSON object)")
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers > MAX_CONTAINERS:
+        raise ReportError(
+            f"{p}: {containers} JSON objects and arrays, more than the {MAX_CONTAINERS} a report may hold; "
+            "not a StallScope report"
+        )
+    values = raw.count(b",")
+    if values > MAX_VALUES:
+        raise ReportError(
+            f"{p}: {values} JSON values, more than the {MAX_VALUES} a report may hold; not a StallScope report"
+        )
+
 
 _KINDS = (
     (stat.S_ISFIFO, "a named pipe"),
