@@ -38,6 +38,26 @@ DEFAULT_REPORT_DIR = Path("stallscope")
 
 #: the live scopes by ``state_key`` (``StallScope._keyed``)
 _LIVE_KEYS: weakref.WeakValueDictionary[str, StallScope] = weakref.WeakValueDictionary()
+#: every live scope (``_after_fork_in_child``)
+_LIVE_SCOPES: weakref.WeakSet[StallScope] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while a scope runs (a DataLoader worker, the user's ``os.fork``) is not
+    the run: in it every scope is off and finished, so that leaving the ``with`` block there (a
+    ``sys.exit`` in the child) writes nothing and waits for nothing (no lock another thread held
+    at the fork, no thread the fork left behind)."""
+    try:
+        for scope in list(_LIVE_SCOPES):
+            scope._forked = True
+            scope._active = False
+            scope._finished = True
+    except Exception:  # never the child's problem
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
@@ -175,6 +195,9 @@ class StallScope(LightningCallbacks):
         self._keyed()
         self._reset()
         self._quiet_hooks()
+        #: this process was forked from the one the scope runs in (``_after_fork_in_child``)
+        self._forked = False
+        _LIVE_SCOPES.add(self)
 
     def _keyed(self) -> None:
         """Lightning's ``state_key``, one per report folder: a Trainer refuses two stateful
@@ -236,6 +259,8 @@ class StallScope(LightningCallbacks):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._forked:  # a child forked inside the block is not the run: nothing to write
+            return
         if exc is not None:  # the note never raises: never replace the user's exception
             self._session.note(ending_note(exc))
         elif exc_type is not None:
@@ -507,3 +532,5 @@ class StallScope(LightningCallbacks):
         self._keyed()
         self._reset()
         self._quiet_hooks()
+        self._forked = False
+        _LIVE_SCOPES.add(self)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -324,3 +325,55 @@ def test_a_lock_left_by_a_dead_run_is_taken_over_quietly(tmp_path: Path) -> None
     report = valid_report(tmp_path)
     assert not any("another run" in n for n in report.notes)
     assert not (tmp_path / ".stallscope.lock").exists()
+
+
+def _child_exit_code(pid: int, timeout: float = 30) -> int:
+    """The forked child's exit status; a child still running after ``timeout`` s (deadlocked) is
+    killed and fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child did not end: it waits on something of the parent's")
+
+
+@pytest.mark.parametrize("report_dir", ["scope", None])
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_child_forked_inside_the_scope_writes_nothing_and_waits_for_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_dir: str | None
+) -> None:
+    """The loop forks at step 9 and the child leaves through the ``with`` block by ``sys.exit``
+    (while the parent's samplers and a report write may be mid-way on other threads): the child
+    is not the run, so it writes no report and ends at once; the parent's run goes on whole."""
+    monkeypatch.setattr(session_module, "FIRST_WRITE_S", 0.0)  # writes at every epoch end
+    folder = tmp_path / report_dir if report_dir else None
+    report = tmp_path / "scope" / "report.json"
+    scope = StallScope(folder, console=False, sample_interval_s=0.01)
+    pid = -1
+    before: tuple[int, int] | None = None
+    try:
+        with scope:
+            for epoch in range(3):
+                for i in scope.iter(range(8)):
+                    with scope.phase("compute"):
+                        time.sleep(0.001)
+                    if epoch == 1 and i == 1:
+                        before = (report.stat().st_mtime_ns, report.stat().st_size) if report.exists() else None
+                        pid = os.fork()
+                        if pid == 0:
+                            sys.exit(0)  # the child leaves through the with block
+    except SystemExit:
+        if pid != 0:
+            raise
+        after = (report.stat().st_mtime_ns, report.stat().st_size) if report.exists() else None
+        os._exit(0 if after == before else 3)  # 3: the child wrote the report
+    assert pid > 0
+    assert _child_exit_code(pid) == 0
+    assert scope.report is not None
+    assert scope.report.summary.steps == 24
+    if folder is not None:
+        assert valid_report(folder).summary.steps == 24
