@@ -94,12 +94,16 @@ class _SavePhase:
 
     def __enter__(self) -> None:
         self._timer.__enter__()
-        self._scope._guarded(self._scope._session.saves.begin)
+        if self._scope._session.timeline.is_owner_thread():  # another thread's save is not the run's
+            self._scope._guarded(self._scope._session.saves.begin)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         scope = self._scope
+        if not scope._session.timeline.is_owner_thread():
+            self._timer.__exit__(exc_type, exc, tb)
+            return
         scope._guarded(scope._session.saves.end)
         self._timer.__exit__(exc_type, exc, tb)
         if exc_type is None:
@@ -124,6 +128,9 @@ class _LoggingPhase:
         self._weight = 0
 
     def __enter__(self) -> None:
+        if not self._scope._session.timeline.is_owner_thread():
+            self._timer.__enter__()  # records nothing but the thread (``Timeline.set_owner``)
+            return
         self._timer.__enter__()
         self._depth += 1
         if self._depth > 1:
@@ -137,6 +144,9 @@ class _LoggingPhase:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._scope._session.timeline.is_owner_thread():
+            self._timer.__exit__(exc_type, exc, tb)
+            return
         self._depth -= 1
         if self._depth == 0 and self._weight:
             weight, self._weight = self._weight, 0

@@ -135,6 +135,15 @@ def ending_note(exc: BaseException, what: str = "run") -> str:
     return f"the {what} was interrupted ({detail})"
 
 
+def _foreign_thread_note(ident: int) -> str:
+    """The note on phases entered on a thread other than the training thread (not counted)."""
+    name = next((t.name for t in threading.enumerate() if t.ident == ident), f"thread {ident}")
+    return (
+        f"phases entered on another thread than the training thread ({name}) were not counted: "
+        "only the training thread's phases make up its steps"
+    )
+
+
 class _Facts(NamedTuple):
     """What the rules know of the run that may change as it goes (``Session._facts``), read when
     an epoch ends: an epoch whose close waits (``Session._wait``) is diagnosed with these."""
@@ -245,6 +254,7 @@ class Session:
         """Start the run. Without ``clock`` the timeline waits for ``start_clock`` (the plain loop
         starts it at the first ``scope.iter`` or phase, so set-up inside ``with`` is not counted)."""
         self._started_at = utc_now_iso()
+        self.timeline.set_owner(threading.get_ident())  # the training thread: its phases make the steps
         if clock:
             self.timeline.start()
         self._join_job()
@@ -795,6 +805,8 @@ class Session:
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)
+        if foreign := self.timeline.foreign_thread:
+            self.note(_foreign_thread_note(foreign))
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)

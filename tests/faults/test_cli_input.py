@@ -212,7 +212,7 @@ SPECIAL: dict[str, tuple[Callable[[Path], str], str]] = {
     "a folder whose report.json is a named pipe": (_fifo_folder, "a named pipe"),
     "a socket": (_socket, "a socket"),
     "a file over 64 MB": (_huge, "larger than 64 MB"),
-    "/proc/self/status": (lambda tmp: "/proc/self/status", "malformed JSON"),
+    "/proc/self/status": (lambda tmp: "/proc/self/status", "the top level is not a JSON object"),
 }
 
 

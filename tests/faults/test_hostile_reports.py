@@ -84,7 +84,7 @@ def _report(idle: float, seed: int) -> dict[str, Any]:
         idle,
         window_idle=windows(idle, 10, seed=seed),
         findings=[data_workers(0.35), logging_frequency()],
-        phases=_phases({"data": round(idle - 0.1, 6), "compute": round(0.9 - idle, 6)}),
+        phases=_phases({"data": round(idle - 0.1, 6), "compute": round(1 - idle, 6)}),
     )
     d = report_to_dict(base)
     d["epochs"] = [{"index": 0, "summary": d["summary"], "findings": d["findings"]}]
@@ -95,7 +95,7 @@ def _report(idle: float, seed: int) -> dict[str, Any]:
         wall_s=2.0,
         steps_per_s=80.0,
         gpu_idle_fraction=idle,
-        phase_fractions=_phases({"data": round(idle - 0.1, 6), "compute": round(0.9 - idle, 6)}),
+        phase_fractions=_phases({"data": round(idle - 0.1, 6), "compute": round(1 - idle, 6)}),
     )
     d["ranks"] = [{**rank_to_dict(rank), "rank": n} for n in (0, 1)]
     d["tail"] = summary_to_dict(base.summary)

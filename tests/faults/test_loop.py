@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -377,3 +378,34 @@ def test_a_child_forked_inside_the_scope_writes_nothing_and_waits_for_nothing(
     assert scope.report.summary.steps == 24
     if folder is not None:
         assert valid_report(folder).summary.steps == 24
+
+
+def test_a_phase_entered_on_another_thread_is_not_the_training_threads(tmp_path: Path) -> None:
+    """A logging thread that times ``scope.phase("logging")`` while the training thread computes:
+    only the training thread's phases make its steps (no 'logging' share, compute as bare), and
+    one note names the other thread."""
+    scope = StallScope(tmp_path, console=False)
+    stop = threading.Event()
+
+    def logger() -> None:
+        while not stop.is_set():
+            with scope.phase("logging"):
+                time.sleep(0.002)
+
+    side = threading.Thread(target=logger, name="metrics-logger", daemon=True)
+    with scope:
+        for i in scope.iter(range(40)):
+            if i == 0:
+                side.start()
+            with scope.phase("compute"):
+                time.sleep(0.003)
+    stop.set()
+    side.join(5)
+    report = valid_report(tmp_path)
+    fractions = report.summary.phase_fractions
+    assert fractions.get("logging", 0.0) == 0.0
+    assert fractions["compute"] > 0.5
+    assert abs(sum(fractions.values()) - 1) < 0.01
+    notes = [n for n in report.notes if "another thread than the training thread" in n]
+    assert len(notes) == 1
+    assert "metrics-logger" in notes[0]
