@@ -12,9 +12,9 @@ checkpoint IO's ``save_checkpoint``, the call ``AsyncCheckpointIO`` moves to its
 save's wall time, the thread's CPU time in it (the rest is waiting: an ``fsync``, a disk, a
 network store) and the bytes the process handed to ``write()`` meanwhile (``wchar`` of
 ``/proc/self/io``, ``procfs.written_bytes``). Two clock reads at each end; the file is read by a
-thread of its own when asked at each end (a read of /proc can block for good, and none is made on
-the training thread), so the bytes are those written between the two reads, a moment after
-each end, and a save's bytes are added once both reads are in.
+thread of its own, which each end asks and waits for at most ``READ_DEADLINE_S`` (a read of /proc
+can block for good, and none is made on the training thread; a reader that missed the deadline
+once is not asked again, and the bytes are then unknown), some 50 us a save.
 
 **Once per run**, after the first save that wrote bytes: what a copy of that many bytes costs
 here (``probe_copy_s``: one tensor of the save's size, at least 256 KiB and at most 64 MiB,
@@ -106,39 +106,49 @@ def probe_copy_s(
     return median / 1e9 / size if median > 0 else None
 
 
-#: reads of ``/proc/self/io`` waiting for the reader thread at most; past that (a wedged read) the
-#: saves' bytes are unknown
+#: reads of ``/proc/self/io`` not answered yet, at most; past that the saves' bytes are unknown
 MAX_PENDING_READS = 256
+
+
+#: how long a save's begin or end waits for its read of ``/proc/self/io``, seconds (a read takes
+#: some microseconds; once one misses this, the saves' bytes are not read again: unknown)
+READ_DEADLINE_S = 0.05
 
 
 class _Read:
     """One read of the bytes written, made by ``_Reader``'s thread: ``value`` once ``done``."""
 
-    __slots__ = ("done", "value")
+    __slots__ = ("done", "event", "value")
 
     def __init__(self, value: int | None = None, *, done: bool = False) -> None:
         self.value = value
         self.done = done
+        self.event = threading.Event()
 
 
 class _Reader:
     """A daemon thread that reads ``/proc/self/io`` when asked: a read of /proc can block for
-    good, and none is made on the training thread (SPEC §6). Asking costs a queue put; the read
-    comes a moment later (when the thread gets the GIL: during the save's own I/O, or at the
-    latest the interpreter's switch interval), which is what the bytes of a save are counted
-    between."""
+    good, and none is made on the training thread (SPEC §6). The asking thread waits for the
+    answer at most ``READ_DEADLINE_S`` (the wait releases the GIL, so the read is made at once,
+    and the bytes stay those of the save); a read that misses it marks the reader slow, and it is
+    not asked again."""
 
     def __init__(self, read: Callable[[], int | None]) -> None:
         self._read = read
         self._queue: queue.SimpleQueue[_Read] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self.slow = False
 
     def ask(self) -> _Read:
+        if self.slow:
+            return _Read(None, done=True)  # unknown: the bytes of this save are not read
         slot = _Read()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="stallscope-save-bytes", daemon=True)
             start_quiet(self._thread)
         self._queue.put(slot)
+        if not slot.event.wait(READ_DEADLINE_S):
+            self.slow = True
         return slot
 
     def _run(self) -> None:
@@ -149,6 +159,7 @@ class _Reader:
             except Exception:
                 slot.value = None
             slot.done = True
+            slot.event.set()
 
 
 class SaveMeter(NestedMeter):
