@@ -242,6 +242,8 @@ class Session:
         #: the final report was made (``finish``), and written
         self._final_made = False
         self._final_written = False
+        #: the other thread whose phases were left out, once noted (``Timeline.foreign_thread``)
+        self._foreign_noted = 0
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -602,6 +604,7 @@ class Session:
         # and the writers is StallScope's time, not the run's tail
         self.timeline.pause()
         self.signals.stop()
+        self.saves.close()
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
                 writer.close()  # no mid-run report is written after this
@@ -805,7 +808,8 @@ class Session:
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)
-        if foreign := self.timeline.foreign_thread:
+        if (foreign := self.timeline.foreign_thread) and foreign != self._foreign_noted:
+            self._foreign_noted = foreign  # once: the thread's name may be gone by the next report
             self.note(_foreign_thread_note(foreign))
         risk = memory_risk_note(signals.host)
         if risk is not None:

@@ -135,7 +135,7 @@ class _Reader:
 
     def __init__(self, read: Callable[[], int | None]) -> None:
         self._read = read
-        self._queue: queue.SimpleQueue[_Read] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.slow = False
 
@@ -151,9 +151,20 @@ class _Reader:
             self.slow = True
         return slot
 
+    def stop(self) -> None:
+        """End the thread once it is done with what it was asked (a wedged read: never)."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._queue.put(None)
+        if not self.slow:
+            thread.join(READ_DEADLINE_S)
+
     def _run(self) -> None:
         while True:
             slot = self._queue.get()
+            if slot is None:
+                return
             try:
                 slot.value = self._read()
             except Exception:
@@ -229,6 +240,11 @@ class SaveMeter(NestedMeter):
         del self._reads[:done]
         if not self._bytes_known:
             self._reads.clear()
+
+    def close(self) -> None:
+        """The run is over: the reader thread ends (what was read stays)."""
+        if self._reader is not None:
+            self._reader.stop()
 
     @property
     def wants_probe(self) -> bool:
