@@ -44,14 +44,15 @@ _LIVE_SCOPES: weakref.WeakSet[StallScope] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     """A process forked while a scope runs (a DataLoader worker, the user's ``os.fork``) is not
-    the run: in it every scope is off and finished, so that leaving the ``with`` block there (a
+    the run: in it every running scope is off and finished, so that leaving the ``with`` block there (a
     ``sys.exit`` in the child) writes nothing and waits for nothing (no lock another thread held
     at the fork, no thread the fork left behind)."""
     try:
         for scope in list(_LIVE_SCOPES):
-            scope._forked = True
-            scope._active = False
-            scope._finished = True
+            if scope._started and not scope._finished:  # running: a scope made but not yet
+                scope._forked = True  # entered is the child's to use (a training process forked)
+                scope._active = False
+                scope._finished = True
     except Exception:  # never the child's problem
         pass
 

@@ -409,3 +409,20 @@ def test_a_phase_entered_on_another_thread_is_not_the_training_threads(tmp_path:
     notes = [n for n in report.notes if "another thread than the training thread" in n]
     assert len(notes) == 1
     assert "metrics-logger" in notes[0]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_scope_made_before_a_fork_is_the_childs_to_use(tmp_path: Path) -> None:
+    """A scope made but not yet entered when the process forks (training run in a forked
+    process) records the child's run as usual."""
+    scope = StallScope(tmp_path, console=False)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with scope:
+                for _ in scope.iter(range(12)):
+                    pass
+        finally:
+            os._exit(0)
+    assert _child_exit_code(pid) == 0
+    assert valid_report(tmp_path).summary.steps == 12
