@@ -39,10 +39,27 @@
 # reference command fails or does not write a new report.
 set -u -o pipefail
 
+# $* as data for a terminal or a CI log: a path or a setting may hold anything. Control
+# characters (C0, DEL, C1, ESC sequences, newlines) become spaces, bidi controls and the Unicode
+# line separators go, and "::" is broken up, so no part of it can start a line a GitHub runner
+# takes for a workflow command. Byte patterns in the C locale; the same rules as
+# stallscope/report/safe.py.
+neutral() {
+    local LC_ALL=C text="$*"
+    text="${text//[$'\001'-$'\037'$'\177']/ }"
+    text="${text//$'\xc2'[$'\x80'-$'\x9f']/ }"                     # C1 (U+0080-U+009F)
+    text="${text//$'\xe2\x80'[$'\x8e\x8f\xa8\xa9\xaa\xab\xac\xad\xae']/}" # U+200E-F, U+2028-202E
+    text="${text//$'\xe2\x81'[$'\xa6\xa7\xa8\xa9']/}"             # U+2066-2069
+    text="${text//$'\xd8\x9c'/}"                                    # U+061C
+    text="${text//::/: :}"
+    printf '%s' "$text"
+}
+
 die() {
-    echo "stallscope-gate: error: $*" >&2
+    local msg
+    msg="$(neutral "$*")"
+    echo "stallscope-gate: error: $msg" >&2
     if [ "${STALLSCOPE_GITHUB:-0}" = "1" ]; then
-        local msg="$*"
         echo "::error title=StallScope gate::${msg//%/%25}"
     fi
     exit 2

@@ -73,7 +73,7 @@ class ScopeConfig:
             raise ValueError(f"report_dir must be a path or None, got {report_dir!r}")
         if isinstance(report_dir, str) and not report_dir.strip():
             raise ValueError(f"report_dir must not be empty, got {report_dir!r}")
-        if report_dir is not None and Path(report_dir).exists() and not Path(report_dir).is_dir():
+        if report_dir is not None and _is_file(Path(report_dir)):
             raise ValueError(f"report_dir must be a folder, got {str(report_dir)!r}, which is a file")
         if not isinstance(console, (bool, Console)):
             raise ValueError(f"console must be True, False or a rich Console, got {console!r}")
@@ -99,7 +99,7 @@ class ScopeConfig:
             raise ValueError(f"print_interval_s must be None or a number of seconds >= 0, got {print_interval_s!r}")
         return cls(
             # resolved now, so a chdir during training does not move the report
-            report_dir=Path(report_dir).resolve() if report_dir is not None else None,
+            report_dir=_resolved(Path(report_dir)) if report_dir is not None else None,
             console=console,
             nvml_device=check_nvml_device(nvml_device),
             min_saving=float(min_saving),
@@ -107,3 +107,22 @@ class ScopeConfig:
             recent_steps=recent_steps,
             print_interval_s=None if print_interval_s is None else float(print_interval_s),
         )
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` names something that is not a folder (the user's mistake, refused). A
+    path that cannot even be looked at (a name too long, a symlink loop, no permission) is not:
+    like any folder that cannot be written, it costs the report file a note, never the run."""
+    try:
+        return path.exists() and not path.is_dir()
+    except OSError:
+        return False
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` made absolute, symlinks resolved where they can be (a loop cannot: then as given,
+    made absolute)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop, before Python 3.13
+        return Path(os.path.abspath(path))

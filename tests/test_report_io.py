@@ -225,7 +225,7 @@ def test_folder_without_a_report(tmp_path: Path) -> None:
         (b"[1, 2]", "top level is not a JSON object"),
         (b"42", "top level is not a JSON object"),
         (b'{"run": {}}', "no schema_version"),
-        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
     ],
 )
 def test_unreadable_content(tmp_path: Path, content: bytes, message: str) -> None:

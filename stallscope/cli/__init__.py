@@ -22,6 +22,7 @@ from rich.console import Console
 from stallscope._exceptions import StallScopeError
 from stallscope._version import __version__
 from stallscope.cli import baseline, check, diff, show
+from stallscope.report.safe import plain
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _error(message: str) -> None:
-    print(f"stallscope: error: {' '.join(message.split())}", file=sys.stderr)
+    # one line, as data: the message may quote a path, a setting or a report's text
+    print(f"stallscope: error: {' '.join(plain(message).split())}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from rich.console import Console
 from stallscope.analysis.regression import comparison_problem
 from stallscope.cli.check import int_at_least
 from stallscope.report.history import add_to_history
+from stallscope.report.safe import plain
 from stallscope.report.schema import Report
 
 HELP = "keep a rolling history of healthy reports, the baseline folder that check compares against"
@@ -69,5 +70,5 @@ def run(args: argparse.Namespace, console: Console) -> int:
     line = f"added {added.path} ({added.reports} report{'s' if added.reports != 1 else ''} in {args.dir}"
     if added.removed:
         line += f"; removed the oldest: {', '.join(p.name for p in added.removed)}"
-    console.print(line + ")", soft_wrap=True, highlight=False, markup=False)
+    console.print(plain(line + ")"), soft_wrap=True, highlight=False, markup=False)
     return 0

@@ -23,6 +23,7 @@ from stallscope.analysis.regression import (
 from stallscope.cli import github
 from stallscope.cli.verdict import Paths, print_verdict, verdict_to_dict
 from stallscope.report.history import load_reports
+from stallscope.report.safe import plain
 
 HELP = "exit 1 when the accelerator's idle fraction regressed against a baseline report"
 
@@ -207,6 +208,13 @@ def run(args: argparse.Namespace, console: Console) -> int:
     }
     if args.format == "json":
         sys.stdout.write(json.dumps(verdict_to_dict(verdict, **paths), indent=2) + "\n")
+    elif args.github:  # the verdict quotes the reports: no workflow command inside it
+        stop, resume = github.stop_commands()
+        sys.stdout.write(stop + "\n")
+        sys.stdout.flush()
+        print_verdict(console, verdict, **paths)
+        console.file.flush()
+        sys.stdout.write(resume + "\n")
     else:
         print_verdict(console, verdict, **paths)
     if args.github:
@@ -234,4 +242,5 @@ def append_step_summary(markdown: str) -> None:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(markdown)
     except OSError as exc:
-        print(f"stallscope: warning: cannot write GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}", file=sys.stderr)
+        why = plain(f"cannot write GITHUB_STEP_SUMMARY {path}: {exc.strerror or exc}")
+        print(f"stallscope: warning: {why}", file=sys.stderr)

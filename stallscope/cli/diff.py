@@ -16,7 +16,8 @@ from stallscope.analysis.finding import Finding
 from stallscope.analysis.regression import comparison_problem
 from stallscope.cli.verdict import pct, points, rounded
 from stallscope.report.io import load_report
-from stallscope.report.render import plain, speedup_text
+from stallscope.report.render import speedup_text
+from stallscope.report.safe import plain
 from stallscope.report.schema import Report
 
 HELP = "show two reports side by side: idle fraction, phase fractions, findings"
@@ -41,6 +42,7 @@ def _finding_cell(f: Finding | None) -> str:
 
 
 def diff_rows(a: Report, b: Report) -> list[Row]:
+    """The comparison's rows; every string from a report is already ``plain``."""
     sa, sb = a.summary, b.summary
     speed = f"x{sb.steps_per_s / sa.steps_per_s:.2f}" if sa.steps_per_s > 0 else ""
     rows = [
@@ -50,8 +52,8 @@ def diff_rows(a: Report, b: Report) -> list[Row]:
             pct(sb.gpu_idle_fraction),
             points(sb.gpu_idle_fraction - sa.gpu_idle_fraction),
         ),
-        Row("idle measured by", sa.idle_source, sb.idle_source),
-        Row("device", a.run.device.kind, b.run.device.kind),
+        Row("idle measured by", plain(sa.idle_source), plain(sb.idle_source)),
+        Row("device", plain(a.run.device.kind), plain(b.run.device.kind)),
         Row("steps", str(sa.steps), str(sb.steps)),
         Row("steps/s", f"{sa.steps_per_s:.2f}", f"{sb.steps_per_s:.2f}", speed),
         Row("wall time", f"{sa.wall_s:.2f} s", f"{sb.wall_s:.2f} s"),
@@ -62,7 +64,7 @@ def diff_rows(a: Report, b: Report) -> list[Row]:
     for name in names:
         fa, fb = sa.phase_fractions.get(name, 0.0), sb.phase_fractions.get(name, 0.0)
         if fa >= _MIN_SHARE or fb >= _MIN_SHARE:
-            rows.append(Row(name, pct(fa), pct(fb), points(fb - fa)))
+            rows.append(Row(plain(name), pct(fa), pct(fb), points(fb - fa)))
     rows.append(Row("findings (speedup, time saved)", section=True))
     ids = list(dict.fromkeys([*(f.id for f in b.findings), *(f.id for f in a.findings)]))
     if not ids:
@@ -70,7 +72,7 @@ def diff_rows(a: Report, b: Report) -> list[Row]:
     for fid in ids:
         fa_, fb_ = a.finding(fid), b.finding(fid)
         change = "new in B" if fa_ is None else "gone in B" if fb_ is None else ""
-        rows.append(Row(fid, _finding_cell(fa_), _finding_cell(fb_), change))
+        rows.append(Row(plain(fid), _finding_cell(fa_), _finding_cell(fb_), change))
     return rows
 
 
@@ -84,19 +86,22 @@ def format_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> s
     rows = diff_rows(a, b)
     width = max(len(r.label) for r in rows if not r.section)
     cols = [max([len(getattr(r, c)) for r in rows] + [1]) for c in ("a", "b")]
-    lines = [f"StallScope diff  A: {a_path}  B: {b_path}", f"  {'':<{width}}  {'A':>{cols[0]}}  {'B':>{cols[1]}}"]
+    lines = [
+        f"StallScope diff  A: {plain(a_path)}  B: {plain(b_path)}",
+        f"  {'':<{width}}  {'A':>{cols[0]}}  {'B':>{cols[1]}}",
+    ]
     for r in rows:
         if r.section:
             lines.append(f"  {r.label}:")
         else:
             lines.append(f"  {r.label:<{width}}  {r.a:>{cols[0]}}  {r.b:>{cols[1]}}  {r.change}".rstrip())
-    lines.extend(f"  note: {n}" for n in diff_notes(a, b))
-    return plain("\n".join(lines))
+    lines.extend(f"  note: {plain(n)}" for n in diff_notes(a, b))
+    return "\n".join(lines)
 
 
 def render_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> RenderableType:
     """A rich table of the same rows."""
-    table = Table(title=f"StallScope diff  A: {a_path}  B: {b_path}", title_justify="left")
+    table = Table(title=Text(f"StallScope diff  A: {plain(a_path)}  B: {plain(b_path)}"), title_justify="left")
     table.add_column("")
     table.add_column("A", justify="right")
     table.add_column("B", justify="right")
@@ -104,10 +109,10 @@ def render_diff(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> R
     for r in diff_rows(a, b):  # Text, not str: a phase name from a report is not rich markup
         if r.section:
             table.add_section()
-            table.add_row(Text(plain(r.label), style="bold"))
+            table.add_row(Text(r.label, style="bold"))
         else:
             style = "red" if r.change.startswith("+") and r.label == "accelerator idle" else ""
-            table.add_row(Text(plain(r.label)), Text(plain(r.a)), Text(plain(r.b)), Text(r.change, style=style))
+            table.add_row(Text(r.label), Text(r.a), Text(r.b), Text(r.change, style=style))
     notes = [Text(f"note: {plain(n)}", style="yellow") for n in diff_notes(a, b)]
     return Group(table, *notes)
 

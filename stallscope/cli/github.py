@@ -7,9 +7,12 @@ https://docs.github.com/actions/reference/workflow-commands-for-github-actions
 
 from __future__ import annotations
 
+import secrets
+
 from stallscope.analysis.regression import Verdict
 from stallscope.cli.verdict import Paths, close_line, headline, noise_line, pct, points, spread_lines
 from stallscope.report.render import speedup_text
+from stallscope.report.safe import plain
 
 TITLE = "StallScope: accelerator idle time regressed"
 ERROR_TITLE = "StallScope check could not run"
@@ -26,8 +29,17 @@ def escape_property(text: str) -> str:
 
 
 def annotation(level: str, title: str, message: str) -> str:
-    """``::error title=...::message``, escaped."""
-    return f"::{level} title={escape_property(title)}::{escape_data(message)}"
+    """``::error title=...::message``, escaped: the message may quote a report or a path, so it is
+    ``plain`` first (no control characters, no line of its own), then escaped as GitHub documents."""
+    return f"::{level} title={escape_property(plain(title))}::{escape_data(plain(message))}"
+
+
+def stop_commands() -> tuple[str, str]:
+    """The lines around untrusted text printed to a GitHub runner's log: ``::stop-commands::TOKEN``
+    turns workflow commands off until ``::TOKEN::``; the token is new and random each time, so the
+    text cannot know it. A second guard beside ``plain``, which already keeps ``::`` out."""
+    token = secrets.token_hex(16)
+    return f"::stop-commands::{token}", f"::{token}::"
 
 
 def verdict_annotation(verdict: Verdict) -> str | None:
@@ -46,7 +58,8 @@ def error_annotation(message: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A report's or a path's text in a markdown table cell or line."""
+    return plain(text).replace("|", "\\|").replace("`", "'")
 
 
 def _paths(paths: Paths) -> str | None:
@@ -86,7 +99,7 @@ def format_step_summary(verdict: Verdict, *, current_path: Paths = None, baselin
             lines.append(f"{rank}. `{f.id}`: {speedup_text(f)} faster{new}. {_cell(f.fix)}")
         lines.append("")
     lines += [f"> {_cell(n)}" for n in verdict.notes]
-    cur, base = _paths(current_path), _paths(baseline_path)
+    cur, base = (None if p is None else _cell(p) for p in (_paths(current_path), _paths(baseline_path)))
     where = [f"current `{cur}`"] if cur else []
     if base:
         where.append(f"baseline `{base}`")

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.text import Text
 
 from stallscope.analysis.regression import Explanation, RunFacts, Verdict
-from stallscope.report.render import gain_text, plain
+from stallscope.report.render import gain_text
+from stallscope.report.safe import plain
 
 #: version of the ``--format json`` object; bumped when a field changes meaning or goes away
 VERDICT_FORMAT_VERSION = 2
@@ -223,7 +224,8 @@ def verdict_lines(verdict: Verdict, *, current_path: Paths = None, baseline_path
 
 def format_verdict(verdict: Verdict, *, current_path: Paths = None, baseline_path: Paths = None) -> str:
     """The verdict as plain lines: what ``check`` prints and what ``stallscope.testing`` raises."""
-    return "\n".join(verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path))
+    lines = verdict_lines(verdict, current_path=current_path, baseline_path=baseline_path)
+    return "\n".join(plain(line) for line in lines)
 
 
 def render_verdict(verdict: Verdict, *, current_path: Paths = None, baseline_path: Paths = None) -> Text:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-import platform
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
 from stallscope.report.schema import DeviceInfo
 from stallscope.signals.cuda_events import cuda_in_use
+from stallscope.signals.host import cpu_name
 
 
 def utc_now_iso() -> str:
@@ -27,19 +26,6 @@ def torch_version() -> str:
         return version("torch")
     except Exception:
         return ""
-
-
-@functools.cache
-def _cpu_name() -> str:
-    """The CPU's model name (read once: every report asks for it, and /proc/cpuinfo is slow)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 
 def current_device(*, cuda: bool | None = None) -> DeviceInfo:
@@ -61,7 +47,7 @@ def current_device(*, cuda: bool | None = None) -> DeviceInfo:
             return DeviceInfo(kind="cuda", name=str(props.name), index=index, uuid=uuid_text)
     except Exception:  # a broken CUDA install is a note, not a crash
         pass
-    return DeviceInfo(kind="cpu", name=_cpu_name(), index=None)
+    return DeviceInfo(kind="cpu", name=cpu_name(), index=None)
 
 
 def compute_threads(*, on_cuda: bool | None = None) -> int:

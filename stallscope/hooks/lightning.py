@@ -1009,6 +1009,8 @@ class LightningCallbacks(_HookBase):
             previous.finish()
         self._fit_run = None
         try:
+            if self._watched_already(trainer):
+                return
             session, buffer = _session_for(self._scope(), trainer)
             session.note_model(pl_module)  # an nn.DataParallel inside: dist.dataparallel
             if int(getattr(trainer, "world_size", 1) or 1) > 1:  # ranks on this host share its cores
@@ -1088,6 +1090,24 @@ class LightningCallbacks(_HookBase):
 
     def _scope(self) -> StallScope:
         return cast("StallScope", self)
+
+    def _watched_already(self, trainer: Any) -> bool:
+        """Whether an earlier StallScope in the Trainer's callbacks watches this fit into the same
+        report folder: then this one turns itself off for the fit (two watchers of one run would
+        overwrite each other's report), and the other's report says so."""
+        folder = self._scope()._config.report_dir
+        for callback in getattr(trainer, "callbacks", None) or ():
+            if callback is self:
+                return False
+            if isinstance(callback, LightningCallbacks) and callback._scope()._config.report_dir == folder:
+                self._scope()._active = False
+                where = "no report folder" if folder is None else f"report folder {folder}"
+                callback._scope()._session.note(
+                    f"a second StallScope callback with the same {where} turned itself off: "
+                    "one watcher per report folder"
+                )
+                return True
+        return False
 
     # -- hooks not needed: None, so Lightning's dispatcher (which calls only callable hooks)
     # skips them without opening a profiler context; the per-step ones matter most. Not a

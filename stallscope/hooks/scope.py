@@ -8,9 +8,11 @@ loader, from phases) propagate unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -34,6 +36,30 @@ T = TypeVar("T")
 
 #: where the report goes unless told
 DEFAULT_REPORT_DIR = Path("stallscope")
+
+#: the live scopes by ``state_key`` (``StallScope._keyed``)
+_LIVE_KEYS: weakref.WeakValueDictionary[str, StallScope] = weakref.WeakValueDictionary()
+#: every live scope (``_after_fork_in_child``)
+_LIVE_SCOPES: weakref.WeakSet[StallScope] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while a scope runs (a DataLoader worker, the user's ``os.fork``) is not
+    the run: in it every running scope is off and finished, so that leaving the ``with`` block there (a
+    ``sys.exit`` in the child) writes nothing and waits for nothing (no lock another thread held
+    at the fork, no thread the fork left behind)."""
+    try:
+        for scope in list(_LIVE_SCOPES):
+            if scope._started and not scope._finished:  # running: a scope made but not yet
+                scope._forked = True  # entered is the child's to use (a training process forked)
+                scope._active = False
+                scope._finished = True
+    except Exception:  # never the child's problem
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 #: distinct phase names a scope records; later new names count as ``other`` (with a note)
 MAX_PHASE_NAMES = 256
@@ -70,12 +96,16 @@ class _SavePhase:
 
     def __enter__(self) -> None:
         self._timer.__enter__()
-        self._scope._guarded(self._scope._session.saves.begin)
+        if self._scope._session.timeline.is_owner_thread():  # another thread's save is not the run's
+            self._scope._guarded(self._scope._session.saves.begin)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         scope = self._scope
+        if not scope._session.timeline.is_owner_thread():
+            self._timer.__exit__(exc_type, exc, tb)
+            return
         scope._guarded(scope._session.saves.end)
         self._timer.__exit__(exc_type, exc, tb)
         if exc_type is None:
@@ -100,6 +130,9 @@ class _LoggingPhase:
         self._weight = 0
 
     def __enter__(self) -> None:
+        if not self._scope._session.timeline.is_owner_thread():
+            self._timer.__enter__()  # records nothing but the thread (``Timeline.set_owner``)
+            return
         self._timer.__enter__()
         self._depth += 1
         if self._depth > 1:
@@ -113,6 +146,9 @@ class _LoggingPhase:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if not self._scope._session.timeline.is_owner_thread():
+            self._timer.__exit__(exc_type, exc, tb)
+            return
         self._depth -= 1
         if self._depth == 0 and self._weight:
             weight, self._weight = self._weight, 0
@@ -171,15 +207,26 @@ class StallScope(LightningCallbacks):
         self._keyed()
         self._reset()
         self._quiet_hooks()
+        #: this process was forked from the one the scope runs in (``_after_fork_in_child``)
+        self._forked = False
+        _LIVE_SCOPES.add(self)
 
     def _keyed(self) -> None:
         """Lightning's ``state_key``, one per report folder: a Trainer refuses two stateful
         callbacks with the same key, and two scopes writing to two folders must both work. The
-        default folder keeps the plain class name (it labels every hook in a profiler's output)."""
+        default folder keeps the plain class name (it labels every hook in a profiler's output).
+        A second live scope of the same folder gets a key of its own (``copy``), so that a Trainer
+        given both still starts; the later one in the Trainer's list then turns itself off
+        (``LightningCallbacks._watched_already``)."""
         folder = self._config.report_dir
         key = type(self).state_key
         if folder != DEFAULT_REPORT_DIR.resolve():
             key = self._generate_state_key(report_dir=None if folder is None else str(folder))
+        copy = 1
+        while (other := _LIVE_KEYS.get(key)) is not None and other is not self:
+            copy += 1
+            key = self._generate_state_key(report_dir=None if folder is None else str(folder), copy=copy)
+        _LIVE_KEYS[key] = self
         self.state_key = key
 
     def _reset(self, session: Session | None = None) -> None:
@@ -192,6 +239,8 @@ class StallScope(LightningCallbacks):
         self._active = True
         self._started = False
         self._finished = False
+        #: inside ``with scope:`` (a second ``with`` is refused)
+        self._entered = False
         self._generation = 0
         self._in_epoch = False
         #: [epoch index, iter() ns, first wait ns, final next() ns] of the pass in progress
@@ -206,6 +255,15 @@ class StallScope(LightningCallbacks):
     # -- context manager -----------------------------------------------------------------
 
     def __enter__(self) -> StallScope:
+        # one run per scope: a second ``with scope:`` would record nothing, silently
+        if self._finished:
+            raise RuntimeError(
+                "this StallScope has recorded its run already (its report is written); "
+                "make a new StallScope(...) for another run"
+            )
+        if self._entered:
+            raise RuntimeError("this StallScope is already in use in a 'with' block; it cannot be entered twice")
+        self._entered = True
         self.start()
         return self
 
@@ -215,6 +273,8 @@ class StallScope(LightningCallbacks):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._forked:  # a child forked inside the block is not the run: nothing to write
+            return
         if exc is not None:  # the note never raises: never replace the user's exception
             self._session.note(ending_note(exc))
         elif exc_type is not None:
@@ -275,6 +335,11 @@ class StallScope(LightningCallbacks):
                         continue
                     self._fail(exc)
                     break
+        except BaseException as exc:  # Ctrl-C, a SIGTERM handler's sys.exit: the report, then it
+            if self._active:
+                with contextlib.suppress(Exception):
+                    self._session.finish_interrupted(exc)
+            raise
         finally:
             self._active = False
             self._session.timeline.stop()
@@ -540,3 +605,5 @@ class StallScope(LightningCallbacks):
         self._keyed()
         self._reset()
         self._quiet_hooks()
+        self._forked = False
+        _LIVE_SCOPES.add(self)

@@ -40,7 +40,9 @@ from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.render import plain, print_diagnosis
+from stallscope.report.lock import FolderLock
+from stallscope.report.render import print_diagnosis
+from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
@@ -99,6 +101,10 @@ class Later(Generic[T]):
                 self._make = None  # what it captured can go
             return self._value
 
+    def made(self) -> T | None:
+        """The value if it was made already, else None (makes nothing, waits for nothing)."""
+        return self._value
+
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
@@ -136,6 +142,15 @@ NO_STEPS_NOTE = (
     " where it gets its batch: `for batch in scope.iter(loader):`, or `batch = scope.batch(get_batch)` in a"
     " loop with no iterable"
 )
+
+
+def _foreign_thread_note(ident: int) -> str:
+    """The note on phases entered on a thread other than the training thread (not counted)."""
+    name = next((t.name for t in threading.enumerate() if t.ident == ident), f"thread {ident}")
+    return (
+        f"phases entered on another thread than the training thread ({name}) were not counted: "
+        "only the training thread's phases make up its steps"
+    )
 
 
 class _Facts(NamedTuple):
@@ -215,6 +230,8 @@ class Session:
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = self._new_writer(config.report_dir / REPORT_NAME) if config.report_dir is not None else None
+        #: the lock file of the run that writes ``report.json`` (``_claim_folder``)
+        self._folder_lock = FolderLock(config.report_dir, self.host.name) if config.report_dir is not None else None
         #: a rank of a distributed job: its own ``ranks/rank-<R>.json`` (``_join_job``)
         self._rank_writer: ReportWriter | None = None
         self._started_at = ""
@@ -235,6 +252,11 @@ class Session:
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
         self._write_failed = False
+        #: the final report was made (``finish``), and written
+        self._final_made = False
+        self._final_written = False
+        #: the other thread whose phases were left out, once noted (``Timeline.foreign_thread``)
+        self._foreign_noted = 0
         self._console: Console | None = None
         if config.console is True:
             self._console = Console()
@@ -247,6 +269,7 @@ class Session:
         """Start the run. Without ``clock`` the timeline waits for ``start_clock`` (the plain loop
         starts it at the first ``scope.iter`` or phase, so set-up inside ``with`` is not counted)."""
         self._started_at = utc_now_iso()
+        self.timeline.set_owner(threading.get_ident())  # the training thread: its phases make the steps
         if clock:
             self.timeline.start()
         self._join_job()
@@ -329,6 +352,8 @@ class Session:
         """Close the epoch: print it, write the report (on their budgets); its report, made when
         asked for. None for an empty epoch, and for one whose close waits (``may_wait``: see
         ``_wait``). ``panel=False``: no panel (the run's own comes next and says it all)."""
+        if self._folder_lock is not None and not self._folder_lock.claimed:
+            self._claim_folder()
         if may_wait and panel and self._wait():
             return None
         timeline = self.timeline
@@ -594,7 +619,14 @@ class Session:
     def finish(self, *, print_run: bool) -> Report:
         """The run is over: build, print (when asked) and write the final report."""
         self._settle()
+        if self._folder_lock is not None:
+            self._claim_folder()
+            self._release_folder()
+        # the run ends here: stopping the samplers (a wedged one is waited for a bounded while)
+        # and the writers is StallScope's time, not the run's tail
+        self.timeline.pause()
         self.signals.stop()
+        self.saves.close()
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
                 writer.close()  # no mid-run report is written after this
@@ -611,6 +643,7 @@ class Session:
             report, ranks = self.job.finish(report)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
+        self._final_made = True
         if print_run or no_steps:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
@@ -622,8 +655,41 @@ class Session:
                 title = "run"  # a loop with no epochs: none named
             self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
+        self._final_written = True
         self._print_where()
         return report
+
+    def finish_interrupted(self, exc: BaseException) -> None:
+        """An interrupt (Ctrl-C, a SIGTERM handler's ``sys.exit``) came while ``finish`` ran: write
+        the report of what ran all the same, the fast way when the final one was not made yet: the
+        run's summary (every step) and the epochs already made, no findings, and a note that says
+        so. The caller lets the interrupt go on up."""
+        if self._final_written:
+            return
+        if not self._final_made:
+            self.note(
+                f"the final diagnosis was interrupted ({type(exc).__name__}): "
+                "the report holds the run's summary, no findings"
+            )
+            self.start_clock()
+            span = self.timeline.run_snapshot().stats()
+            try:
+                summary = self.summarize(span, self.signals.run_window())
+            except Exception:  # the samplers' numbers are a refinement: the steps are what counts
+                summary = self.summarize(span)
+            epochs = tuple(e for e in (epoch.made() for epoch in self.epochs) if e is not None)
+            report = Report(
+                run=self._run_info(),
+                summary=summary,
+                epochs=epochs,
+                notes=tuple(self.notes),
+                complete=True,
+                tail=self.tail,
+            )
+            self._latest = Later(None, report)
+            self._final_made = True
+        self.write()
+        self._final_written = True
 
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""
@@ -642,6 +708,19 @@ class Session:
         # (a file name that is not UTF-8) written as their escapes
         where = plain(path)
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
+
+    def _claim_folder(self) -> None:
+        """Take the report folder's lock (``report/lock.py``), once, as the writer of ``report.json``
+        (rank 0 of a distributed job, which is known by the first epoch end)."""
+        lock = self._folder_lock
+        if lock is None or lock.claimed or (self.job is not None and not self.job.leader):
+            return
+        if (text := lock.claim()) is not None:
+            self.note(text)
+
+    def _release_folder(self) -> None:
+        if self._folder_lock is not None and (text := self._folder_lock.release()) is not None:
+            self.note(text)
 
     def _close_tail(self) -> None:
         """The time after the last epoch's end (a validation or a save after the last pass, the
@@ -759,25 +838,16 @@ class Session:
         signals = self.signals.run_window()
         for text in self.signals.notes():
             self.note(text)
+        if (foreign := self.timeline.foreign_thread) and foreign != self._foreign_noted:
+            self._foreign_noted = foreign  # once: the thread's name may be gone by the next report
+            self.note(_foreign_thread_note(foreign))
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)
         busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
         if busy is not None:
             self.note(busy)
-        run = RunInfo(
-            started_at=self._started_at,
-            host=self.host.name,
-            torch_version=torch_version(),
-            device=self._device(),
-            dataloader=self.loader.to_dict() if self.loader is not None else None,
-            stallscope_version=__version__,
-            framework=self.framework,
-            usable_cores=self.host.usable_cores,
-            rank=self.job.info.rank if self.job is not None else None,
-            world_size=self.job.info.world_size if self.job is not None else None,
-            local_rank=self.job.info.local_rank if self.job is not None else None,
-        )
+        run = self._run_info()
         known = self._known(signals)
         epochs = tuple(self.epochs)
         notes = tuple(self.notes)
@@ -797,6 +867,21 @@ class Session:
             )
 
         return Later(build)
+
+    def _run_info(self) -> RunInfo:
+        return RunInfo(
+            started_at=self._started_at,
+            host=self.host.name,
+            torch_version=torch_version(),
+            device=self._device(),
+            dataloader=self.loader.to_dict() if self.loader is not None else None,
+            stallscope_version=__version__,
+            framework=self.framework,
+            usable_cores=self.host.usable_cores,
+            rank=self.job.info.rank if self.job is not None else None,
+            world_size=self.job.info.world_size if self.job is not None else None,
+            local_rank=self.job.info.local_rank if self.job is not None else None,
+        )
 
     def print(
         self,
@@ -855,11 +940,12 @@ class Session:
             "the diagnosis goes on and each later epoch end tries again"
         )
         self.note(text)
-        print(f"stallscope: {text}", file=sys.stderr)
+        print(f"stallscope: {plain(text)}", file=sys.stderr)
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""
         text = f"StallScope turned itself off after an internal error ({type(exc).__name__}: {exc}); training goes on"
         self.note(text)
         self.signals.stop()
-        print(f"stallscope: {text}", file=sys.stderr)
+        self._release_folder()
+        print(f"stallscope: {plain(text)}", file=sys.stderr)

@@ -5,26 +5,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 from stallscope._exceptions import ReportError
 from stallscope.report.schema import Report, report_from_dict, report_to_dict
 
 REPORT_NAME = "report.json"
-
-
-def _new_file_mode() -> int:
-    """The mode ``open()`` gives a new file (0o666 less the umask); ``mkstemp`` makes it 0o600."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o644
 
 
 def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool = True) -> Path:
@@ -37,7 +25,7 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
     target.parent.mkdir(parents=True, exist_ok=True)
     # compact: the C encoder is ~10x faster than an indented dump; `stallscope show` is for reading
     text = json.dumps(report_to_dict(report), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _new_temp(target)
     try:
         # a lone surrogate (``os.fsdecode`` of a file name that is not UTF-8, in a phase name or an
         # exception message) has no UTF-8 form: "backslashreplace" writes it as the JSON escape
@@ -48,12 +36,24 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
-        os.chmod(tmp, _new_file_mode())  # readable like any other file the run writes
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _new_temp(target: Path) -> tuple[int, str]:
+    """A new file beside ``target`` for its next version, opened for writing. Mode 0o666 less the
+    umask, as ``open()`` gives (the kernel applies the umask; ``mkstemp`` would make it 0o600, and
+    reading the umask back means a read of /proc/self/status, which can block)."""
+    for _ in range(100):
+        tmp = str(target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {target}")
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:
@@ -72,6 +72,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ReportError(f"{p}: not UTF-8 text, not a StallScope report") from None
+    _check_shape(p, raw, text)
     try:
         data = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_BadNumber)
     except json.JSONDecodeError as exc:
@@ -94,6 +95,30 @@ def load_report(path: str | os.PathLike[str]) -> Report:
 
 #: the largest report file read, bytes (a report is kilobytes; 500 epochs of findings a few MB)
 MAX_REPORT_BYTES = 64 * 1024 * 1024
+#: the most JSON objects and arrays a report may hold (500 epochs of findings: tens of thousands)
+MAX_CONTAINERS = 1_000_000
+#: the most JSON values (told by their separators) a report may hold
+MAX_VALUES = 4_000_000
+
+
+def _check_shape(p: Path, raw: bytes, text: str) -> None:
+    """Refuse before parsing what parsing would make huge: the top level must be an object, and
+    the objects and arrays (counted by their brackets, strings included: an upper bound) and the
+    values (counted by their commas) within bounds. Parsing 60 MB of ``[{},{},...]`` takes 1.6 GB."""
+    if not text.lstrip().startswith("{"):
+        raise ReportError(f"{p}: not a StallScope report (the top level is not a JSON object)")
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers > MAX_CONTAINERS:
+        raise ReportError(
+            f"{p}: {containers} JSON objects and arrays, more than the {MAX_CONTAINERS} a report may hold; "
+            "not a StallScope report"
+        )
+    values = raw.count(b",")
+    if values > MAX_VALUES:
+        raise ReportError(
+            f"{p}: {values} JSON values, more than the {MAX_VALUES} a report may hold; not a StallScope report"
+        )
+
 
 _KINDS = (
     (stat.S_ISFIFO, "a named pipe"),

@@ -6,7 +6,6 @@ write it anywhere (``print_diagnosis``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from rich.console import Console, Group, RenderableType
@@ -16,25 +15,11 @@ from rich.table import Table
 from rich.text import Text
 
 from stallscope.analysis.finding import Finding
+from stallscope.report.safe import plain
 from stallscope.report.schema import RankEntry, Summary
 
 _BAR = 28
 _MAX_FINDINGS = 5
-
-#: terminal escape sequences (CSI, OSC) and the other control characters but tab and newline
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def plain(text: str) -> str:
-    """``text`` safe to print: escape sequences and control characters (a report's strings come
-    from the user's code, or from a file) removed, and a lone surrogate (``os.fsdecode`` of a
-    file name that is not UTF-8) written as its escape, which any terminal encoding can print."""
-    text = _CONTROL.sub("", text)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def _phases_by_share(summary: Summary) -> list[tuple[str, float]]:
@@ -81,12 +66,12 @@ def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
         rows.append(
             (
                 str(e.rank),
-                e.host,
+                plain(e.host),
                 f"{e.steps_per_s:.1f}",
                 f"{e.gpu_idle_fraction:.0%}",
                 f"{fractions.get('data', 0.0):.0%}",
                 f"{fractions.get('compute', 0.0):.0%}",
-                f"{largest} {fractions.get(largest, 0.0):.0%}" if fractions else "-",
+                f"{plain(largest)} {fractions.get(largest, 0.0):.0%}" if fractions else "-",
             )
         )
     return rows
@@ -162,8 +147,8 @@ def render_panel(
             parts.append(Padding(Text(f"{plain(f.title)} · confidence {f.confidence}", style="dim"), (0, 0, 0, 4)))
             parts.append(Padding(Text(plain(f.fix)), (0, 0, 0, 4)))
             if f.snippet:
-                for line in plain(f.snippet).splitlines():
-                    parts.append(Text(f"      {line}", style="magenta"))
+                for line in f.snippet.splitlines():  # each line of the snippet on its own
+                    parts.append(Text(f"      {plain(line)}", style="magenta"))
     else:
         parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
@@ -195,7 +180,7 @@ def format_text(
             lines.append(f"    {rank}. {plain(f.id)}  {gain_text(f)}  confidence {f.confidence}")
             lines.append(f"       {plain(f.title)}")
             lines.append(f"       {plain(f.fix)}")
-            lines.extend(f"         {line}" for line in plain(f.snippet).splitlines())
+            lines.extend(f"         {plain(line)}" for line in f.snippet.splitlines())
     else:
         lines.append(f"  no fix predicted to save {min_saving:.0%} or more of wall time")
     lines.extend(f"  note: {plain(note)}" for note in notes)

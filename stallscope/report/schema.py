@@ -357,12 +357,33 @@ def _count(obj: Mapping[str, Any], key: str, where: str, *, minimum: int = 0, de
     return value
 
 
+#: the largest amount a report may hold (seconds: over 30 years; rates: a billion a second)
+MAX_AMOUNT = 1e9
+#: how far a span's phase fractions may sum from 1 (each is rounded to 6 decimals)
+FRACTION_SUM_TOLERANCE = 0.01
+
+
 def _amount(value: Any, field: str) -> float:
-    """A number >= 0 (seconds, rates): the parser already turned non-finite ones away."""
+    """A number in [0, ``MAX_AMOUNT``] (seconds, rates): the parser already turned non-finite
+    ones away."""
     number = float(_typed(value, float, field))
     if not number >= 0.0:
         raise ReportError(f"{field} must be >= 0, got {value!r}")
+    if number > MAX_AMOUNT:
+        raise ReportError(f"{field} is out of range ({value!r} is above {MAX_AMOUNT:g})")
     return number
+
+
+def _phase_fractions(d: Mapping[str, Any], where: str) -> dict[str, float]:
+    """A span's ``phase_fractions``: each in [0, 1], together 1 (or all 0: a span with no time)."""
+    fractions = _req(d, "phase_fractions", Mapping, where)
+    for name, value in fractions.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
+    total = math.fsum(fractions.values())
+    if total > 0 and abs(total - 1.0) > FRACTION_SUM_TOLERANCE:
+        raise ReportError(f"{where}.phase_fractions sum to {total:.4g}, not 1 (fractions of the wall time)")
+    return {str(k): float(v) for k, v in fractions.items()}
 
 
 def _amounts(obj: Mapping[str, Any], key: str, where: str) -> dict[str, float]:
@@ -426,10 +447,7 @@ def finding_from_dict(d: Mapping[str, Any], where: str) -> Finding:
 def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
-    fractions = _req(d, "phase_fractions", Mapping, where)
-    for name, value in fractions.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-            raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
+    fractions = _phase_fractions(d, where)
     source = _req(d, "idle_source", str, where)
     if source not in IDLE_SOURCES:
         raise ReportError(f"{where}.idle_source is {source!r}, expected one of {', '.join(IDLE_SOURCES)}")
@@ -449,7 +467,7 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
         steps_per_s=_amount(_req(d, "steps_per_s", float, where), f"{where}.steps_per_s"),
         gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
         idle_source=source,
-        phase_fractions={str(k): float(v) for k, v in fractions.items()},
+        phase_fractions=fractions,
         phase_seconds=_amounts(d, "phase_seconds", where),
         step_time_s=_amounts(d, "step_time_s", where),
         data_wait_s=_amounts(d, "data_wait_s", where),
@@ -461,19 +479,16 @@ def summary_from_dict(d: Mapping[str, Any], where: str) -> Summary:
 def rank_from_dict(d: Any, where: str) -> RankEntry:
     if not isinstance(d, Mapping):
         raise ReportError(f"{where} is not an object")
-    fractions = _req(d, "phase_fractions", Mapping, where)
-    for name, value in fractions.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-            raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
+    fractions = _phase_fractions(d, where)
     epochs = d.get("epochs", 0)
     return RankEntry(
-        rank=int(_req(d, "rank", int, where)),
+        rank=_count(d, "rank", where),
         host=str(d.get("host", "")),
-        steps=int(_req(d, "steps", int, where)),
-        wall_s=float(_req(d, "wall_s", float, where)),
-        steps_per_s=float(_req(d, "steps_per_s", float, where)),
+        steps=_count(d, "steps", where),
+        wall_s=_amount(_req(d, "wall_s", float, where), f"{where}.wall_s"),
+        steps_per_s=_amount(_req(d, "steps_per_s", float, where), f"{where}.steps_per_s"),
         gpu_idle_fraction=_fraction(d, "gpu_idle_fraction", where),
-        phase_fractions={str(k): float(v) for k, v in fractions.items()},
+        phase_fractions=fractions,
         data_wait_s=_opt_map(d, "data_wait_s", where) or {},
         phase_seconds=_opt_map(d, "phase_seconds", where) or {},
         epochs=epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0,

@@ -33,7 +33,7 @@ from stallscope.signals.cuda_events import (
 from stallscope.signals.host_sampler import MIN_INTERVAL_S as HOST_MIN_INTERVAL_S
 from stallscope.signals.host_sampler import HostProbe, HostSampler, HostSummary
 from stallscope.signals.nvml import NvmlSampler, NvmlSummary
-from stallscope.signals.sampler import Sampler
+from stallscope.signals.sampler import PeriodicSampler, Sampler
 from stallscope.timeline.phases import COMPUTE
 from stallscope.timeline.recorder import Timeline
 
@@ -129,7 +129,11 @@ class SignalCollector:
         self._guard("cuda", self._timeline.unwatch)
         if self.timer is not None:
             self._guard("cuda", self.timer.release)
-        for sampler in self._samplers():
+        samplers = self._samplers()
+        for sampler in samplers:  # all at once: their last samples overlap, so do the waits
+            if isinstance(sampler, PeriodicSampler):
+                self._guard(sampler.name, sampler.request_stop)
+        for sampler in samplers:
             self._guard(sampler.name, sampler.stop)
 
     def _start_host(self) -> None:

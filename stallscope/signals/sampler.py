@@ -129,9 +129,14 @@ class PeriodicSampler(Generic[S, R]):
         self._thread = threading.Thread(target=self._run, name=f"stallscope-{self.name}", daemon=True)
         start_quiet(self._thread)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Tell the thread to take its last sample and end, without waiting for it (``stop``
+        waits): several samplers told first take their last samples together."""
         self._stop.set()
         self._wake.set()
+
+    def stop(self) -> None:
+        self.request_stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             since = self._busy_since

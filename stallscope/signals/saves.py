@@ -11,8 +11,10 @@ still does on one of the host's cores) and how many bytes the copy would move.
 checkpoint IO's ``save_checkpoint``, the call ``AsyncCheckpointIO`` moves to its thread): the
 save's wall time, the thread's CPU time in it (the rest is waiting: an ``fsync``, a disk, a
 network store) and the bytes the process handed to ``write()`` meanwhile (``wchar`` of
-``/proc/self/io``, ``procfs.written_bytes``). Two clock reads and one small file read at each
-end, some 20 us a save.
+``/proc/self/io``, ``procfs.written_bytes``). Two clock reads at each end; the file is read by a
+thread of its own, which each end asks and waits for at most ``READ_DEADLINE_S`` (a read of /proc
+can block for good, and none is made on the training thread; a reader that missed the deadline
+once is not asked again, and the bytes are then unknown), some 50 us a save.
 
 **Once per run**, after the first save that wrote bytes: what a copy of that many bytes costs
 here (``probe_copy_s``: one tensor of the save's size, at least 256 KiB and at most 64 MiB,
@@ -28,13 +30,16 @@ removed.
 
 from __future__ import annotations
 
+import queue
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stallscope._threads import start_quiet
 from stallscope.signals.calls import Marks, NestedMeter
 from stallscope.signals.procfs import written_bytes
 
@@ -101,21 +106,93 @@ def probe_copy_s(
     return median / 1e9 / size if median > 0 else None
 
 
+#: reads of ``/proc/self/io`` not answered yet, at most; past that the saves' bytes are unknown
+MAX_PENDING_READS = 256
+
+
+#: how long a save's begin or end waits for its read of ``/proc/self/io``, seconds (a read takes
+#: some microseconds; once one misses this, the saves' bytes are not read again: unknown)
+READ_DEADLINE_S = 0.05
+
+
+class _Read:
+    """One read of the bytes written, made by ``_Reader``'s thread: ``value`` once ``done``."""
+
+    __slots__ = ("done", "event", "value")
+
+    def __init__(self, value: int | None = None, *, done: bool = False) -> None:
+        self.value = value
+        self.done = done
+        self.event = threading.Event()
+
+
+class _Reader:
+    """A daemon thread that reads ``/proc/self/io`` when asked: a read of /proc can block for
+    good, and none is made on the training thread (SPEC §6). The asking thread waits for the
+    answer at most ``READ_DEADLINE_S`` (the wait releases the GIL, so the read is made at once,
+    and the bytes stay those of the save); a read that misses it marks the reader slow, and it is
+    not asked again."""
+
+    def __init__(self, read: Callable[[], int | None]) -> None:
+        self._read = read
+        self._queue: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.slow = False
+
+    def ask(self) -> _Read:
+        if self.slow:
+            return _Read(None, done=True)  # unknown: the bytes of this save are not read
+        slot = _Read()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stallscope-save-bytes", daemon=True)
+            start_quiet(self._thread)
+        self._queue.put(slot)
+        if not slot.event.wait(READ_DEADLINE_S):
+            self.slow = True
+        return slot
+
+    def stop(self) -> None:
+        """End the thread once it is done with what it was asked (a wedged read: never)."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._queue.put(None)
+        if not self.slow:
+            thread.join(READ_DEADLINE_S)
+
+    def _run(self) -> None:
+        while True:
+            slot = self._queue.get()
+            if slot is None:
+                return
+            try:
+                slot.value = self._read()
+            except Exception:
+                slot.value = None
+            slot.done = True
+            slot.event.set()
+
+
 class SaveMeter(NestedMeter):
     """Measures each save on the training thread (``begin`` / ``end``, nested calls count once:
     its wall time, the training thread's CPU and the bytes written) and, once per run, the cost of
-    a copy (``probe``). Its readers never raise."""
+    a copy (``probe``). Its readers never raise. The bytes written are read by a thread of their
+    own (``_Reader``) unless ``written`` is given (tests pass a scripted one, read in place)."""
 
     def __init__(
         self,
         *,
         clock: Callable[[], int] = time.perf_counter_ns,
         cpu_clock: Callable[[], int] = time.thread_time_ns,
-        written: Callable[[], int | None] = written_bytes,
+        written: Callable[[], int | None] | None = None,
         probe: Callable[[float], float | None] = probe_copy_s,
     ) -> None:
         super().__init__(clock=clock, cpu_clock=cpu_clock)
         self._written = written
+        self._reader = _Reader(written_bytes) if written is None else None
+        #: (begin, end) reads of each save not yet added to ``_bytes``, oldest first
+        self._reads: list[tuple[_Read, _Read]] = []
+        self._begin_read = self._end_read = _Read(done=True)
         self._probe = probe
         self._bytes = 0
         self._bytes_known = True
@@ -124,25 +201,55 @@ class SaveMeter(NestedMeter):
         #: the saves already go through an asynchronous writer (set by the Lightning hooks)
         self.already_async = False
 
+    def _read_bytes(self) -> _Read:
+        if self._reader is not None:
+            return self._reader.ask()
+        assert self._written is not None
+        return _Read(self._written(), done=True)
+
     def _open(self) -> Marks:
-        written = self._written()  # first: the bytes' window holds the clocks'
+        self._begin_read = self._read_bytes()  # first: the bytes' window holds the clocks'
         cpu, now, _ = super()._open()
-        return cpu, now, written
+        return cpu, now, None
 
     def _close(self) -> Marks:
         cpu, now, _ = super()._close()
-        return cpu, now, self._written()
+        self._end_read = self._read_bytes()
+        return cpu, now, None
 
     def _add(self, start: Marks, end: Marks, weight: int) -> None:
         super()._add(start, end, weight)
-        if start[2] is None or end[2] is None:
+        if len(self._reads) >= MAX_PENDING_READS:  # the reader does not answer: bytes unknown
             self._bytes_known = False
-        else:
-            self._bytes += max(0, end[2] - start[2])
+            self._reads.clear()
+        if self._bytes_known:
+            self._reads.append((self._begin_read, self._end_read))
+        self._settle_reads()
+
+    def _settle_reads(self) -> None:
+        """Add the bytes of the saves whose reads are in, oldest first (never waits)."""
+        done = 0
+        for begin, end in self._reads:
+            if not (begin.done and end.done):
+                break
+            done += 1
+            if begin.value is None or end.value is None:
+                self._bytes_known = False
+            else:
+                self._bytes += max(0, end.value - begin.value)
+        del self._reads[:done]
+        if not self._bytes_known:
+            self._reads.clear()
+
+    def close(self) -> None:
+        """The run is over: the reader thread ends (what was read stays)."""
+        if self._reader is not None:
+            self._reader.stop()
 
     @property
     def wants_probe(self) -> bool:
         """The copy has not been probed yet and a save wrote bytes: probe now (once per run)."""
+        self._settle_reads()
         return not self._probed and self._bytes_known and self._bytes > 0 and self._depth == 0
 
     def probe(self) -> None:
@@ -156,6 +263,7 @@ class SaveMeter(NestedMeter):
         """The saves so far; None before the first."""
         if self._calls == 0:
             return None
+        self._settle_reads()
         return SaveSummary(
             saves=self._calls,
             wall_ns=self._wall_ns,

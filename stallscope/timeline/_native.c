@@ -98,6 +98,10 @@ typedef struct {
     long long *items;
     Py_ssize_t len;
     Py_ssize_t cap;
+    /* the training thread's ident (0: any thread): a Timer entered or left on another thread logs
+     * nothing, and the first such thread's ident is kept in ``foreign`` */
+    unsigned long owner;
+    unsigned long foreign;
 } EventLog;
 
 static PyTypeObject EventLogType;
@@ -313,6 +317,12 @@ static PyMethodDef EventLog_methods[] = {
     {NULL},
 };
 
+static PyMemberDef EventLog_members[] = {
+    {"owner", T_ULONG, offsetof(EventLog, owner), 0, "the thread whose phases are logged (0: any)"},
+    {"foreign", T_ULONG, offsetof(EventLog, foreign), 0, "the first other thread that entered a phase (0: none)"},
+    {NULL},
+};
+
 static PyTypeObject EventLogType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.EventLog",
     .tp_doc = PyDoc_STR("EventLog([values]): the timeline's event log, (code, timestamp) pairs as C ints"),
@@ -324,6 +334,7 @@ static PyTypeObject EventLogType = {
     .tp_repr = (reprfunc)EventLog_repr,
     .tp_as_sequence = &EventLog_as_sequence,
     .tp_methods = EventLog_methods,
+    .tp_members = EventLog_members,
 };
 
 /* an event now: appended to ``target`` when it is an EventLog, else ``target((code, now))`` with
@@ -451,11 +462,36 @@ Timer_unready(Timer *self)
     return unready(!self->code || !self->target || !self->log || !self->clock || !self->timeline);
 }
 
+/* whether this thread may log to ``log``: its owner, or any thread while it has none (or ``log``
+ * is not an EventLog); the first other thread is remembered */
+static int
+owner_thread(PyObject *log)
+{
+    if (!EventLog_Check(log)) { /* ``log`` is a settable member: whatever it is, no owner */
+        return 1;
+    }
+    EventLog *lg = (EventLog *)log;
+    if (lg->owner == 0) {
+        return 1;
+    }
+    unsigned long me = PyThread_get_thread_ident();
+    if (me == lg->owner) {
+        return 1;
+    }
+    if (lg->foreign == 0) {
+        lg->foreign = me;
+    }
+    return 0;
+}
+
 static PyObject *
 Timer_enter(Timer *self, PyObject *Py_UNUSED(ignored))
 {
     if (Timer_unready(self)) {
         return NULL;
+    }
+    if (!owner_thread(self->log)) { /* another thread's phase: not the training's time */
+        Py_RETURN_NONE;
     }
     PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
     int rc = event(target, self->clock, self->code_ll, self->code);
@@ -472,6 +508,9 @@ Timer_exit(Timer *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(n
     /* returns None: the user's exception, if any, propagates unchanged */
     if (Timer_unready(self)) {
         return NULL;
+    }
+    if (!owner_thread(self->log)) {
+        Py_RETURN_NONE;
     }
     PyObject *target = Py_NewRef(self->target); /* a member: Python may replace it meanwhile */
     int rc = event(target, self->clock, LEAVE, code_leave);

@@ -22,6 +22,11 @@ COMPUTE_END: int
 class EventLog:
     """The timeline's event log: (code, timestamp) pairs as C ints; what recorder.py uses of a list."""
 
+    #: the thread whose ``Timer`` phases are logged (0: any thread)
+    owner: int
+    #: the first other thread that entered or left a phase (0: none)
+    foreign: int
+
     def __init__(self, values: Iterable[int] = ..., /) -> None: ...
     def extend(self, values: Iterable[int], /) -> None: ...
     def copy(self) -> list[int]: ...

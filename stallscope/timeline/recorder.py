@@ -39,6 +39,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from threading import get_ident
 from typing import NamedTuple, TypeVar
 
 from stallscope._exceptions import from_signal_handler
@@ -184,12 +185,16 @@ class PhaseTimer:
         self._timeline = timeline
 
     def __enter__(self) -> None:
+        if self._timeline._owner and not self._timeline._owner_thread():
+            return  # another thread's phase: not the training's time
         try:
             self._push((self._pid, self._clock()))
         except Exception as exc:
             self._timeline._failed(exc)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._timeline._owner and not self._timeline._owner_thread():
+            return
         try:
             self._push((LEAVE, self._clock()))
             if len(self._log) >= FOLD_AT:
@@ -272,6 +277,8 @@ class Timeline:
         "_tracked",
         "_marks",
         "_closed",
+        "_owner",
+        "_foreign",
     )
 
     def __init__(
@@ -296,6 +303,10 @@ class Timeline:
         self.on_error: Callable[[Exception], None] = _raise
         # the event log and how events reach it
         self._log: list[int] | _native.EventLog = _native.EventLog() if _native is not None else []
+        #: the training thread's ident (0: any thread) and the first other thread that entered or
+        #: left a phase (``set_owner``; the C log keeps its own copy)
+        self._owner = 0
+        self._foreign = 0
         self._live = True
         self._push: Callable[[tuple[int, ...]], None] = self._push_first
         #: for a ``_native.StepHook``, which logs its usual case itself: 0 while events go through
@@ -405,6 +416,34 @@ class Timeline:
     @property
     def started(self) -> bool:
         return self._started
+
+    def set_owner(self, ident: int) -> None:
+        """Only thread ``ident`` (the training thread) times phases from now on: a phase entered
+        on another thread (a logging thread's ``scope.phase``) records nothing, and the first such
+        thread is kept (``foreign_thread``). ``0``: any thread, as before the call."""
+        self._owner = ident
+        if not isinstance(self._log, list):
+            self._log.owner = ident
+
+    @property
+    def foreign_thread(self) -> int:
+        """The ident of the first thread other than the owner that entered a phase; 0: none."""
+        if self._foreign:
+            return self._foreign
+        return 0 if isinstance(self._log, list) else self._log.foreign
+
+    def is_owner_thread(self) -> bool:
+        """Whether the calling thread times phases (the owner, or any thread while there is none)."""
+        return not self._owner or get_ident() == self._owner
+
+    def _owner_thread(self) -> bool:
+        """Whether the calling thread is the owner (``PhaseTimer``); remembers the first that is not."""
+        me = get_ident()
+        if me == self._owner:
+            return True
+        if not self._foreign:
+            self._foreign = me
+        return False
 
     def phase_id(self, name: str) -> int:
         """The id of phase ``name``, registering a custom phase on first use."""

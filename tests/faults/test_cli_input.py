@@ -85,6 +85,11 @@ def _set(path: str, value: Any) -> Callable[[], str]:
     return _edit(change)
 
 
+def _rank(**change: Any) -> dict[str, Any]:
+    rank = {"rank": 0, "host": "a", "steps": 10, "wall_s": 1.0, "steps_per_s": 10.0, "gpu_idle_fraction": 0.3}
+    return {**rank, "phase_fractions": {"data": 0.3, "compute": 0.7}, **change}
+
+
 BAD_FIELDS: dict[str, tuple[Callable[[], str], str]] = {
     "steps = 10**400": (_raw('"steps": 160', '"steps": 1' + "0" * 400), "report.summary.steps is out of range"),
     "steps of 5000 digits": (_raw('"steps": 160', '"steps": ' + "9" * 5000), "report.summary.steps is out of range"),
@@ -114,6 +119,19 @@ BAD_FIELDS: dict[str, tuple[Callable[[], str], str]] = {
     "usable_cores below 1": (_set("run.usable_cores", -3), "report.run.usable_cores must be an integer >= 1"),
     "device is a string": (_set("run.device", "cuda"), "report.run.device has the wrong type (str)"),
     "host is a number": (_set("run.host", 7), "report.run.host has the wrong type (int)"),
+    "wall_s = 1e308": (_set("summary.wall_s", 1e308), "report.summary.wall_s is out of range"),
+    "a rank's wall_s = 1e308": (
+        _edit(lambda d: d.update(ranks=[_rank(wall_s=1e308)])),
+        "report.ranks[0].wall_s is out of range",
+    ),
+    "phase fractions summing to 1.18": (
+        _set("summary.phase_fractions", {"data": 0.5, "compute": 0.68}),
+        "report.summary.phase_fractions sum to 1.18, not 1",
+    ),
+    "a rank's fractions summing to 0.5": (
+        _edit(lambda d: d.update(ranks=[_rank(phase_fractions={"compute": 0.5})])),
+        "report.ranks[0].phase_fractions sum to 0.5, not 1",
+    ),
     "a huge number in evidence": (
         _raw('"notes": []', '"notes": [], "extra": {"x": [1e999]}'),
         "report.extra.x[0] is out of range",
@@ -138,12 +156,12 @@ def test_a_bad_field_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 # -- special and huge files, in a fresh interpreter (bounded memory and time) --------------------
 
 
-def _cli(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _cli(argv: list[str], timeout: float = 60, limit_bytes: int = 2 << 30) -> subprocess.CompletedProcess[str]:
     """``stallscope ...`` in a child limited to 2 GB of address space: reading /dev/zero whole
     fails there instead of filling the machine."""
 
     def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
 
     return subprocess.run(
         [sys.executable, "-m", "stallscope.cli", *argv],
@@ -194,7 +212,7 @@ SPECIAL: dict[str, tuple[Callable[[Path], str], str]] = {
     "a folder whose report.json is a named pipe": (_fifo_folder, "a named pipe"),
     "a socket": (_socket, "a socket"),
     "a file over 64 MB": (_huge, "larger than 64 MB"),
-    "/proc/self/status": (lambda tmp: "/proc/self/status", "malformed JSON"),
+    "/proc/self/status": (lambda tmp: "/proc/self/status", "the top level is not a JSON object"),
 }
 
 
@@ -208,6 +226,47 @@ def test_special_and_huge_files(tmp_path: Path, kind: str, role: str) -> None:
     line = _one_line(done.stderr)
     assert words in line
     assert done.stdout == ""
+
+
+def _many(tmp_path: Path, head: bytes, item: bytes, tail: bytes) -> str:
+    """About 60 MB of JSON: ``head``, then ``item`` separated by commas, then ``tail``."""
+    path = tmp_path / "many.json"
+    count = (60 << 20) // (len(item) + 1)
+    with open(path, "wb") as fh:
+        fh.write(head)
+        fh.write(b",".join([item] * count))
+        fh.write(tail)
+    return str(path)
+
+
+MANY: dict[str, tuple[Callable[[Path], str], str]] = {
+    "a top-level array of 20 million objects": (
+        lambda tmp: _many(tmp, b"[", b"{}", b"]"),
+        "the top level is not a JSON object",
+    ),
+    "an object holding 20 million objects": (
+        lambda tmp: _many(tmp, b'{"schema_version": 1, "x": [', b"{}", b"]}"),
+        "more than the 1000000 a report may hold",
+    ),
+    "an object holding 30 million numbers": (
+        lambda tmp: _many(tmp, b'{"schema_version": 1, "x": [', b"1", b"]}"),
+        "more than the 4000000 a report may hold",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(MANY))
+@pytest.mark.parametrize("role", ["show", "check baseline"])
+def test_many_elements_are_refused_within_a_gigabyte(tmp_path: Path, kind: str, role: str) -> None:
+    """A file under the size cap whose parse would still take gigabytes: refused before parsing,
+    naming the bound, in a child limited to 1 GB of address space (no MemoryError)."""
+    make, words = MANY[kind]
+    bad = make(tmp_path)
+    done = _cli(_argv(role, bad, _good(tmp_path)), limit_bytes=1 << 30)
+    assert done.returncode == 2, done.stderr
+    line = _one_line(done.stderr)
+    assert words in line
+    assert "MemoryError" not in line
 
 
 def test_show_strips_terminal_escapes_from_notes(tmp_path: Path) -> None:

@@ -154,3 +154,33 @@ def test_two_scopes_in_one_trainer(pl: ModuleType, tmp_path: Path) -> None:
         assert report.summary.steps == 16
         assert len(report.epochs) == 2
     assert a.state_key != b.state_key
+
+
+@pytest.mark.parametrize(
+    "folders",
+    [("default", "default"), (None, None), ("stallscope", "./stallscope")],
+    ids=["both default", "both None", "one folder, two spellings"],
+)
+def test_two_scopes_of_one_folder_in_one_trainer(
+    pl: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folders: tuple[str | None, str | None]
+) -> None:
+    """Two scopes that would write one folder: the fit runs as bare, the first scope records it,
+    the second turns itself off and the first one's report says so."""
+    monkeypatch.chdir(tmp_path)
+
+    def scope(folder: str | None) -> StallScope:
+        return StallScope(console=False) if folder == "default" else StallScope(folder, console=False)
+
+    a, b = scope(folders[0]), scope(folders[1])
+    steps, error = _fit(pl, tmp_path, [a, b], loader=DataLoader(_Samples(), batch_size=2))
+    assert error is None
+    assert len(steps) == 16
+    assert a.state_key != b.state_key
+    assert not b.enabled
+    assert a.report is not None
+    assert a.report.summary.steps == 16
+    assert any("a second StallScope callback" in n and "turned itself off" in n for n in a.report.notes)
+    if folders[0] is not None:
+        report = valid_report(tmp_path / "stallscope")
+        assert report.complete
+        assert report.summary.steps == 16

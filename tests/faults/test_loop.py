@@ -4,8 +4,13 @@ is written and readable."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from faults.harness import assert_unchanged, numbers, plain_run, script_run, valid_report
 from stallscope import StallScope
 from stallscope.hooks import session as session_module
+from stallscope.signals.host import host_info
 
 
 def _raise_at(target: int, exc: BaseException) -> Any:
@@ -218,3 +224,205 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
     assert report.complete
     assert report.summary.steps == items
     assert not any("turned itself off" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_an_interrupt_during_the_final_diagnosis_still_writes_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, epochs: int
+) -> None:
+    """Ctrl-C (Python's own SIGINT handler) or a SIGTERM handler that calls ``sys.exit(143)``
+    while the final report is diagnosed: the interrupt reaches the loop unchanged, and the report
+    of what ran is written anyway, the fast way (the summary of every step, no findings, a note
+    that says so). A one-epoch run had no report on disk before (the first mid-run write waits)."""
+    previous = signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    try:
+        scope = StallScope(tmp_path, console=False)
+        session = scope._session
+        real_diagnose, real_finish = session_module.diagnose, session.finish
+        finishing: list[int] = []
+
+        def diagnose(*args: Any, **kwargs: Any) -> Any:
+            if len(finishing) == 1:
+                finishing.append(1)
+                signal.raise_signal(signum)
+            return real_diagnose(*args, **kwargs)
+
+        def finish(*args: Any, **kwargs: Any) -> Any:
+            finishing.append(1)
+            return real_finish(*args, **kwargs)
+
+        monkeypatch.setattr(session_module, "diagnose", diagnose)
+        monkeypatch.setattr(session, "finish", finish)
+        scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=epochs, scope=scope)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert len(finishing) == 2  # the interrupt came while the final report was being made
+    assert scoped.error == (("KeyboardInterrupt", "") if signum == signal.SIGINT else ("SystemExit", "143"))
+    assert len(scoped.items) == 8 * epochs
+    report = valid_report(tmp_path)
+    assert report.summary.steps == 8 * epochs  # every step, not the last epoch end's
+    assert report.findings == ()
+    name = "KeyboardInterrupt" if signum == signal.SIGINT else "SystemExit"
+    assert f"the final diagnosis was interrupted ({name}): the report holds the run's summary, no findings" in (
+        report.notes
+    )
+    assert scope.report is not None
+    assert scope.report.summary.steps == 8 * epochs
+
+
+def test_a_scope_entered_again_says_so_at_once(tmp_path: Path) -> None:
+    """A scope records one run: a second ``with scope:`` after the first ended, or one inside the
+    first, raises ``RuntimeError`` before training starts, and the first run's report stays."""
+    scope = StallScope(tmp_path / "a", console=False)
+    with scope:
+        for _ in scope.iter(range(100)):
+            pass
+        with pytest.raises(RuntimeError, match="cannot be entered twice"), scope:
+            pass
+        for _ in scope.iter(range(10)):
+            pass
+    with pytest.raises(RuntimeError, match="has recorded its run already"), scope:
+        pass
+    report = valid_report(tmp_path / "a")
+    assert report.complete
+    assert report.summary.steps == 110
+
+
+def test_two_runs_writing_one_folder_at_once_say_so(tmp_path: Path) -> None:
+    """Two runs of one report folder at once (here two scopes of one process, interleaved): the
+    later one says, on taking the folder's lock, that another was writing there; the earlier one
+    says, at its end, that another run began meanwhile. Neither run is lost without a note."""
+    first = StallScope(tmp_path, console=False)
+    second = StallScope(tmp_path, console=False)
+    with first:
+        for _ in first.iter(range(8)):
+            pass
+        assert (tmp_path / ".stallscope.lock").is_file()
+        with second:
+            for _ in second.iter(range(4)):
+                pass
+        for _ in first.iter(range(8)):
+            pass
+    assert first.report is not None
+    assert second.report is not None
+    assert any("another run" in n and "was writing this report folder" in n for n in second.report.notes)
+    assert any("another run" in n or "lock" in n for n in first.report.notes)
+    on_disk = valid_report(tmp_path)  # the run that finished last
+    assert on_disk.summary.steps == 16
+    assert any("lock" in n or "another run" in n for n in on_disk.notes)
+    assert not (tmp_path / ".stallscope.lock").exists()  # released
+
+
+def test_a_lock_left_by_a_dead_run_is_taken_over_quietly(tmp_path: Path) -> None:
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    lock = {"pid": int(dead.stdout), "host": host_info().name, "token": "gone"}
+    (tmp_path / ".stallscope.lock").write_text(json.dumps(lock), encoding="utf-8")
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in scope.iter(range(8)):
+            pass
+    report = valid_report(tmp_path)
+    assert not any("another run" in n for n in report.notes)
+    assert not (tmp_path / ".stallscope.lock").exists()
+
+
+def _child_exit_code(pid: int, timeout: float = 30) -> int:
+    """The forked child's exit status; a child still running after ``timeout`` s (deadlocked) is
+    killed and fails the test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child did not end: it waits on something of the parent's")
+
+
+@pytest.mark.parametrize("report_dir", ["scope", None])
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_child_forked_inside_the_scope_writes_nothing_and_waits_for_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report_dir: str | None
+) -> None:
+    """The loop forks at step 9 and the child leaves through the ``with`` block by ``sys.exit``
+    (while the parent's samplers and a report write may be mid-way on other threads): the child
+    is not the run, so it writes no report and ends at once; the parent's run goes on whole."""
+    monkeypatch.setattr(session_module, "FIRST_WRITE_S", 0.0)  # writes at every epoch end
+    folder = tmp_path / report_dir if report_dir else None
+    report = tmp_path / "scope" / "report.json"
+    scope = StallScope(folder, console=False, sample_interval_s=0.01)
+    pid = -1
+    before: tuple[int, int] | None = None
+    try:
+        with scope:
+            for epoch in range(3):
+                for i in scope.iter(range(8)):
+                    with scope.phase("compute"):
+                        time.sleep(0.001)
+                    if epoch == 1 and i == 1:
+                        before = (report.stat().st_mtime_ns, report.stat().st_size) if report.exists() else None
+                        pid = os.fork()
+                        if pid == 0:
+                            sys.exit(0)  # the child leaves through the with block
+    except SystemExit:
+        if pid != 0:
+            raise
+        after = (report.stat().st_mtime_ns, report.stat().st_size) if report.exists() else None
+        os._exit(0 if after == before else 3)  # 3: the child wrote the report
+    assert pid > 0
+    assert _child_exit_code(pid) == 0
+    assert scope.report is not None
+    assert scope.report.summary.steps == 24
+    if folder is not None:
+        assert valid_report(folder).summary.steps == 24
+
+
+def test_a_phase_entered_on_another_thread_is_not_the_training_threads(tmp_path: Path) -> None:
+    """A logging thread that times ``scope.phase("logging")`` while the training thread computes:
+    only the training thread's phases make its steps (no 'logging' share, compute as bare), and
+    one note names the other thread."""
+    scope = StallScope(tmp_path, console=False)
+    stop = threading.Event()
+
+    def logger() -> None:
+        while not stop.is_set():
+            with scope.phase("logging"):
+                time.sleep(0.002)
+
+    side = threading.Thread(target=logger, name="metrics-logger", daemon=True)
+    with scope:
+        for i in scope.iter(range(40)):
+            if i == 0:
+                side.start()
+            with scope.phase("compute"):
+                time.sleep(0.003)
+    stop.set()
+    side.join(5)
+    report = valid_report(tmp_path)
+    fractions = report.summary.phase_fractions
+    assert fractions.get("logging", 0.0) == 0.0
+    assert fractions["compute"] > 0.5
+    assert abs(sum(fractions.values()) - 1) < 0.01
+    notes = [n for n in report.notes if "another thread than the training thread" in n]
+    assert len(notes) == 1
+    assert "metrics-logger" in notes[0]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_scope_made_before_a_fork_is_the_childs_to_use(tmp_path: Path) -> None:
+    """A scope made but not yet entered when the process forks (training run in a forked
+    process) records the child's run as usual."""
+    scope = StallScope(tmp_path, console=False)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with scope:
+                for _ in scope.iter(range(12)):
+                    pass
+        finally:
+            os._exit(0)
+    assert _child_exit_code(pid) == 0
+    assert valid_report(tmp_path).summary.steps == 12

@@ -124,3 +124,37 @@ def test_a_read_only_file_system(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert any("could not be written" in n and "OSError" in n for n in report.notes)
         assert capsys.readouterr().err.count("could not be written") == 1
         assert not (ro / "scope").exists()
+
+
+def _too_long(tmp_path: Path) -> Path:
+    return tmp_path / ("x" * 300)  # a name over NAME_MAX (255): ENAMETOOLONG
+
+
+def _loop(tmp_path: Path) -> Path:
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    return tmp_path / "loop-a"
+
+
+def _loop_below(tmp_path: Path) -> Path:
+    return _loop(tmp_path) / "scope"
+
+
+@pytest.mark.parametrize("make", [_too_long, _loop, _loop_below], ids=["name too long", "symlink loop", "below a loop"])
+def test_a_report_folder_that_cannot_even_be_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: object
+) -> None:
+    """The constructor never raises for a folder that cannot be written: a note, and the
+    diagnosis goes on (``scope.report`` is whole), as for any other unwritable folder."""
+    report_dir = make(tmp_path)  # type: ignore[operator]
+    bare = plain_run(_no_fault, data=numbers(6), epochs=2)
+    scope = StallScope(report_dir, console=False)
+    scoped = plain_run(_no_fault, data=numbers(6), epochs=2, scope=scope)
+    assert_unchanged(bare, scoped)
+    report = scope.report
+    assert report is not None
+    assert report.complete
+    assert report.summary.steps == 12
+    assert len([n for n in report.notes if "could not be written" in n]) == 1
+    assert not any("turned itself off" in n for n in report.notes)
+    assert capsys.readouterr().err.count("could not be written") == 1

@@ -214,3 +214,99 @@ def test_a_wedged_psutil_costs_the_loop_nothing_per_epoch(tmp_path: Path, probe:
     assert report.complete
     assert report.summary.steps == 100
     assert len(report.epochs) == 10
+
+
+def test_a_sampler_wedged_at_its_last_sample_is_not_the_runs_time(
+    tmp_path: Path, probe: type[_Probe], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psutil reads block for good from the run's last step on, so the host sampler's final
+    sample (taken as the scope exits) never returns. Exit waits for it a bounded while, on
+    StallScope's time: the run's wall time, its tail and its notes do not count the wait."""
+    scope = StallScope(tmp_path, console=False, sample_interval_s=0.02)
+    stops: list[float] = []
+    real_stop = scope._session.signals.stop
+
+    def timed_stop() -> None:
+        began = time.perf_counter()
+        real_stop()
+        stops.append(time.perf_counter() - began)
+
+    monkeypatch.setattr(scope._session.signals, "stop", timed_stop)
+
+    def body(epoch: int, item: int) -> None:
+        time.sleep(0.005)
+        if item == 23:  # the last step: every read from now on blocks
+            probe.wedge_after = len(probe.calls)
+
+    scoped = plain_run(body, data=numbers(8), scope=scope)
+    assert scoped.error is None
+    assert len(probe.calls) > (probe.wedge_after or 0)  # it did wedge
+    assert stops
+    assert 0.3 < stops[0] < 5  # exit waited for the wedged sample, a bounded while
+    report = valid_report(tmp_path)
+    assert report.summary.steps == 24
+    in_epochs = sum(e.summary.wall_s for e in report.epochs)
+    tail = report.tail.wall_s if report.tail is not None else 0.0
+    assert tail < stops[0] / 2  # the wait is not the run's tail
+    assert report.summary.wall_s < in_epochs + stops[0] / 2
+    assert not any("came after the last epoch's end" in n for n in report.notes)
+
+
+def test_a_wedged_proc_and_sys_never_stop_the_training_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every open of a file under /proc or /sys blocks for good, on any thread (a wedged-open
+    stand-in for a process stuck in the kernel, a hung cgroup file system). A run made on its own
+    training thread, constructor, checkpoint phases, report writes and exit included, still ends,
+    and it never opened such a file itself: the reads run on StallScope's helper threads."""
+    import builtins
+    import io
+
+    from stallscope.hooks import session as session_module
+
+    monkeypatch.setattr(session_module, "FIRST_WRITE_S", 0.0)  # a report write at every epoch end
+    release = threading.Event()
+    on_training: list[str] = []
+    training: list[int] = []
+    real_open, real_os_open = builtins.open, os.open
+
+    def wedge(path: object) -> None:
+        name = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
+        if name.startswith(("/proc", "/sys")):
+            if threading.get_ident() in training:
+                on_training.append(name)
+            release.wait()
+
+    def wedged_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        wedge(file)
+        return real_open(file, *args, **kwargs)
+
+    def wedged_os_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        wedge(path)
+        return real_os_open(path, *args, **kwargs)
+
+    def run() -> Outcome:
+        training.append(threading.get_ident())
+        scope = StallScope(tmp_path, console=False, sample_interval_s=0.02)
+
+        def body(epoch: int, item: int) -> None:
+            if item % 4 == 0:
+                with scope.phase("checkpoint"):
+                    (tmp_path / "ckpt.bin").write_bytes(b"x" * 4096)
+
+        return plain_run(body, data=numbers(8), scope=scope)
+
+    monkeypatch.setattr(builtins, "open", wedged_open)
+    monkeypatch.setattr(io, "open", wedged_open)
+    monkeypatch.setattr(os, "open", wedged_os_open)
+    try:
+        scoped, _ = _on_a_training_thread(run, timeout=30)
+    finally:
+        monkeypatch.undo()
+        release.set()  # let the helper threads that wedged finish
+    assert scoped.error is None
+    assert len(scoped.items) == 24
+    assert on_training == []
+    report = valid_report(tmp_path)
+    assert report.complete
+    assert report.summary.steps == 24
