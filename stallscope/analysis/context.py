@@ -42,10 +42,21 @@ class RunShape:
     limit_val_batches: int | float = 1.0
     #: batches in one validation run (all validation loaders), when known
     val_batches: int | None = None
+    #: ``Trainer(log_every_n_steps)``: the training loop logs every this many steps (and at each
+    #: epoch's end); None when not known
+    log_every_n_steps: int | None = None
+    #: ``Trainer(max_time)`` in seconds (its ``Timer`` callback's duration); None when unbounded
+    max_time_s: float | None = None
+    #: ``Trainer(min_epochs)``: epochs the fit runs whatever stops it earlier (``max_time``,
+    #: ``EarlyStopping``); None when not set
+    min_epochs: int | None = None
+    #: the ``patience`` of an ``EarlyStopping`` callback, in validation checks; None without one
+    early_stopping_patience: int | None = None
 
     @property
     def total_steps(self) -> int | None:
-        """Training steps the fit will run: ``max_steps`` or ``max_epochs`` whole epochs, the fewer."""
+        """Training steps the fit will run at most: ``max_steps`` or ``max_epochs`` whole epochs,
+        the fewer."""
         by_epochs = (
             self.max_epochs * self.batches_per_epoch
             if self.max_epochs is not None and self.batches_per_epoch is not None
@@ -53,6 +64,24 @@ class RunShape:
         )
         known = [n for n in (self.max_steps, by_epochs) if n is not None]
         return min(known) if known else None
+
+    def fit_steps(self, step_s: float | None) -> int | None:
+        """Training steps the fit can be counted on to run, steps taking ``step_s`` seconds each
+        (all in: the run's wall time per step so far): ``total_steps``, and within ``max_time``
+        (``MAX_TIME_MARGIN`` of it, as the steps' pace varies), but at least ``min_epochs`` whole
+        epochs, which Lightning runs before ``max_time`` may stop the fit."""
+        total = self.total_steps
+        if self.max_time_s is None or step_s is None or step_s <= 0:
+            return total
+        by_time = max(1, int(MAX_TIME_MARGIN * self.max_time_s / step_s))
+        if self.min_epochs is not None and self.batches_per_epoch is not None:
+            by_time = max(by_time, self.min_epochs * self.batches_per_epoch)
+        return by_time if total is None else min(total, by_time)
+
+
+#: the share of ``max_time`` a suggestion counts on: a fit stopped by time ends at whatever step
+#: the clock says, and the suggestion must still validate and save in it
+MAX_TIME_MARGIN = 0.8
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,10 @@ Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
                 batch-transfer hooks around it
     compute     ``on_train_batch_start`` to ``on_train_batch_end``: the training step, backward and
                 the optimizer step
-    logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``)
+    logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``) made
+                by the training loop: between steps every ``log_every_n_steps`` and at an epoch's
+                end. Those a validation run makes (``self.log`` in ``validation_step``, with
+                ``on_step=True`` or at its end) are that run's: they count as ``validation``
     checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event;
                 the checkpoint IO's write inside it is measured apart (``signals.saves``)
     validation  ``on_validation_start`` to ``on_validation_end``: the validation steps and the waits
@@ -271,9 +274,36 @@ def _limit(value: object, default: int | float) -> int | float:
     return value
 
 
-def run_shape(trainer: Any, batches: int | None = None) -> RunShape:
+def time_budget_s(trainer: Any) -> float | None:
+    """What is left of ``Trainer(max_time)`` in seconds, from its ``Timer`` callback (read at fit
+    start: a fit resumed from a checkpoint has spent part of it already); None without one."""
+    for callback in getattr(trainer, "callbacks", None) or []:
+        if _named(callback, "Timer") and callable(getattr(callback, "time_remaining", None)):
+            left = callback.time_remaining()
+            return max(0.0, float(left)) if isinstance(left, (int, float)) else None
+    return None
+
+
+def _patience(trainer: Any) -> int | None:
+    """The ``patience`` of the Trainer's ``EarlyStopping`` callback (the fewest, if several)."""
+    found = [
+        callback.patience
+        for callback in getattr(trainer, "callbacks", None) or []
+        if _named(callback, "EarlyStopping") and isinstance(getattr(callback, "patience", None), int)
+    ]
+    return min(found) if found else None
+
+
+def _named(obj: object, name: str) -> bool:
+    """Whether ``obj`` is an instance of a class called ``name`` or of a subclass of one (either
+    Lightning namespace, without importing it)."""
+    return any(cls.__name__ == name for cls in type(obj).__mro__)
+
+
+def run_shape(trainer: Any, batches: int | None = None, *, max_time_s: float | None = None) -> RunShape:
     """The fit's length and validation schedule from the Trainer's settings (read once per fit
-    and once per epoch, never per step). ``batches``: training batches in an epoch, when known."""
+    and once per epoch, never per step). ``batches``: training batches in an epoch, when known;
+    ``max_time_s``: the fit's time budget (``time_budget_s`` at its start)."""
     every = getattr(trainer, "check_val_every_n_epoch", 1)
     val_batches = getattr(trainer, "num_val_batches", None)
     counted = [_count(v) for v in val_batches] if isinstance(val_batches, (list, tuple)) else []
@@ -286,6 +316,10 @@ def run_shape(trainer: Any, batches: int | None = None) -> RunShape:
         val_check_interval=_limit(getattr(trainer, "val_check_interval", None), 1.0),
         limit_val_batches=_limit(getattr(trainer, "limit_val_batches", None), 1.0),
         val_batches=sum(n for n in counted if n is not None) or None if counted else None,
+        log_every_n_steps=_count(getattr(trainer, "log_every_n_steps", None)) or None,
+        max_time_s=max_time_s,
+        min_epochs=_count(getattr(trainer, "min_epochs", None)) or None,
+        early_stopping_patience=_patience(trainer),
     )
 
 
@@ -344,6 +378,7 @@ class _FitRun:
         "_start_profiler",
         "_stop_profiler",
         "_fetch_end",
+        "_time_budget_s",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -384,6 +419,8 @@ class _FitRun:
         self._stop_profiler: Callable[[], None] = _nothing
         #: what the fetch probe set in place of Lightning's ``_on_after_fetch``
         self._fetch_end: Callable[[], None] | None = None
+        #: what was left of ``Trainer(max_time)`` when the fit started; None without it
+        self._time_budget_s: float | None = None
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -428,7 +465,7 @@ class _FitRun:
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def timed(*args: Any, **kwargs: Any) -> Any:
-                entered = run.on_training_thread() and run.guard(run.lazy_begin, run.logging)
+                entered = run.on_training_thread() and run.training_logs() and run.guard(run.lazy_begin, run.logging)
                 if entered:
                     run.guard(meter.begin)  # the call's wall time and the process's CPU in it
                 try:
@@ -475,6 +512,12 @@ class _FitRun:
             return result
 
         return save_checkpoint
+
+    def training_logs(self) -> bool:
+        """Whether a logger call now is the training loop's: one made in a validation run (or the
+        sanity check) is that run's work, which ``val_check_interval`` controls and
+        ``log_every_n_steps`` does not, so its time stays in the run's phase."""
+        return self._top != self.validation and self._top != self.sanity_check
 
     def on_training_thread(self) -> bool:
         """The timeline is driven from the training thread only; calls from others pass untimed."""
@@ -702,7 +745,8 @@ class _FitRun:
 
     def fit_start(self) -> None:
         self.attach()
-        self.session.shape = run_shape(self.trainer)
+        self._time_budget_s = time_budget_s(self.trainer)
+        self.session.shape = run_shape(self.trainer, max_time_s=self._time_budget_s)
         if getattr(self.trainer, "fast_dev_run", False):
             self.session.note("fast_dev_run: a smoke test of a few batches; the numbers are not representative")
         self._set_top(_SETUP)  # train_dataloader() and the first iter() happen before on_train_start
@@ -773,7 +817,7 @@ class _FitRun:
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
         per_epoch = int(batches) if finite and batches is not None else None
         self.session.note_loader(loader, per_epoch, first)
-        self.session.shape = run_shape(self.trainer, per_epoch)
+        self.session.shape = run_shape(self.trainer, per_epoch, max_time_s=self._time_budget_s)
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)

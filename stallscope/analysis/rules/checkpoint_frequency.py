@@ -42,6 +42,7 @@ from stallscope.analysis.rules._frequency import (
     FrequencyEstimate,
     estimate,
     runs_every,
+    steps_in_fit,
     training_time,
 )
 from stallscope.timeline.phases import CHECKPOINT
@@ -192,7 +193,7 @@ def rule(ctx: Context) -> Finding | None:
     if est is None:
         return None
     lightning = ctx.config.framework == "lightning"
-    total = ctx.shape.total_steps if lightning and ctx.shape is not None else None
+    total = steps_in_fit(ctx)
     k = est.interval
     capped = total is not None and k > total
     if capped and total is not None:

@@ -28,6 +28,7 @@ from stallscope.analysis.rules._frequency import (
     epoch_pieces,
     estimate,
     runs_every,
+    steps_in_fit,
     training_time,
 )
 from stallscope.timeline.phases import VALIDATION
@@ -102,7 +103,7 @@ def _lightning_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
     shape = ctx.shape or RunShape()
     span = ctx.span
     per_epoch = shape.batches_per_epoch or ctx.batches_per_epoch or ctx.epoch_steps or span.steps
-    total = shape.total_steps
+    total = steps_in_fit(ctx)
     now_every = shape.check_val_every_n_epoch
     plan = _Plan()
     interval: int | float

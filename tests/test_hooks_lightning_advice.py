@@ -1,0 +1,269 @@
+"""Lightning as people write it: real tiny fits whose advice must not make the run worse.
+
+Logging from ``validation_step``, ``max_time``, mid-epoch resumes, iterable datasets, epoch
+labels after a resume. Each fit runs on a fake clock where a number matters (costs planted in
+milliseconds, ``Costs``), so the tests hold on a busy host.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from conftest import FakeClock
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from stallscope import StallScope
+from stallscope.hooks import lightning as lightning_hooks
+from stallscope.hooks.session import Session
+from stallscope.report.schema import Report
+
+#: Lightning 2.6 builds torch's ``LeafSpec``, which torch 2.13 deprecates; harmless here
+pytestmark = pytest.mark.filterwarnings(r"ignore:.isinstance.treespec, LeafSpec.. is deprecated:FutureWarning")
+
+NAMESPACES = ["lightning", "pytorch_lightning"]
+
+
+def import_pl(namespace: str) -> ModuleType:
+    return importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
+
+
+@pytest.fixture(params=NAMESPACES)
+def pl(request: pytest.FixtureRequest) -> ModuleType:
+    return import_pl(request.param)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, cpu_clock: FakeClock) -> FakeClock:
+    """Every fit's session reads ``clock`` (and ``cpu_clock``) instead of real time."""
+    monkeypatch.setattr(lightning_hooks, "Session", functools.partial(Session, clock=clock, cpu_clock=cpu_clock))
+    return clock
+
+
+class Costs:
+    """Milliseconds each planted cost advances ``clock`` by."""
+
+    def __init__(self, clock: FakeClock | None = None, **ms: float) -> None:
+        self.clock = clock
+        self.ms = ms
+        self.counts: Counter[str] = Counter()
+
+    def spend(self, what: str) -> None:
+        self.counts[what] += 1
+        if self.clock is not None:
+            self.clock.advance_ms(self.ms.get(what, 0.0))
+
+
+class Samples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, n: int, costs: Costs, what: str = "sample") -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 8, generator=gen)
+        self.y = torch.randint(0, 2, (n,), generator=gen)
+        self.costs = costs
+        self.what = what
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.costs.spend(self.what)
+        return self.x[i], self.y[i]
+
+
+class Stream(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """An iterable dataset without ``__len__``: ``n`` samples a pass."""
+
+    def __init__(self, n: int, costs: Costs) -> None:
+        self.samples = Samples(n, costs)
+
+    def __iter__(self) -> Any:
+        return (self.samples[i] for i in range(len(self.samples)))
+
+
+def loader(n: int, costs: Costs, *, what: str = "sample", **kwargs: Any) -> DataLoader[Any]:
+    return DataLoader(Samples(n, costs, what), batch_size=4, **kwargs)
+
+
+@functools.cache
+def model_class(pl: ModuleType) -> type[Any]:
+    class Tiny(pl.LightningModule):  # type: ignore[misc,name-defined]
+        """A linear model; ``validation_step`` logs on each step as Lightning's autoencoder does."""
+
+        def __init__(self, costs: Costs) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 2)
+            self.costs = costs
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.costs.spend("step")
+            x, y = batch
+            loss = nn.functional.cross_entropy(self.layer(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.costs.spend("val_step")
+            x, y = batch
+            self.log("val_loss", nn.functional.cross_entropy(self.layer(x), y), on_step=True)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Tiny
+
+
+@functools.cache
+def logger_class(pl: ModuleType) -> type[Any]:
+    class CostlyLogger(pl.loggers.Logger):  # type: ignore[misc,name-defined]
+        """A logger whose ``log_metrics`` costs ``log`` ms; it keeps what it was given."""
+
+        def __init__(self, costs: Costs) -> None:
+            super().__init__()
+            self.costs = costs
+            self.metrics: list[dict[str, float]] = []
+
+        @property
+        def name(self) -> str:
+            return "costly"
+
+        @property
+        def version(self) -> str:
+            return "0"
+
+        def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            self.costs.spend("log")
+            self.metrics.append(dict(metrics))
+
+        def finalize(self, status: str) -> None:
+            return None
+
+    return CostlyLogger
+
+
+def trainer(pl: ModuleType, tmp_path: Path, callbacks: list[Any], **overrides: Any) -> Any:
+    settings: dict[str, Any] = {
+        "max_epochs": 1,
+        "accelerator": "cpu",
+        "devices": 1,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "enable_checkpointing": False,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": tmp_path / "root",
+    }
+    settings.update(overrides)
+    return pl.Trainer(callbacks=callbacks, **settings)
+
+
+def scope_for(tmp_path: Path, **kwargs: Any) -> StallScope:
+    return StallScope(tmp_path / "scope", console=kwargs.pop("console", False), **kwargs)
+
+
+def finding(report: Report | None, fid: str) -> Any:
+    assert report is not None
+    found = [f for f in report.findings if f.id == fid]
+    return found[0] if found else None
+
+
+# -- 1. logger calls belong to the loop that made them ---------------------------------------
+
+
+def test_validation_step_logging_counts_as_validation_not_training_logging(
+    pl: ModuleType, tmp_path: Path, clock: FakeClock
+) -> None:
+    """``self.log(..., on_step=True)`` in ``validation_step``: a logger call per validation batch.
+    With the default ``log_every_n_steps=50`` the training loop logs at step 50 and at each epoch's
+    end; advising a shorter interval would log training more often, not less."""
+    costs = Costs(clock, sample=0.25, step=2, val_step=1, log=2)
+    scope = scope_for(tmp_path)
+    logger = logger_class(pl)(costs)
+    tr = trainer(pl, tmp_path, [scope], logger=logger, max_epochs=2, val_check_interval=6)
+    tr.fit(model_class(pl)(costs), loader(96, costs), loader(64, costs, what="val_sample"))  # 24 train, 16 val
+
+    report = scope.report
+    assert report is not None
+    val_calls = sum(1 for m in logger.metrics if any(k.startswith("val_loss") for k in m))
+    train_calls = len(logger.metrics) - val_calls
+    assert val_calls >= 4 * 2 * 16, "each validation batch logs"
+    assert train_calls <= 4
+    seconds = report.summary.phase_seconds
+    assert seconds["logging"] == pytest.approx(2e-3 * train_calls, abs=1e-6)
+    # the validation runs hold their own logger calls
+    assert seconds["validation"] == pytest.approx(8 * 16 * 1e-3 + 2e-3 * val_calls, abs=1e-6)
+    logging = finding(report, "logging.frequency")
+    assert logging is None or logging.suggestion.get("log_every_n_steps", 0) > 50
+    assert report.findings[0].id == "validation.frequency"
+
+
+# -- 3. max_time is part of the fit's length -------------------------------------------------
+
+
+def test_a_max_time_fit_is_advised_to_validate_within_its_time(tmp_path: Path, clock: FakeClock) -> None:
+    """``Trainer(max_time)`` stops the fit at whatever step its clock says: about 33 steps here
+    (a step of 1 s and validation runs of 4 s every 5 steps, in 60 s), long before ``max_epochs``.
+    Validating "every 2 epochs" would never validate; the suggestion validates within the steps
+    the time allows. (The fit runs on the fake clock; the Timer, on real time, never stops it.)"""
+    pl = import_pl("lightning")
+    costs = Costs(clock, step=1000, val_step=500)
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=3, max_time={"seconds": 60}, val_check_interval=5)
+    tr.fit(model_class(pl)(costs), loader(160, costs), loader(32, costs, what="val_sample"))  # 40 train, 8 val
+
+    report = scope.report
+    validation = finding(report, "validation.frequency")
+    assert validation is not None
+    interval = validation.suggestion["val_check_interval"]
+    step_s = report.summary.wall_s / report.summary.steps  # about 1.8 s all in
+    assert isinstance(interval, int)
+    assert interval <= 60 / step_s, f"validates after the time runs out: {validation.suggestion}"
+    assert validation.suggestion.get("check_val_every_n_epoch", 1) == 1
+    assert validation.evidence["fit_steps"] <= 60 / step_s
+
+
+# -- 2. a saving is capped by what the fix removes -----------------------------------------
+
+
+@functools.cache
+def every_fifth_class(pl: ModuleType) -> type[Any]:
+    class EveryFifthBatch(pl.Callback):  # type: ignore[misc,name-defined]
+        """A user's callback whose work every 5 batches falls right after Lightning's logging."""
+
+        def __init__(self, costs: Costs) -> None:
+            self.costs = costs
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx % 5 == 0:
+                self.costs.spend("callback")
+
+    return EveryFifthBatch
+
+
+def test_another_sources_slowness_is_not_billed_to_logging(pl: ModuleType, tmp_path: Path, clock: FakeClock) -> None:
+    """Logging every 5 steps takes about 1% of the time; a callback's 30 ms job lands in the step
+    right after each logging call. Billing it to logging made a floor of a 1% phase ("at least
+    x1.2"); removing the calls does not remove the job."""
+    costs = Costs(clock, step=10, log=1, callback=30)
+    scope = scope_for(tmp_path)
+    logger = logger_class(pl)(costs)
+    tr = trainer(pl, tmp_path, [scope, every_fifth_class(pl)(costs)], logger=logger, max_epochs=2, log_every_n_steps=5)
+    tr.fit(model_class(pl)(costs), loader(160, costs))  # 40 batches an epoch
+
+    report = scope.report
+    assert report is not None
+    assert report.summary.phase_fractions["logging"] < 0.02
+    found = [*report.findings, *(f for e in report.epochs for f in e.findings)]
+    for f in (f for f in found if f.id == "logging.frequency"):
+        share = f.evidence["share_of_wall"]
+        assert f.est_saving_fraction <= 2 * share, f"saves more than the calls and as much again: {f.evidence}"
+        assert f.est_speedup_bound == "estimate" or f.evidence["slower_after_each_ms"] == 0
