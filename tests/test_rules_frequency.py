@@ -126,6 +126,18 @@ def test_a_fit_shorter_than_an_epoch_validates_at_its_last_batch() -> None:
     assert finding.evidence["runs_in_fit_after"] == 1
 
 
+def test_early_stopping_counts_validation_runs_and_the_fix_says_so() -> None:
+    """The two-epoch fit above with an EarlyStopping: validating less often lets more steps pass
+    before it stops the fit, so the finding says so and is less sure of when the fit ends."""
+    span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
+    shape = RunShape(max_epochs=2, batches_per_epoch=80, early_stopping_patience=3)
+    finding = validation_frequency.rule(_ctx(span, "lightning", batches=80, shape=shape))
+    assert finding is not None
+    assert finding.suggestion["check_val_every_n_epoch"] == 2
+    assert "EarlyStopping(patience=3) counts validation runs" in finding.fix
+    assert finding.confidence == "medium"
+
+
 def test_validation_every_few_batches_suggests_a_batch_interval() -> None:
     """Every 5 of 400 batches, 20 ms each, 2 ms steps: >= 20 / (0.05 x 2) = 200 batches."""
     span = _span(steps=400, epochs=1, phase="validation", count=80, each_ms=20)
