@@ -267,3 +267,84 @@ def test_another_sources_slowness_is_not_billed_to_logging(pl: ModuleType, tmp_p
         share = f.evidence["share_of_wall"]
         assert f.est_saving_fraction <= 2 * share, f"saves more than the calls and as much again: {f.evidence}"
         assert f.est_speedup_bound == "estimate" or f.evidence["slower_after_each_ms"] == 0
+
+
+# -- 4 and 7. a resumed fit: its epochs, its steps, its labels ---------------------------------
+
+
+@functools.cache
+def stop_class(pl: ModuleType) -> type[Any]:
+    class StopAfter(pl.Callback):  # type: ignore[misc,name-defined]
+        """Saves a checkpoint after ``at`` batches and stops the fit there (a job cut off mid-epoch)."""
+
+        def __init__(self, at: int, path: Path) -> None:
+            self.at = at
+            self.path = path
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            if trainer.global_step == self.at:
+                trainer.save_checkpoint(self.path)
+                trainer.should_stop = True
+
+    return StopAfter
+
+
+def test_a_fit_resumed_mid_epoch_prints_its_epoch_and_counts_every_step(
+    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Resumed at batch 10 of 24 with ``ckpt_path=``: Lightning skips ``on_train_epoch_start``.
+    The resumed epoch still gets its panel, named as Lightning numbers it, with its 14 steps."""
+    costs = Costs()
+    path = tmp_path / "mid.ckpt"
+    first = trainer(pl, tmp_path, [stop_class(pl)(10, path)], max_epochs=2)
+    first.fit(model_class(pl)(costs), loader(96, costs))
+    assert path.exists()
+    capsys.readouterr()
+
+    scope = StallScope(tmp_path / "scope", console=True, print_interval_s=0)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2)
+    tr.fit(model_class(pl)(costs), loader(96, costs), ckpt_path=path)
+
+    report = scope.report
+    assert report is not None
+    assert costs.counts["step"] == 10 + 14 + 24
+    assert [e.summary.steps for e in report.epochs] == [14, 24]
+    assert report.summary.steps == 38
+    out = capsys.readouterr().out
+    assert "StallScope · epoch 0" in out
+    assert "StallScope · epoch 1" in out
+    assert report.tail is not None
+
+
+def test_a_second_fit_names_its_epochs_as_lightning_does(
+    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    costs = Costs()
+    scope = StallScope(tmp_path / "scope", console=True, print_interval_s=0)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=1)
+    model = model_class(pl)(costs)
+    tr.fit(model, loader(16, costs))
+    assert "StallScope · epoch 0" in capsys.readouterr().out
+    tr.fit_loop.max_epochs = 3
+    tr.fit(model, loader(16, costs))  # Lightning's epochs 1 and 2
+    out = capsys.readouterr().out
+    assert "StallScope · epoch 1" in out
+    assert "StallScope · epoch 2" in out
+    assert "StallScope · epoch 0" not in out
+
+
+# -- 5. an iterable dataset without a length ---------------------------------------------------
+
+
+def test_an_iterable_dataset_without_a_length_counts_its_steps(pl: ModuleType, tmp_path: Path) -> None:
+    """Lightning fetches one batch ahead to see the end of a loader without ``__len__``: the
+    ``next()`` that finds it is no step of the next epoch."""
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=3)
+    tr.fit(model_class(pl)(costs), DataLoader(Stream(40, costs), batch_size=4))
+    report = scope.report
+    assert report is not None
+    assert costs.counts["step"] == 30
+    assert [e.summary.steps for e in report.epochs] == [10, 10, 10]
+    assert report.summary.steps == 30

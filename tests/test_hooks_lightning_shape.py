@@ -63,3 +63,10 @@ def test_a_fit_bounded_by_epochs_and_time_ends_at_the_sooner(pl: Any) -> None:
     assert shape.fit_steps(1.0) == 48
     assert shape.fit_steps(0.01) == 120
     assert shape.fit_steps(None) == 120  # no step timed yet: the epochs' bound
+
+
+def test_a_resumed_fit_counts_only_the_steps_left(pl: Any) -> None:
+    shape = run_shape(_trainer(pl, max_epochs=1), batches=100, steps_before=50)
+    assert shape.total_steps == 50, "a fit resumed at step 50 of 100 has 50 steps left"
+    shape = run_shape(_trainer(pl, max_steps=120), batches=100, steps_before=150)
+    assert shape.total_steps == 0

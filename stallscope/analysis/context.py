@@ -52,18 +52,21 @@ class RunShape:
     min_epochs: int | None = None
     #: the ``patience`` of an ``EarlyStopping`` callback, in validation checks; None without one
     early_stopping_patience: int | None = None
+    #: training steps done before this fit started (a fit resumed with ``ckpt_path=``, or a
+    #: second ``fit`` on the same Trainer): ``max_steps`` and ``max_epochs`` count them too
+    steps_before_fit: int = 0
 
     @property
     def total_steps(self) -> int | None:
-        """Training steps the fit will run at most: ``max_steps`` or ``max_epochs`` whole epochs,
-        the fewer."""
+        """Training steps this fit will run at most: up to ``max_steps`` or ``max_epochs`` whole
+        epochs, the fewer, less the steps done before it."""
         by_epochs = (
             self.max_epochs * self.batches_per_epoch
             if self.max_epochs is not None and self.batches_per_epoch is not None
             else None
         )
         known = [n for n in (self.max_steps, by_epochs) if n is not None]
-        return min(known) if known else None
+        return max(0, min(known) - self.steps_before_fit) if known else None
 
     def fit_steps(self, step_s: float | None) -> int | None:
         """Training steps the fit can be counted on to run, steps taking ``step_s`` seconds each

@@ -300,10 +300,13 @@ def _named(obj: object, name: str) -> bool:
     return any(cls.__name__ == name for cls in type(obj).__mro__)
 
 
-def run_shape(trainer: Any, batches: int | None = None, *, max_time_s: float | None = None) -> RunShape:
+def run_shape(
+    trainer: Any, batches: int | None = None, *, max_time_s: float | None = None, steps_before: int = 0
+) -> RunShape:
     """The fit's length and validation schedule from the Trainer's settings (read once per fit
     and once per epoch, never per step). ``batches``: training batches in an epoch, when known;
-    ``max_time_s``: the fit's time budget (``time_budget_s`` at its start)."""
+    ``max_time_s``: the fit's time budget (``time_budget_s`` at its start); ``steps_before``:
+    the Trainer's ``global_step`` when the fit started (a resumed fit)."""
     every = getattr(trainer, "check_val_every_n_epoch", 1)
     val_batches = getattr(trainer, "num_val_batches", None)
     counted = [_count(v) for v in val_batches] if isinstance(val_batches, (list, tuple)) else []
@@ -320,6 +323,7 @@ def run_shape(trainer: Any, batches: int | None = None, *, max_time_s: float | N
         max_time_s=max_time_s,
         min_epochs=_count(getattr(trainer, "min_epochs", None)) or None,
         early_stopping_patience=_patience(trainer),
+        steps_before_fit=steps_before,
     )
 
 
@@ -379,6 +383,7 @@ class _FitRun:
         "_stop_profiler",
         "_fetch_end",
         "_time_budget_s",
+        "_steps_before",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -421,6 +426,8 @@ class _FitRun:
         self._fetch_end: Callable[[], None] | None = None
         #: what was left of ``Trainer(max_time)`` when the fit started; None without it
         self._time_budget_s: float | None = None
+        #: the Trainer's ``global_step`` when the fit started (a resumed fit's steps before it)
+        self._steps_before = 0
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -746,13 +753,19 @@ class _FitRun:
     def fit_start(self) -> None:
         self.attach()
         self._time_budget_s = time_budget_s(self.trainer)
-        self.session.shape = run_shape(self.trainer, max_time_s=self._time_budget_s)
+        self._steps_before = _count(getattr(self.trainer, "global_step", 0)) or 0
+        self.session.shape = run_shape(self.trainer, max_time_s=self._time_budget_s, steps_before=self._steps_before)
         if getattr(self.trainer, "fast_dev_run", False):
             self.session.note("fast_dev_run: a smoke test of a few batches; the numbers are not representative")
         self._set_top(_SETUP)  # train_dataloader() and the first iter() happen before on_train_start
 
     def fetch_begin(self) -> None:
-        if self._top == self.compute:  # training_step consumes dataloader_iter: a wait inside the step
+        if not self._in_epoch and self._top != self.compute:
+            # a fit resumed mid-epoch (``ckpt_path=``): Lightning skips ``on_train_epoch_start``
+            self.epoch_start()
+        if self._top == self.compute or (self._fetched and self._top == self.h2d):
+            # training_step consumes dataloader_iter, or Lightning fetches the next batch before
+            # this step's (a loader without ``__len__``, from its second epoch): a wait in the step
             self._settle()
             self.timeline.data_begin(new_step=False)
             self._nested_fetch = True
@@ -817,7 +830,12 @@ class _FitRun:
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
         per_epoch = int(batches) if finite and batches is not None else None
         self.session.note_loader(loader, per_epoch, first)
-        self.session.shape = run_shape(self.trainer, per_epoch, max_time_s=self._time_budget_s)
+        self.session.shape = run_shape(
+            self.trainer, per_epoch, max_time_s=self._time_budget_s, steps_before=self._steps_before
+        )
+        epoch = getattr(self.trainer, "current_epoch", None)
+        if isinstance(epoch, int) and not isinstance(epoch, bool):  # panels read Lightning's epoch numbers
+            self.session.epoch_label_offset = epoch - self.session.epochs_ended
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)

@@ -207,6 +207,9 @@ class Session:
         self._started_at = ""
         self._cpu_clock = cpu_clock
         self._epoch_index = 0
+        #: what a panel adds to an epoch's index to name it as the framework does (Lightning's
+        #: ``current_epoch`` after a resume or a second ``fit``)
+        self.epoch_label_offset = 0
         #: the steps of the epochs closed so far
         self._steps_ended = 0
         #: when the last epoch end was over (a clock reading)
@@ -547,7 +550,7 @@ class Session:
             self._unprinted += 1
             return
         epoch = later.get()
-        title = f"epoch {index}"
+        title = f"epoch {index + self.epoch_label_offset}"
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
         short = too_short_for(span.steps, span.wall_ns / 1e9)
