@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import queue
+import threading
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
@@ -21,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from stallscope import StallScope
+from stallscope.analysis.rules import logging_frequency
 from stallscope.hooks import lightning as lightning_hooks
 from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
@@ -348,3 +351,28 @@ def test_an_iterable_dataset_without_a_length_counts_its_steps(pl: ModuleType, t
     assert costs.counts["step"] == 30
     assert [e.summary.steps for e in report.epochs] == [10, 10, 10]
     assert report.summary.steps == 30
+
+
+# -- 9. the smaller items ----------------------------------------------------------------------
+
+
+def test_the_suggested_background_logger_keeps_what_lightning_reads_from_a_logger(
+    pl: ModuleType, tmp_path: Path
+) -> None:
+    """The ``logging.frequency`` snippet, as a user pastes it, around a ``CSVLogger``: the
+    Trainer's ``log_dir`` and the checkpoints' folder come from the logger as before, and every
+    metric still reaches the CSV file."""
+    snippet = logging_frequency._LIGHTNING_SNIPPET.split("\nTrainer(")[0]
+    namespace: dict[str, Any] = {"Logger": pl.loggers.Logger, "queue": queue, "threading": threading}
+    exec(snippet, namespace)  # the class the user is told to write
+    inner = pl.loggers.CSVLogger(tmp_path / "logs", name="run")
+    costs = Costs()
+    checkpoint = pl.callbacks.ModelCheckpoint()
+    logger = namespace["BackgroundLogger"](inner)
+    tr = trainer(pl, tmp_path, [checkpoint], logger=logger, enable_checkpointing=True, log_every_n_steps=1)
+    assert tr.log_dir == str(tmp_path / "logs")
+    tr.fit(model_class(pl)(costs), loader(32, costs))
+    assert Path(checkpoint.best_model_path).parent == Path(inner.log_dir) / "checkpoints"
+    rows = (Path(inner.log_dir) / "metrics.csv").read_text(encoding="utf-8").splitlines()
+    assert "train_loss" in rows[0]
+    assert len(rows) == 1 + 8, "the header and each step's row"

@@ -206,7 +206,7 @@ def test_a_max_steps_fit_saves_once_and_asynchronously() -> None:
     shape = RunShape(max_steps=300, batches_per_epoch=1000)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert finding.evidence["saves_in_fit_after"] == 1
     assert "AsyncCheckpointIO" in finding.snippet
     assert finding.est_speedup_bound == "lower"
@@ -255,7 +255,7 @@ def test_an_asynchronous_save_keeps_the_copy_and_the_preparation_on_the_training
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert finding.est_speedup_bound == "estimate"
     stays_ms = 10 + 5 + checkpoint_frequency.HANDOFF_S * 1e3
     assert finding.est_saving_fraction == pytest.approx((2400 - stays_ms) / 3000, abs=1e-4)
@@ -276,7 +276,7 @@ def test_an_asynchronous_save_is_not_suggested_when_its_copy_costs_as_much_as_th
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=4)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300}
+    assert finding.suggestion == {"every_n_train_steps": 300}
     assert finding.est_speedup_bound == "lower"
     assert finding.est_saving_fraction == pytest.approx((2400 - 40) / 3000, abs=1e-4)
     assert "Saving asynchronously would not help" in finding.fix
@@ -289,7 +289,7 @@ def test_saves_already_asynchronous_get_no_second_async_lever() -> None:
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5, already_async=True)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300}
+    assert finding.suggestion == {"every_n_train_steps": 300}
     assert "asynchronously" not in finding.fix
 
 
@@ -317,7 +317,7 @@ def test_an_epoch_and_the_run_agree_on_the_asynchronous_save() -> None:
     whole = checkpoint_frequency.rule(_ctx(run, "lightning", shape=shape, saves=saves))
     assert first is not None
     assert whole is not None
-    assert first.suggestion == whole.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert first.suggestion == whole.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert first.evidence["saves_after"] == 0
     assert first.est_saving_fraction == pytest.approx(1200 / 1500, abs=1e-4)
 

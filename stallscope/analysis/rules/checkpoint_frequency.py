@@ -229,7 +229,8 @@ def rule(ctx: Context) -> Finding | None:
         async_save = True  # the split is not known: the saves removed alone, a floor
     if saving <= 0:
         return None
-    suggestion: dict[str, Any] = {"every_n_steps": k}
+    # the loop kind's own word (SPEC §3): ModelCheckpoint's argument in Lightning
+    suggestion: dict[str, Any] = {"every_n_train_steps" if lightning else "every_n_steps": k}
     if at_end:
         suggestion["at_end"] = True
     if async_save:

@@ -95,10 +95,19 @@ class BackgroundLogger(Logger):  # from lightning.pytorch.loggers
         self.inner, self.queue = inner, queue.Queue()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
+    # what Lightning reads from a logger (checkpoint paths, trainer.log_dir, the progress bar)
     name = property(lambda self: self.inner.name)
     version = property(lambda self: self.inner.version)
+    save_dir = property(lambda self: self.inner.save_dir)
+    root_dir = property(lambda self: self.inner.root_dir)
+    log_dir = property(lambda self: self.inner.log_dir)
+    experiment = property(lambda self: self.inner.experiment)
     def log_hyperparams(self, *args, **kwargs):
         self.inner.log_hyperparams(*args, **kwargs)
+    def log_graph(self, *args, **kwargs):
+        self.inner.log_graph(*args, **kwargs)
+    def after_save_checkpoint(self, checkpoint_callback):
+        self.inner.after_save_checkpoint(checkpoint_callback)
     def log_metrics(self, metrics, step=None):
         self.queue.put((dict(metrics), step))  # the training thread waits no more
     def _drain(self):
