@@ -376,3 +376,20 @@ def test_the_suggested_background_logger_keeps_what_lightning_reads_from_a_logge
     rows = (Path(inner.log_dir) / "metrics.csv").read_text(encoding="utf-8").splitlines()
     assert "train_loss" in rows[0]
     assert len(rows) == 1 + 8, "the header and each step's row"
+
+
+def test_a_checkpoint_saved_at_an_epochs_end_says_which_panel_it_went_to(pl: ModuleType, tmp_path: Path) -> None:
+    """Without validation, ``ModelCheckpoint`` saves at each epoch's end, after StallScope's end of
+    that epoch: the save is in the next epoch's numbers and the last one in the tail, and the
+    report says so."""
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt")
+    tr = trainer(pl, tmp_path, [scope, checkpoint], max_epochs=2, enable_checkpointing=True)
+    tr.fit(model_class(pl)(costs), loader(32, costs))
+    report = scope.report
+    assert report is not None
+    assert [e.summary.phase_seconds["checkpoint"] > 0 for e in report.epochs] == [False, True]
+    assert report.tail is not None
+    assert report.tail.phase_seconds["checkpoint"] > 0
+    assert lightning_hooks.EPOCH_END_SAVE in report.notes

@@ -42,7 +42,7 @@ Epochs, reports, loggers
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
-    run. The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
+    run; the report's notes say where such a save went (``EPOCH_END_SAVE``). The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
     fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
     print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
@@ -84,6 +84,13 @@ LIGHTNING_NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 #: Lightning's sanity check (a few validation batches before the first epoch): a one-off that
 #: ``val_check_interval`` does not change, so it is kept apart from ``validation``
 SANITY_CHECK = "sanity_check"
+
+#: the note of a checkpoint saved after StallScope's end of an epoch (``ModelCheckpoint`` runs its
+#: epoch-end save after every other callback's ``on_train_epoch_end``)
+EPOCH_END_SAVE = (
+    "checkpoints saved at an epoch's end (ModelCheckpoint, after StallScope's epoch end) count in the"
+    " next epoch's panel; the last one in the run's (the report's tail)"
+)
 
 #: ``_FitRun._top`` while the loader's set-up window (a ``data`` interval) is open
 _SETUP = -1
@@ -492,6 +499,8 @@ class _FitRun:
         @functools.wraps(original)
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
             entered = run.on_training_thread() and run.guard(run.lazy_begin, run.checkpoint)
+            if entered and not run._in_epoch:
+                run.session.note(EPOCH_END_SAVE)
             try:
                 return original(*args, **kwargs)
             finally:
