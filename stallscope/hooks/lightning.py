@@ -42,8 +42,8 @@ Epochs, reports, loggers
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
-    run; the report's notes say where such a save went (``EPOCH_END_SAVE``). The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
-    fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
+    run; the report's notes say where such a save went (``EPOCH_END_SAVE``). The final report is
+    written at ``on_fit_end``, or at ``on_exception``. In a distributed fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
     print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
 
