@@ -43,8 +43,9 @@ Epochs, reports, loggers
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
     run; the report's notes say where such a save went (``EPOCH_END_SAVE``). The final report is
-    written at ``on_fit_end``, or at ``on_exception``. In a distributed fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
-    print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
+    written at ``on_fit_end``, or at ``on_exception``. In a distributed fit, rank 0 prints and
+    writes the job's report and logs the job's numbers; the other ranks print nothing and write
+    only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
 
 from __future__ import annotations
