@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import queue
+import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -32,6 +34,7 @@ from stallscope.report.schema import Report
 pytestmark = pytest.mark.filterwarnings(r"ignore:.isinstance.treespec, LeafSpec.. is deprecated:FutureWarning")
 
 NAMESPACES = ["lightning", "pytorch_lightning"]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def import_pl(namespace: str) -> ModuleType:
@@ -393,3 +396,38 @@ def test_a_checkpoint_saved_at_an_epochs_end_says_which_panel_it_went_to(pl: Mod
     assert report.tail is not None
     assert report.tail.phase_seconds["checkpoint"] > 0
     assert lightning_hooks.EPOCH_END_SAVE in report.notes
+
+
+# -- the advice applied: benchmarks/whatif.py's Lightning rows, once each ---------------------
+
+
+def _scenario(name: str) -> ModuleType:
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+@pytest.mark.scenario
+def test_validation_that_logs_each_step_is_not_advised_to_log_training_more(tmp_path: Path) -> None:
+    module = _scenario("lightning_validation_logging")
+    report = module.run(report_dir=str(tmp_path / "before"), console=False, **module.SMALL)
+    assert report is not None
+    assert report.findings[0].id == "validation.frequency"
+    for f in report.findings:
+        assert f.suggestion.get("log_every_n_steps", 51) > 50, f"logs training more often: {f.suggestion}"
+
+
+@pytest.mark.scenario
+def test_a_max_time_fit_still_validates_with_the_advice_applied(tmp_path: Path) -> None:
+    module = _scenario("lightning_max_time_validation")
+    settings = dict(module.SMALL)
+    before = module.run(report_dir=str(tmp_path / "before"), console=False, **settings)
+    assert before is not None
+    top = before.findings[0]
+    assert top.id == "validation.frequency"
+    assert set(top.suggestion) <= set(inspect.signature(module.run).parameters)
+    after = module.run(report_dir=str(tmp_path / "after"), console=False, **settings, **top.suggestion)
+    assert after is not None
+    assert after.summary.phase_seconds["validation"] > 0, f"{top.suggestion} validated nothing"
