@@ -431,3 +431,31 @@ def test_a_max_time_fit_still_validates_with_the_advice_applied(tmp_path: Path) 
     after = module.run(report_dir=str(tmp_path / "after"), console=False, **settings, **top.suggestion)
     assert after is not None
     assert after.summary.phase_seconds["validation"] > 0, f"{top.suggestion} validated nothing"
+
+
+# -- 6. the validation loader's worker start-up ------------------------------------------------
+
+
+def test_validation_worker_start_up_is_validation_and_advised_on_the_validation_loader(
+    pl: ModuleType, tmp_path: Path
+) -> None:
+    """Two workers on the validation loader, started at each of its 3 runs (before
+    ``on_validation_start``): their start-up is validation's time, not ``other``, and the advice
+    names the validation loader."""
+    costs = Costs()
+    scope = scope_for(tmp_path)
+    tr = trainer(pl, tmp_path, [scope], val_check_interval=4)
+    tr.fit(model_class(pl)(costs), loader(48, costs), loader(8, costs, what="val_sample", num_workers=2))
+    report = scope.report
+    assert report is not None
+    seconds = report.summary.phase_seconds
+    assert seconds["other"] < seconds["validation"]
+    starts = scope._session.val_starts.summary()
+    assert starts is not None
+    assert starts.runs == 3
+    assert seconds["validation"] >= starts.total_ns / 1e9
+    finding = report.finding("data.persistent_workers")
+    assert finding is not None, [f.id for f in report.findings]
+    assert finding.suggestion == {"persistent_workers": True, "loader": "val"}
+    assert "validation DataLoader" in finding.fix
+    assert finding.evidence["respawns"] == 2

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from stallscope.signals.calls import CallSummary
 from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
-from stallscope.signals.loader import LoaderConfig
+from stallscope.signals.loader import LoaderConfig, StartSummary
 from stallscope.signals.nvml import NvmlSummary
 from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.stats import SpanStats
@@ -169,6 +169,10 @@ class Context:
     #: the logging calls measured so far (wall time, the process's CPU in them: the Trainer's
     #: loggers in Lightning, the ``logging`` phase in a plain loop); None before the first
     logging_calls: CallSummary | None = None
+    #: the validation loader's settings (Lightning's first validation loader); None when unknown
+    val_loader: LoaderConfig | None = None
+    #: the validation runs' start-ups measured so far (the run so far); None before the first
+    val_starts: StartSummary | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
     # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)

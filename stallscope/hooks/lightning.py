@@ -22,9 +22,9 @@ Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
                 ``on_step=True`` or at its end) are that run's: they count as ``validation``
     checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event;
                 the checkpoint IO's write inside it is measured apart (``signals.saves``)
-    validation  ``on_validation_start`` to ``on_validation_end``: the validation steps and the waits
-                on their own loader. The validation loader's set-up happens before
-                ``on_validation_start`` and counts as ``other``.
+    validation  the validation loop's ``run`` (``attach_validation_probe``): its loader's set-up
+                and worker start-up, the validation steps, the waits on that loader and its
+                logger calls (without the probe, ``on_validation_start`` to ``on_validation_end``)
     sanity_check  the same for Lightning's sanity check, a one-off before the first epoch that
                 ``val_check_interval`` does not change (a custom phase name, SPEC §2)
     other       the rest: progress bars, other callbacks, Lightning's bookkeeping
@@ -188,6 +188,18 @@ def attach_step_probe(trainer: Any, begin: Wrap, end: Wrap) -> Callable[[], None
             fn()
 
     return detach
+
+
+def attach_validation_probe(trainer: Any, wrap: Wrap) -> Callable[[], None]:
+    """A private touch point: the validation loop's ``run`` (``trainer.fit_loop.epoch_loop.val_loop``),
+    which sets up the validation loader (``setup_data``, then ``iter()``, which spawns its workers)
+    before it calls ``on_validation_start``. ``wrap(original)`` replaces it on this instance. The
+    sanity check runs the same loop. Where a Lightning release moved it, nothing is installed
+    (the set-up then counts as ``other``, as the hooks alone see it). Returns the undo."""
+    loop = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
+    if loop is None or not callable(getattr(type(loop), "run", None)):
+        return _nothing
+    return _wrap_method(loop, "run", wrap)
 
 
 def call_after(hook: Callable[[Any], None]) -> Wrap:
@@ -392,6 +404,7 @@ class _FitRun:
         "_fetch_end",
         "_time_budget_s",
         "_steps_before",
+        "_val_loaders",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -422,6 +435,8 @@ class _FitRun:
         self._count_tensors = False
         #: the train loader's settings, read once per loader (and settings) in the fit
         self._loaders = LoaderReader()
+        #: the first validation loader's settings, read at each validation run's start
+        self._val_loaders = LoaderReader()
         self._last_logger: object | None = None
         #: compute is timed by ``attach_step_probe``, not by the batch hooks
         self._probed = False
@@ -453,6 +468,7 @@ class _FitRun:
                     self.session.note(f"calls to {type(logger).__name__}.{name} are not timed (not wrappable)")
         self._undo.append(_wrap_method(self.trainer, "save_checkpoint", self._checkpoint_wrapper))
         self._meter_writes()
+        self._undo.append(attach_validation_probe(self.trainer, self._validation_wrapper))
 
     def _meter_writes(self) -> None:
         """Measure each write of the Trainer's checkpoint IO (``signals.saves``): the call that
@@ -509,6 +525,26 @@ class _FitRun:
                     run.guard(run.lazy_end, False)
 
         return save_checkpoint
+
+    def _validation_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The validation loop's ``run``: the whole of it is validation (or the sanity check),
+        its loader's set-up (``setup_data``, the workers spawned in ``iter()``) before
+        ``on_validation_start`` included, and that set-up is timed (``session.val_starts``)."""
+        run = self
+        starts = self.session.val_starts
+
+        @functools.wraps(original)
+        def run_validation(*args: Any, **kwargs: Any) -> Any:
+            entered = run.on_training_thread() and run.guard(run.validation_start)
+            if entered:
+                run.guard(starts.begin)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if entered:
+                    run.guard(run.validation_run_end)
+
+        return run_validation
 
     def _write_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
         run = self
@@ -818,6 +854,18 @@ class _FitRun:
             self._before_validation = self._top
         self._set_top(phase)
 
+    def validation_hook_start(self) -> None:
+        """``on_validation_start``: the run's loader is set up (its start-up ends here)."""
+        self.validation_start()
+        self.session.val_starts.started()
+        loader, _ = self._val_loaders.read(_first_loader(getattr(self.trainer, "val_dataloaders", None)))
+        self.session.val_loader = loader
+
+    def validation_run_end(self) -> None:
+        """The validation loop's ``run`` returned (or raised): whatever of it is still open ends."""
+        if self._top in (self.validation, self.sanity_check):
+            self.validation_end()
+
     def validation_end(self) -> None:
         before, self._before_validation = self._before_validation, None
         self._set_top(before if before not in (self.validation, self.sanity_check) else None)
@@ -948,6 +996,7 @@ class _FitRun:
             self.scope.close()
             self.closed = True
             self._loaders.forget()  # the train loader is not held after the fit
+            self._val_loaders.forget()
             self.detach()
             self.flush_console(during_training=False)
 
@@ -1123,7 +1172,7 @@ class LightningCallbacks(_HookBase):
         self._event("epoch_end", pl_module)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        self._event("validation_start")
+        self._event("validation_hook_start")
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self._event("validation_end")

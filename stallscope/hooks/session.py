@@ -46,7 +46,7 @@ from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
-from stallscope.signals.loader import LoaderConfig, probe_batch_s
+from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
 from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
 from stallscope.timeline.recorder import Timeline
@@ -143,6 +143,8 @@ class _Facts(NamedTuple):
     data_parallel_devices: int | None
     saves: SaveSummary | None
     logging_calls: CallSummary | None
+    val_loader: LoaderConfig | None
+    val_starts: StartSummary | None
 
 
 class Session:
@@ -183,6 +185,9 @@ class Session:
         #: logging calls measured, their wall time and the process's CPU in them (the Lightning
         #: hooks drive it for the Trainer's loggers, the plain loop's ``logging`` phase for its own)
         self.logging_calls = CallMeter(clock=clock, cpu_clock=cpu_clock)
+        #: the validation loader's settings and each validation run's start-up (Lightning)
+        self.val_loader: LoaderConfig | None = None
+        self.val_starts = StartMeter(clock=clock)
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
@@ -664,6 +669,8 @@ class Session:
             self.data_parallel_devices,
             self.saves.summary(),
             self.logging_calls.summary(),
+            self.val_loader,
+            self.val_starts.summary(),
         )
 
     def _known(
@@ -703,6 +710,8 @@ class Session:
             data_parallel_devices=f.data_parallel_devices,
             saves=f.saves,
             logging_calls=f.logging_calls,
+            val_loader=f.val_loader,
+            val_starts=f.val_starts,
         )
 
     @property
