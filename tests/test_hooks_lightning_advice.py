@@ -459,3 +459,27 @@ def test_validation_worker_start_up_is_validation_and_advised_on_the_validation_
     assert finding.suggestion == {"persistent_workers": True, "loader": "val"}
     assert "validation DataLoader" in finding.fix
     assert finding.evidence["respawns"] == 2
+
+
+def test_the_validation_probe_touch_point(pl: ModuleType, tmp_path: Path) -> None:
+    """``attach_validation_probe`` finds the validation loop's ``run`` of the installed Lightning
+    (a release that moves it fails here), and a fit leaves nothing behind."""
+    tr = trainer(pl, tmp_path, [scope_for(tmp_path)])
+    loop = tr.fit_loop.epoch_loop.val_loop
+    calls: list[str] = []
+
+    def wrap(original: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            calls.append("run")
+            return original(*args, **kwargs)
+
+        return run
+
+    undo = lightning_hooks.attach_validation_probe(tr, wrap)
+    assert "run" in vars(loop), "trainer.fit_loop.epoch_loop.val_loop.run moved: StallScope needs an update"
+    undo()
+    assert "run" not in vars(loop)
+    costs = Costs()
+    tr.fit(model_class(pl)(costs), loader(16, costs), loader(8, costs, what="val_sample"))
+    assert "run" not in vars(loop)
+    assert costs.counts["val_step"] == 2
