@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_analysis_loop_model import MS, ctx, loader, starved_span
 
@@ -258,3 +260,38 @@ def test_loading_on_a_crowded_host_is_not_mistaken_for_waiting_on_storage() -> N
     assert on_quiet is not None
     assert on_crowded.suggestion["num_workers"] <= 2
     assert on_quiet.suggestion["num_workers"] > 2
+
+
+def test_workers_that_share_the_cores_with_training_give_a_range_both_ways() -> None:
+    """0 -> 2 workers on 2 cores: the training step then competes with two busy workers, so the
+    speedup may land below the estimate; 2 -> 0 for an in-memory loader frees the cores, so it
+    may land above. The finding says so and is less sure."""
+    more = data_workers.rule(ctx(starved_span(), cores=2))
+    assert more is not None
+    assert more.suggestion == {"num_workers": 2}
+    low, high = more.evidence["est_speedup_range"]
+    assert high == more.est_speedup
+    assert low < more.est_speedup
+    assert more.evidence["cores_demand_after"] > 2
+    if high > data_workers.SPREAD * low:
+        assert more.confidence == "medium"
+        assert "may land anywhere from" in more.fix
+    alone = data_workers.rule(ctx(starved_span(), cores=8))
+    assert alone is not None
+    assert "est_speedup_range" not in alone.evidence  # cores to spare: nothing shared
+
+
+def test_dropping_workers_that_shared_the_cores_may_speed_the_step_up_too() -> None:
+    """Two workers handing over in-memory batches on 2 cores, fewer (none) suggested: the
+    training step no longer shares the cores, so the other end of the range is above the
+    estimate."""
+    from signal_fakes import host
+    from test_analysis_loop_model import handed_over
+
+    busy = host(wall_s=1.0, main_cpu_s=1.0, workers_cpu_s=1.6, cores=2)  # the workers' 1.6 cores measured
+    finding = data_workers.rule(dataclasses.replace(handed_over(probe_s=0.3e-3), host_signals=busy))
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 0}
+    low, high = finding.evidence["est_speedup_range"]
+    assert low == finding.est_speedup
+    assert high > finding.est_speedup
