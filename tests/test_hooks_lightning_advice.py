@@ -195,18 +195,18 @@ def test_validation_step_logging_counts_as_validation_not_training_logging(
     scope = scope_for(tmp_path)
     logger = logger_class(pl)(costs)
     tr = trainer(pl, tmp_path, [scope], logger=logger, max_epochs=2, val_check_interval=6)
-    tr.fit(model_class(pl)(costs), loader(96, costs), loader(64, costs, what="val_sample"))  # 24 train, 16 val
+    tr.fit(model_class(pl)(costs), loader(96, costs), loader(32, costs, what="val_sample"))  # 24 train, 8 val
 
     report = scope.report
     assert report is not None
     val_calls = sum(1 for m in logger.metrics if any(k.startswith("val_loss") for k in m))
     train_calls = len(logger.metrics) - val_calls
-    assert val_calls >= 4 * 2 * 16, "each validation batch logs"
+    assert val_calls >= 4 * 2 * 8, "each validation batch logs"
     assert train_calls <= 4
     seconds = report.summary.phase_seconds
     assert seconds["logging"] == pytest.approx(2e-3 * train_calls, abs=1e-6)
     # the validation runs hold their own logger calls
-    assert seconds["validation"] == pytest.approx(8 * 16 * 1e-3 + 2e-3 * val_calls, abs=1e-6)
+    assert seconds["validation"] == pytest.approx(8 * 8 * 1e-3 + 2e-3 * val_calls, abs=1e-6)
     logging = finding(report, "logging.frequency")
     assert logging is None or logging.suggestion.get("log_every_n_steps", 0) > 50
     assert report.findings[0].id == "validation.frequency"
@@ -221,10 +221,10 @@ def test_a_max_time_fit_is_advised_to_validate_within_its_time(tmp_path: Path, c
     Validating "every 2 epochs" would never validate; the suggestion validates within the steps
     the time allows. (The fit runs on the fake clock; the Timer, on real time, never stops it.)"""
     pl = import_pl("lightning")
-    costs = Costs(clock, step=1000, val_step=500)
+    costs = Costs(clock, step=1000, val_step=1000)
     scope = scope_for(tmp_path)
-    tr = trainer(pl, tmp_path, [scope], max_epochs=3, max_time={"seconds": 60}, val_check_interval=5)
-    tr.fit(model_class(pl)(costs), loader(160, costs), loader(32, costs, what="val_sample"))  # 40 train, 8 val
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2, max_time={"seconds": 60}, val_check_interval=5)
+    tr.fit(model_class(pl)(costs), loader(160, costs), loader(16, costs, what="val_sample"))  # 40 train, 4 val
 
     report = scope.report
     validation = finding(report, "validation.frequency")
