@@ -295,3 +295,23 @@ def test_dropping_workers_that_shared_the_cores_may_speed_the_step_up_too() -> N
     low, high = finding.evidence["est_speedup_range"]
     assert low == finding.est_speedup
     assert high > finding.est_speedup
+
+
+def test_sixteen_workers_on_two_cores_are_told_fewer_even_when_they_keep_up() -> None:
+    """16 non-persistent workers on 2 cores, the loop fed (no steady wait): each of the 3 passes
+    spawns all 16 (300 ms of set-up here). Fewer workers keep up and spawn fewer processes."""
+    from signal_fakes import host
+
+    span = _respawning_span()
+    # the workers' CPU as the host sampler saw it: 4 ms a batch (and their start-up)
+    sampled = host(wall_s=span.wall_s, main_cpu_s=0.3, workers_cpu_s=30 * 4e-3, cores=2)
+    context = Context(span=span, loader=loader(workers=16), cores=2, config=AnalysisConfig(), host_signals=sampled)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion["num_workers"] <= 2
+    assert "from 16 to" in finding.fix
+    assert "on 2 usable cores" in finding.fix
+    assert finding.est_saving_fraction > 0
+    # as many workers as cores, or no CPU measured: nothing to say while the loop is fed
+    assert data_workers.rule(dataclasses.replace(context, loader=loader(workers=2))) is None
+    assert data_workers.rule(dataclasses.replace(context, host_signals=None)) is None

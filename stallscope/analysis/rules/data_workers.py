@@ -6,7 +6,12 @@ count. Too few: the loader cannot keep up and more processes would. Too many: ha
 over from a worker (pickling, shared memory, unpickling) costs the training process more than
 making the batch itself, as with an in-memory dataset; fewer workers, often none, are faster.
 Never suggests more workers than the usable cores when loading is CPU work; when batches wait on
-I/O latency (little CPU per batch), up to ``io_workers_per_core`` per core.
+I/O latency (little CPU per batch), up to ``io_workers_per_core`` per core. More workers than
+that (16 on 2 cores) are told fewer even where the loader keeps up: each pass spawns them all,
+one after another in the training process, and they compete with training for the cores. Their
+rate then says nothing of a batch's cost, so the host sampler's measure of their CPU time per
+batch stands for it (their start-up included, which errs towards more workers); without it,
+nothing is said.
 """
 
 from __future__ import annotations
@@ -29,14 +34,25 @@ def rule(ctx: Context) -> Finding | None:
         return None
     # with workers, the host sampler's measured CPU share of a batch replaces "CPU = wall"
     model, _ = refine(ctx, model)
-    if not model.starved:
-        return None
     io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * _host_share(ctx, model)
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
+    # more workers than the cores allow: each pass spawns them all, and they compete with
+    # training for the cores, even where the loader keeps up
+    crowded = not io_bound and model.workers > cap
+    if not model.starved and not crowded:
+        return None
+    if not model.starved:
+        # the workers keep up, so their rate says nothing of a batch's cost: their CPU time per
+        # batch, as the host sampler measured it (their start-up included: more, not fewer)
+        host = ctx.host_signals
+        if host is None or host.wall_s <= 0 or host.workers_cpu_s <= 0 or ctx.span.steps <= 0:
+            return None
+        per_batch = host.workers_cpu_s / ctx.span.steps
+        model = replace(model, load_s=per_batch, load_cpu_s=per_batch, load_cpu_measured=True)
     # with workers, fewer (down to none) may win: the hand-over then costs more than it hides.
     # Without a probe, a batch's in-process cost is the workers' rate less the hand-over, an upper
     # bound, so a suggestion to lower stays on the safe side.
-    suggested = model.best_workers(min(cap, 64), lowest=0 if model.workers > 0 else 1)
+    suggested = model.best_workers(min(cap, 64), lowest=0 if model.workers > 0 and model.starved else 1)
     if suggested == model.workers or (model.workers == 0 and suggested < 1):
         return None
     fewer = suggested < model.workers
@@ -68,6 +84,14 @@ def rule(ctx: Context) -> Finding | None:
         fix = (
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
             "prepared in parallel with training."
+        )
+    elif fewer and crowded and not model.starved:
+        fix = (
+            f"Lower num_workers of {where} from {model.workers} to {suggested}: {model.workers} workers on"
+            f" {ctx.cores} usable cores are started at every pass"
+            + (f" ({model.pass_overhead_s / max(1, model.passes) * 1e3:.0f} ms each time)" if model.passes else "")
+            + f" and compete with training for the cores; {count(suggested, 'worker')} would keep up with the steps"
+            " (their CPU time per batch, as measured)."
         )
     elif fewer:
         fix = (
@@ -117,8 +141,10 @@ def rule(ctx: Context) -> Finding | None:
     return Finding(
         id=ID,
         title=(
-            f"Handing batches over from {count(model.workers, 'worker')} costs more than making them: training waits "
-            f"{fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
+            f"{count(model.workers, 'worker')} on {ctx.cores} usable cores: more than the cores can run"
+            if fewer and crowded and not model.starved
+            else f"Handing batches over from {count(model.workers, 'worker')} costs more than making them: training "
+            f"waits {fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
             if fewer
             else f"Training waits for data {wait_share:.0%} of the time (num_workers={model.workers})"
         ),
