@@ -405,6 +405,7 @@ class _FitRun:
         "_time_budget_s",
         "_steps_before",
         "_val_loaders",
+        "_labelled",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -437,6 +438,8 @@ class _FitRun:
         self._loaders = LoaderReader()
         #: the first validation loader's settings, read at each validation run's start
         self._val_loaders = LoaderReader()
+        #: whether the panels' epoch numbers were read (at the fit's first epoch)
+        self._labelled = False
         self._last_logger: object | None = None
         #: compute is timed by ``attach_step_probe``, not by the batch hooks
         self._probed = False
@@ -892,8 +895,10 @@ class _FitRun:
             self.trainer, per_epoch, max_time_s=self._time_budget_s, steps_before=self._steps_before
         )
         epoch = getattr(self.trainer, "current_epoch", None)
-        if isinstance(epoch, int) and not isinstance(epoch, bool):  # panels read Lightning's epoch numbers
-            self.session.epoch_label_offset = epoch - self.session.epochs_ended
+        if not self._labelled and isinstance(epoch, int) and not isinstance(epoch, bool):
+            # panels read Lightning's epoch numbers: the fit's epochs follow its first one's
+            self._labelled = True
+            self.session.epoch_label_offset = epoch
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
