@@ -3,7 +3,8 @@
 For every scenario in ``examples/scenarios.py`` this runs the planted-bottleneck loop as is
 ("before"), reads the top finding's ``suggestion`` from the report, re-runs the loop with that
 setting ("after"), and compares the predicted speedup (``est_speedup``) with the realized one
-(before wall time / after wall time, same number of steps). Runs are interleaved and repeated;
+(before wall time / after wall time, same number of steps; for a scenario that runs for a set
+time, ``FIXED_TIME``, after steps per second / before). Runs are interleaved and repeated;
 medians are reported.
 
 A suggestion is applied whole, every key of it, or not at all ("not applied": the scenario's
@@ -11,6 +12,7 @@ A suggestion is applied whole, every key of it, or not at all ("not applied": th
 
 * the applied suggestion still validates and still saves checkpoints where the run before it did
   (SPEC §3: no suggestion turns a phase off for the whole run);
+* it does not log training more often than the run did (``log_every_n_steps`` below the run's);
 * an estimate (``est_speedup_bound == "estimate"``) is within 30% of the realized speedup;
 * a floor (``"lower"``) holds: realized / 2 <= predicted <= 1.15 x realized.
 
@@ -80,8 +82,21 @@ def turned_off(before: Any, after: Any) -> list[str]:
     ]
 
 
+def logs_more_often(module: ModuleType, suggestion: dict[str, Any]) -> bool:
+    """Whether ``suggestion`` sets ``log_every_n_steps`` below what the scenario's run used."""
+    k = suggestion.get("log_every_n_steps")
+    parameter = inspect.signature(module.run).parameters.get("log_every_n_steps")
+    if not isinstance(k, int) or parameter is None:
+        return False
+    now = {**{"log_every_n_steps": parameter.default}, **getattr(module, "WHATIF", {})}["log_every_n_steps"]
+    return isinstance(now, int) and k < now
+
+
 def wall(module: ModuleType, report_dir: str, settings: dict[str, Any]) -> tuple[float, Any]:
+    """The run's wall time, or for a run of a set time (``FIXED_TIME``) its seconds per step."""
     report = module.run(report_dir=report_dir, console=False, **getattr(module, "WHATIF", {}), **settings)
+    if getattr(module, "FIXED_TIME", False):
+        return 1 / max(report.summary.steps_per_s, 1e-9), report
     return report.summary.wall_s, report
 
 
@@ -110,12 +125,14 @@ def measure(name: str, repeats: int, tmp: str) -> dict[str, Any]:
         after.append(seconds)
         disturbed = disturbed or _disturbed(applied)
         off.update(turned_off(report, applied))
-        steps_differ = steps_differ or applied.summary.steps != report.summary.steps
+        if not getattr(module, "FIXED_TIME", False):  # a run of a set time runs the steps it has time for
+            steps_differ = steps_differ or applied.summary.steps != report.summary.steps
     row: dict[str, Any] = {"scenario": name, "expected": module.EXPECTED, "top": top.id if top else None}
     row["suggestion"] = dict(top.suggestion) if top else {}
     row["bound"] = top.est_speedup_bound if top else "estimate"
     row["before_s"] = statistics.median(before)
     row["turned_off"] = sorted(off)
+    row["logs_more"] = logs_more_often(module, row["suggestion"])
     row["steps_differ"] = steps_differ
     row["disturbed"] = disturbed
     if top is not None and after and predicted:
@@ -132,6 +149,8 @@ def problems(row: dict[str, Any]) -> list[str]:
         out.append(f"top finding {row['top']}, expected {row['expected']}")
     if row["turned_off"]:
         out.append(f"the applied suggestion turns off {', '.join(row['turned_off'])}")
+    if row.get("logs_more"):
+        out.append("the suggestion logs training more often than the run did")
     if row["steps_differ"]:
         out.append("the applied suggestion ran a different number of steps")
     if "realized" in row and not row["holds"]:

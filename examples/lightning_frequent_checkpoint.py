@@ -3,7 +3,7 @@
 until the file is on disk (``fsync``), as a careful checkpointer does.
 
 Expected top finding: ``checkpoint.frequency``, naming ``ModelCheckpoint(every_n_train_steps=...)``
-(the suggestion's ``every_n_steps``; ``run()`` takes either name).
+(the suggestion's ``every_n_train_steps``).
 
     python examples/lightning_frequent_checkpoint.py
 """
@@ -48,16 +48,14 @@ def run(
     epochs: int = 2,
     batches: int = 60,
     every_n_train_steps: int = 5,
-    every_n_steps: int | None = None,
     async_save: bool = False,
     max_steps: int = -1,
     state_mb: float = 8.0,
     batch_size: int = 16,
 ) -> Report | None:
-    """``every_n_steps`` (the name in StallScope's suggestion) overrides ``every_n_train_steps``;
-    ``async_save`` wraps the checkpoint IO in Lightning's ``AsyncCheckpointIO``."""
+    """``async_save`` wraps the checkpoint IO in Lightning's ``AsyncCheckpointIO``."""
     emulate_accelerator()
-    every = every_n_steps if every_n_steps is not None else every_n_train_steps
+    every = every_n_train_steps
     train = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size)
     model = module_class(namespace)(repeat=8, state_mb=state_mb)
     pl = import_lightning(namespace)

@@ -36,6 +36,7 @@ def run(
     check_val_every_n_epoch: int = 1,
     limit_val_batches: int | float = 1.0,
     max_steps: int = -1,
+    max_time: dict[str, float] | None = None,
     val_batches: int = 20,
     batch_size: int = 16,
 ) -> Report | None:
@@ -55,6 +56,7 @@ def run(
         check_val_every_n_epoch=check_val_every_n_epoch,
         limit_val_batches=limit_val_batches,
         max_steps=max_steps,
+        max_time=max_time,
     )
 
 

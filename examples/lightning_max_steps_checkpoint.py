@@ -1,7 +1,7 @@
 """Planted bottleneck (Lightning): a fit cut short by ``max_steps`` that saves a checkpoint every 5 steps.
 
 The interval the target share needs is longer than the fit: the advice must still save once
-(``every_n_steps`` at most ``max_steps``) and, since that save is still a large share, save
+(``every_n_train_steps`` at most ``max_steps``) and, since that save is still a large share, save
 asynchronously (``AsyncCheckpointIO``). Expected top finding: ``checkpoint.frequency``.
 
     python examples/lightning_max_steps_checkpoint.py
@@ -33,7 +33,7 @@ def run(
     epochs: int = 3,
     batches: int = 60,
     max_steps: int = 100,
-    every_n_steps: int = 5,
+    every_n_train_steps: int = 5,
     async_save: bool = False,
     state_mb: float = 8.0,
 ) -> Report | None:
@@ -44,7 +44,7 @@ def run(
         epochs=epochs,
         batches=batches,
         max_steps=max_steps,
-        every_n_steps=every_n_steps,
+        every_n_train_steps=every_n_train_steps,
         async_save=async_save,
         state_mb=state_mb,
     )

@@ -33,10 +33,18 @@ LIGHTNING: list[str] = [
     "lightning_max_steps_checkpoint",
 ]
 
+#: Lightning as people write it: advice that must not make the run worse (logging from
+#: ``validation_step``, a fit bounded by ``max_time``); ``benchmarks/whatif.py`` runs them and
+#: ``tests/test_hooks_lightning_advice.py`` applies each one's advice once
+LIGHTNING_ADVICE: list[str] = [
+    "lightning_validation_logging",
+    "lightning_max_time_validation",
+]
+
 #: distributed jobs of two CPU ranks; ``run`` launches the ranks itself (``ddp_common.py``)
 DISTRIBUTED: list[str] = [
     "ddp_straggler",
     "lightning_ddp_straggler",
 ]
 
-ALL = PLAIN + LIGHTNING + DISTRIBUTED
+ALL = PLAIN + LIGHTNING + LIGHTNING_ADVICE + DISTRIBUTED

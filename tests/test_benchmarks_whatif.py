@@ -65,3 +65,19 @@ def test_a_phase_that_ran_before_must_still_run_after(whatif: ModuleType) -> Non
     assert whatif.turned_off(before, _report(validation=0.1, checkpoint=0.2)) == []
     assert whatif.turned_off(before, _report(validation=0.0, checkpoint=0.2)) == ["validation"]
     assert whatif.turned_off(_report(validation=0.0), _report()) == []  # nothing to keep
+
+
+def test_a_suggestion_must_not_log_training_more_often(whatif: ModuleType) -> None:
+    module = ModuleType("fake_logging_scenario")
+
+    def run(*, report_dir: str, console: bool, log_every_n_steps: int = 50) -> None:
+        return None
+
+    module.run = run  # type: ignore[attr-defined]
+    assert whatif.logs_more_often(module, {"log_every_n_steps": 5})
+    assert not whatif.logs_more_often(module, {"log_every_n_steps": 100})
+    assert not whatif.logs_more_often(module, {"val_check_interval": 1.0})
+    module.WHATIF = {"log_every_n_steps": 1}  # type: ignore[attr-defined]
+    assert not whatif.logs_more_often(module, {"log_every_n_steps": 5})
+    row = {"expected": None, "top": None, "turned_off": [], "logs_more": True, "steps_differ": False}
+    assert whatif.problems(row) == ["the suggestion logs training more often than the run did"]

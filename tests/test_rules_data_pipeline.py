@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from test_analysis_loop_model import MS, ctx, loader, starved_span
 
@@ -258,3 +260,58 @@ def test_loading_on_a_crowded_host_is_not_mistaken_for_waiting_on_storage() -> N
     assert on_quiet is not None
     assert on_crowded.suggestion["num_workers"] <= 2
     assert on_quiet.suggestion["num_workers"] > 2
+
+
+def test_workers_that_share_the_cores_with_training_give_a_range_both_ways() -> None:
+    """0 -> 2 workers on 2 cores: the training step then competes with two busy workers, so the
+    speedup may land below the estimate; 2 -> 0 for an in-memory loader frees the cores, so it
+    may land above. The finding says so and is less sure."""
+    more = data_workers.rule(ctx(starved_span(), cores=2))
+    assert more is not None
+    assert more.suggestion == {"num_workers": 2}
+    low, high = more.evidence["est_speedup_range"]
+    assert high == more.est_speedup
+    assert low < more.est_speedup
+    assert more.evidence["cores_demand_after"] > 2
+    if high > data_workers.SPREAD * low:
+        assert more.confidence == "medium"
+        assert "may land anywhere from" in more.fix
+    alone = data_workers.rule(ctx(starved_span(), cores=8))
+    assert alone is not None
+    assert "est_speedup_range" not in alone.evidence  # cores to spare: nothing shared
+
+
+def test_dropping_workers_that_shared_the_cores_may_speed_the_step_up_too() -> None:
+    """Two workers handing over in-memory batches on 2 cores, fewer (none) suggested: the
+    training step no longer shares the cores, so the other end of the range is above the
+    estimate."""
+    from signal_fakes import host
+    from test_analysis_loop_model import handed_over
+
+    busy = host(wall_s=1.0, main_cpu_s=1.0, workers_cpu_s=1.6, cores=2)  # the workers' 1.6 cores measured
+    finding = data_workers.rule(dataclasses.replace(handed_over(probe_s=0.3e-3), host_signals=busy))
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 0}
+    low, high = finding.evidence["est_speedup_range"]
+    assert low == finding.est_speedup
+    assert high > finding.est_speedup
+
+
+def test_sixteen_workers_on_two_cores_are_told_fewer_even_when_they_keep_up() -> None:
+    """16 non-persistent workers on 2 cores, the loop fed (no steady wait): each of the 3 passes
+    spawns all 16 (300 ms of set-up here). Fewer workers keep up and spawn fewer processes."""
+    from signal_fakes import host
+
+    span = _respawning_span()
+    # the workers' CPU as the host sampler saw it: 4 ms a batch (and their start-up)
+    sampled = host(wall_s=span.wall_s, main_cpu_s=0.3, workers_cpu_s=30 * 4e-3, cores=2)
+    context = Context(span=span, loader=loader(workers=16), cores=2, config=AnalysisConfig(), host_signals=sampled)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion["num_workers"] <= 2
+    assert "from 16 to" in finding.fix
+    assert "on 2 usable cores" in finding.fix
+    assert finding.est_saving_fraction > 0
+    # as many workers as cores, or no CPU measured: nothing to say while the loop is fed
+    assert data_workers.rule(dataclasses.replace(context, loader=loader(workers=2))) is None
+    assert data_workers.rule(dataclasses.replace(context, host_signals=None)) is None

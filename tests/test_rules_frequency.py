@@ -126,6 +126,18 @@ def test_a_fit_shorter_than_an_epoch_validates_at_its_last_batch() -> None:
     assert finding.evidence["runs_in_fit_after"] == 1
 
 
+def test_early_stopping_counts_validation_runs_and_the_fix_says_so() -> None:
+    """The two-epoch fit above with an EarlyStopping: validating less often lets more steps pass
+    before it stops the fit, so the finding says so and is less sure of when the fit ends."""
+    span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
+    shape = RunShape(max_epochs=2, batches_per_epoch=80, early_stopping_patience=3)
+    finding = validation_frequency.rule(_ctx(span, "lightning", batches=80, shape=shape))
+    assert finding is not None
+    assert finding.suggestion["check_val_every_n_epoch"] == 2
+    assert "EarlyStopping(patience=3) counts validation runs" in finding.fix
+    assert finding.confidence == "medium"
+
+
 def test_validation_every_few_batches_suggests_a_batch_interval() -> None:
     """Every 5 of 400 batches, 20 ms each, 2 ms steps: >= 20 / (0.05 x 2) = 200 batches."""
     span = _span(steps=400, epochs=1, phase="validation", count=80, each_ms=20)
@@ -283,7 +295,7 @@ def test_a_max_steps_fit_saves_once_and_asynchronously() -> None:
     shape = RunShape(max_steps=300, batches_per_epoch=1000)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert finding.evidence["saves_in_fit_after"] == 1
     assert "AsyncCheckpointIO" in finding.snippet
     assert finding.est_speedup_bound == "lower"
@@ -332,7 +344,7 @@ def test_an_asynchronous_save_keeps_the_copy_and_the_preparation_on_the_training
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert finding.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert finding.est_speedup_bound == "estimate"
     stays_ms = 10 + 5 + checkpoint_frequency.HANDOFF_S * 1e3
     assert finding.est_saving_fraction == pytest.approx((2400 - stays_ms) / 3000, abs=1e-4)
@@ -353,7 +365,7 @@ def test_an_asynchronous_save_is_not_suggested_when_its_copy_costs_as_much_as_th
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=4)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300}
+    assert finding.suggestion == {"every_n_train_steps": 300}
     assert finding.est_speedup_bound == "lower"
     assert finding.est_saving_fraction == pytest.approx((2400 - 40) / 3000, abs=1e-4)
     assert "Saving asynchronously would not help" in finding.fix
@@ -366,7 +378,7 @@ def test_saves_already_asynchronous_get_no_second_async_lever() -> None:
     saves = _saves(saves=60, write_ms=30, cpu_ms=15, mb=10, copy_ms_per_mb=0.5, already_async=True)
     finding = checkpoint_frequency.rule(_ctx(span, "lightning", shape=shape, saves=saves))
     assert finding is not None
-    assert finding.suggestion == {"every_n_steps": 300}
+    assert finding.suggestion == {"every_n_train_steps": 300}
     assert "asynchronously" not in finding.fix
 
 
@@ -394,7 +406,7 @@ def test_an_epoch_and_the_run_agree_on_the_asynchronous_save() -> None:
     whole = checkpoint_frequency.rule(_ctx(run, "lightning", shape=shape, saves=saves))
     assert first is not None
     assert whole is not None
-    assert first.suggestion == whole.suggestion == {"every_n_steps": 300, "async_save": True}
+    assert first.suggestion == whole.suggestion == {"every_n_train_steps": 300, "async_save": True}
     assert first.evidence["saves_after"] == 0
     assert first.est_saving_fraction == pytest.approx(1200 / 1500, abs=1e-4)
 

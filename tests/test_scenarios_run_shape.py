@@ -51,7 +51,7 @@ def test_a_max_steps_fit_that_checkpoints_often_keeps_one_save(tmp_path: Path) -
     before, after, suggestion = _before_and_after("lightning_max_steps_checkpoint", tmp_path)
     max_steps = 50  # SMALL's
     assert before.summary.steps == max_steps
-    assert 5 < suggestion["every_n_steps"] <= max_steps
+    assert 5 < suggestion["every_n_train_steps"] <= max_steps
     top = before.findings[0]
     assert top.evidence["saves_in_fit_after"] >= 1
     if "copy_ms" in top.evidence:  # the save's split was measured (Linux): an asynchronous save is modelled

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal
 from stallscope.signals.calls import CallSummary
 from stallscope.signals.cuda_events import CudaDevice, CudaSummary
 from stallscope.signals.host_sampler import HostSummary
-from stallscope.signals.loader import LoaderConfig
+from stallscope.signals.loader import LoaderConfig, StartSummary
 from stallscope.signals.nvml import NvmlSummary
 from stallscope.signals.saves import SaveSummary
 from stallscope.timeline.stats import SpanStats
@@ -46,17 +46,49 @@ class RunShape:
     limit_val_batches: int | float = 1.0
     #: batches in one validation run (all validation loaders), when known
     val_batches: int | None = None
+    #: ``Trainer(log_every_n_steps)``: the training loop logs every this many steps (and at each
+    #: epoch's end); None when not known
+    log_every_n_steps: int | None = None
+    #: ``Trainer(max_time)`` in seconds (its ``Timer`` callback's duration); None when unbounded
+    max_time_s: float | None = None
+    #: ``Trainer(min_epochs)``: epochs the fit runs whatever stops it earlier (``max_time``,
+    #: ``EarlyStopping``); None when not set
+    min_epochs: int | None = None
+    #: the ``patience`` of an ``EarlyStopping`` callback, in validation checks; None without one
+    early_stopping_patience: int | None = None
+    #: training steps done before this fit started (a fit resumed with ``ckpt_path=``, or a
+    #: second ``fit`` on the same Trainer): ``max_steps`` and ``max_epochs`` count them too
+    steps_before_fit: int = 0
 
     @property
     def total_steps(self) -> int | None:
-        """Training steps the fit will run: ``max_steps`` or ``max_epochs`` whole epochs, the fewer."""
+        """Training steps this fit will run at most: up to ``max_steps`` or ``max_epochs`` whole
+        epochs, the fewer, less the steps done before it."""
         by_epochs = (
             self.max_epochs * self.batches_per_epoch
             if self.max_epochs is not None and self.batches_per_epoch is not None
             else None
         )
         known = [n for n in (self.max_steps, by_epochs) if n is not None]
-        return min(known) if known else None
+        return max(0, min(known) - self.steps_before_fit) if known else None
+
+    def fit_steps(self, step_s: float | None) -> int | None:
+        """Training steps the fit can be counted on to run, steps taking ``step_s`` seconds each
+        (all in: the run's wall time per step so far): ``total_steps``, and within ``max_time``
+        (``MAX_TIME_MARGIN`` of it, as the steps' pace varies), but at least ``min_epochs`` whole
+        epochs, which Lightning runs before ``max_time`` may stop the fit."""
+        total = self.total_steps
+        if self.max_time_s is None or step_s is None or step_s <= 0:
+            return total
+        by_time = max(1, int(MAX_TIME_MARGIN * self.max_time_s / step_s))
+        if self.min_epochs is not None and self.batches_per_epoch is not None:
+            by_time = max(by_time, self.min_epochs * self.batches_per_epoch)
+        return by_time if total is None else min(total, by_time)
+
+
+#: the share of ``max_time`` a suggestion counts on: a fit stopped by time ends at whatever step
+#: the clock says, and the suggestion must still validate and save in it
+MAX_TIME_MARGIN = 0.8
 
 
 @dataclass(frozen=True)
@@ -143,6 +175,10 @@ class Context:
     logging_calls: CallSummary | None = None
     #: where the batches came from (``DataSource``); None where the framework's loader is read
     source: DataSource | None = None
+    #: the validation loader's settings (Lightning's first validation loader); None when unknown
+    val_loader: LoaderConfig | None = None
+    #: the validation runs' start-ups measured so far (the run so far); None before the first
+    val_starts: StartSummary | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
     # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)

@@ -212,8 +212,13 @@ class LoopModel:
             after_overhead = passes * self.predict_pass_overhead_s(workers)
         if workers > 0 and self.workers > 0:
             # another count of workers still pays the start-up measured now (spawning, a slow
-            # worker_init_fn): only none at all, or persistent workers, remove it
-            after_overhead = max(after_overhead, self.pass_overhead_s)
+            # worker_init_fn): only none at all, or persistent workers, remove it; fewer workers
+            # spawn fewer processes (one after another, in the training process): the measured
+            # start-up less the modelled spawns removed
+            kept = self.pass_overhead_s
+            if workers < self.workers:
+                kept -= passes * PASS_START_PER_WORKER_S * (self.workers - workers)
+            after_overhead = max(after_overhead, kept)
         after = self.steps * self.predict_step_s(workers) + after_overhead
         return now - after
 

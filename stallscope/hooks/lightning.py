@@ -16,12 +16,15 @@ Where the time goes (every nanosecond of ``fit`` is in exactly one phase)
                 batch-transfer hooks around it
     compute     ``on_train_batch_start`` to ``on_train_batch_end``: the training step, backward and
                 the optimizer step
-    logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``)
+    logging     calls to the Trainer's loggers (``log_metrics``, ``log_hyperparams``, ``save``) made
+                by the training loop: between steps every ``log_every_n_steps`` and at an epoch's
+                end. Those a validation run makes (``self.log`` in ``validation_step``, with
+                ``on_step=True`` or at its end) are that run's: they count as ``validation``
     checkpoint  ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls), until the next event;
                 the checkpoint IO's write inside it is measured apart (``signals.saves``)
-    validation  ``on_validation_start`` to ``on_validation_end``: the validation steps and the waits
-                on their own loader. The validation loader's set-up happens before
-                ``on_validation_start`` and counts as ``other``.
+    validation  the validation loop's ``run`` (``attach_validation_probe``): its loader's set-up
+                and worker start-up, the validation steps, the waits on that loader and its
+                logger calls (without the probe, ``on_validation_start`` to ``on_validation_end``)
     sanity_check  the same for Lightning's sanity check, a one-off before the first epoch that
                 ``val_check_interval`` does not change (a custom phase name, SPEC §2)
     other       the rest: progress bars, other callbacks, Lightning's bookkeeping
@@ -39,9 +42,10 @@ Epochs, reports, loggers
     ``pl_module.log("stallscope/...")`` (unless the Trainer has no logger and no callback
     monitors them). What Lightning does after that hook (``ModelCheckpoint``'s epoch-end save
     when there is no validation, the epoch-end logger flush) counts in the next epoch and in the
-    run. The final report is written at ``on_fit_end``, or at ``on_exception``. In a distributed
-    fit, rank 0 prints and writes the job's report and logs the job's numbers; the other ranks
-    print nothing and write only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
+    run; the report's notes say where such a save went (``EPOCH_END_SAVE``). The final report is
+    written at ``on_fit_end``, or at ``on_exception``. In a distributed fit, rank 0 prints and
+    writes the job's report and logs the job's numbers; the other ranks print nothing and write
+    only ``<report_dir>/ranks/rank-<R>.json`` (``hooks/distributed.py``).
 """
 
 from __future__ import annotations
@@ -81,6 +85,13 @@ LIGHTNING_NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
 #: Lightning's sanity check (a few validation batches before the first epoch): a one-off that
 #: ``val_check_interval`` does not change, so it is kept apart from ``validation``
 SANITY_CHECK = "sanity_check"
+
+#: the note of a checkpoint saved after StallScope's end of an epoch (``ModelCheckpoint`` runs its
+#: epoch-end save after every other callback's ``on_train_epoch_end``)
+EPOCH_END_SAVE = (
+    "checkpoints saved at an epoch's end (ModelCheckpoint, after StallScope's epoch end) count in the"
+    " next epoch's panel; the last one in the run's (the report's tail)"
+)
 
 #: ``_FitRun._top`` while the loader's set-up window (a ``data`` interval) is open
 _SETUP = -1
@@ -179,6 +190,18 @@ def attach_step_probe(trainer: Any, begin: Wrap, end: Wrap) -> Callable[[], None
     return detach
 
 
+def attach_validation_probe(trainer: Any, wrap: Wrap) -> Callable[[], None]:
+    """A private touch point: the validation loop's ``run`` (``trainer.fit_loop.epoch_loop.val_loop``),
+    which sets up the validation loader (``setup_data``, then ``iter()``, which spawns its workers)
+    before it calls ``on_validation_start``. ``wrap(original)`` replaces it on this instance. The
+    sanity check runs the same loop. Where a Lightning release moved it, nothing is installed
+    (the set-up then counts as ``other``, as the hooks alone see it). Returns the undo."""
+    loop = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
+    if loop is None or not callable(getattr(type(loop), "run", None)):
+        return _nothing
+    return _wrap_method(loop, "run", wrap)
+
+
 def call_after(hook: Callable[[Any], None]) -> Wrap:
     """For ``attach_step_probe``'s ``begin``: the original ``on_batch_start(batch, ...)``, then
     ``hook(batch)``."""
@@ -271,9 +294,39 @@ def _limit(value: object, default: int | float) -> int | float:
     return value
 
 
-def run_shape(trainer: Any, batches: int | None = None) -> RunShape:
+def time_budget_s(trainer: Any) -> float | None:
+    """What is left of ``Trainer(max_time)`` in seconds, from its ``Timer`` callback (read at fit
+    start: a fit resumed from a checkpoint has spent part of it already); None without one."""
+    for callback in getattr(trainer, "callbacks", None) or []:
+        if _named(callback, "Timer") and callable(getattr(callback, "time_remaining", None)):
+            left = callback.time_remaining()
+            return max(0.0, float(left)) if isinstance(left, (int, float)) else None
+    return None
+
+
+def _patience(trainer: Any) -> int | None:
+    """The ``patience`` of the Trainer's ``EarlyStopping`` callback (the fewest, if several)."""
+    found = [
+        callback.patience
+        for callback in getattr(trainer, "callbacks", None) or []
+        if _named(callback, "EarlyStopping") and isinstance(getattr(callback, "patience", None), int)
+    ]
+    return min(found) if found else None
+
+
+def _named(obj: object, name: str) -> bool:
+    """Whether ``obj`` is an instance of a class called ``name`` or of a subclass of one (either
+    Lightning namespace, without importing it)."""
+    return any(cls.__name__ == name for cls in type(obj).__mro__)
+
+
+def run_shape(
+    trainer: Any, batches: int | None = None, *, max_time_s: float | None = None, steps_before: int = 0
+) -> RunShape:
     """The fit's length and validation schedule from the Trainer's settings (read once per fit
-    and once per epoch, never per step). ``batches``: training batches in an epoch, when known."""
+    and once per epoch, never per step). ``batches``: training batches in an epoch, when known;
+    ``max_time_s``: the fit's time budget (``time_budget_s`` at its start); ``steps_before``:
+    the Trainer's ``global_step`` when the fit started (a resumed fit)."""
     every = getattr(trainer, "check_val_every_n_epoch", 1)
     val_batches = getattr(trainer, "num_val_batches", None)
     counted = [_count(v) for v in val_batches] if isinstance(val_batches, (list, tuple)) else []
@@ -286,6 +339,11 @@ def run_shape(trainer: Any, batches: int | None = None) -> RunShape:
         val_check_interval=_limit(getattr(trainer, "val_check_interval", None), 1.0),
         limit_val_batches=_limit(getattr(trainer, "limit_val_batches", None), 1.0),
         val_batches=sum(n for n in counted if n is not None) or None if counted else None,
+        log_every_n_steps=_count(getattr(trainer, "log_every_n_steps", None)) or None,
+        max_time_s=max_time_s,
+        min_epochs=_count(getattr(trainer, "min_epochs", None)) or None,
+        early_stopping_patience=_patience(trainer),
+        steps_before_fit=steps_before,
     )
 
 
@@ -344,6 +402,10 @@ class _FitRun:
         "_start_profiler",
         "_stop_profiler",
         "_fetch_end",
+        "_time_budget_s",
+        "_steps_before",
+        "_val_loaders",
+        "_labelled",
     )
 
     def __init__(self, scope: StallScope, trainer: Any, session: Session, buffer: io.StringIO | None) -> None:
@@ -374,6 +436,10 @@ class _FitRun:
         self._count_tensors = False
         #: the train loader's settings, read once per loader (and settings) in the fit
         self._loaders = LoaderReader()
+        #: the first validation loader's settings, read at each validation run's start
+        self._val_loaders = LoaderReader()
+        #: whether the panels' epoch numbers were read (at the fit's first epoch)
+        self._labelled = False
         self._last_logger: object | None = None
         #: compute is timed by ``attach_step_probe``, not by the batch hooks
         self._probed = False
@@ -384,6 +450,10 @@ class _FitRun:
         self._stop_profiler: Callable[[], None] = _nothing
         #: what the fetch probe set in place of Lightning's ``_on_after_fetch``
         self._fetch_end: Callable[[], None] | None = None
+        #: what was left of ``Trainer(max_time)`` when the fit started; None without it
+        self._time_budget_s: float | None = None
+        #: the Trainer's ``global_step`` when the fit started (a resumed fit's steps before it)
+        self._steps_before = 0
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -401,6 +471,7 @@ class _FitRun:
                     self.session.note(f"calls to {type(logger).__name__}.{name} are not timed (not wrappable)")
         self._undo.append(_wrap_method(self.trainer, "save_checkpoint", self._checkpoint_wrapper))
         self._meter_writes()
+        self._undo.append(attach_validation_probe(self.trainer, self._validation_wrapper))
 
     def _meter_writes(self) -> None:
         """Measure each write of the Trainer's checkpoint IO (``signals.saves``): the call that
@@ -428,7 +499,7 @@ class _FitRun:
         def make(original: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(original)
             def timed(*args: Any, **kwargs: Any) -> Any:
-                entered = run.on_training_thread() and run.guard(run.lazy_begin, run.logging)
+                entered = run.on_training_thread() and run.training_logs() and run.guard(run.lazy_begin, run.logging)
                 if entered:
                     run.guard(meter.begin)  # the call's wall time and the process's CPU in it
                 try:
@@ -448,6 +519,8 @@ class _FitRun:
         @functools.wraps(original)
         def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
             entered = run.on_training_thread() and run.guard(run.lazy_begin, run.checkpoint)
+            if entered and not run._in_epoch:
+                run.session.note(EPOCH_END_SAVE)
             try:
                 return original(*args, **kwargs)
             finally:
@@ -455,6 +528,26 @@ class _FitRun:
                     run.guard(run.lazy_end, False)
 
         return save_checkpoint
+
+    def _validation_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The validation loop's ``run``: the whole of it is validation (or the sanity check),
+        its loader's set-up (``setup_data``, the workers spawned in ``iter()``) before
+        ``on_validation_start`` included, and that set-up is timed (``session.val_starts``)."""
+        run = self
+        starts = self.session.val_starts
+
+        @functools.wraps(original)
+        def run_validation(*args: Any, **kwargs: Any) -> Any:
+            entered = run.on_training_thread() and run.guard(run.validation_start)
+            if entered:
+                run.guard(starts.begin)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if entered:
+                    run.guard(run.validation_run_end)
+
+        return run_validation
 
     def _write_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
         run = self
@@ -475,6 +568,12 @@ class _FitRun:
             return result
 
         return save_checkpoint
+
+    def training_logs(self) -> bool:
+        """Whether a logger call now is the training loop's: one made in a validation run (or the
+        sanity check) is that run's work, which ``val_check_interval`` controls and
+        ``log_every_n_steps`` does not, so its time stays in the run's phase."""
+        return self._top != self.validation and self._top != self.sanity_check
 
     def on_training_thread(self) -> bool:
         """The timeline is driven from the training thread only; calls from others pass untimed."""
@@ -702,13 +801,20 @@ class _FitRun:
 
     def fit_start(self) -> None:
         self.attach()
-        self.session.shape = run_shape(self.trainer)
+        self._time_budget_s = time_budget_s(self.trainer)
+        self._steps_before = _count(getattr(self.trainer, "global_step", 0)) or 0
+        self.session.shape = run_shape(self.trainer, max_time_s=self._time_budget_s, steps_before=self._steps_before)
         if getattr(self.trainer, "fast_dev_run", False):
             self.session.note("fast_dev_run: a smoke test of a few batches; the numbers are not representative")
         self._set_top(_SETUP)  # train_dataloader() and the first iter() happen before on_train_start
 
     def fetch_begin(self) -> None:
-        if self._top == self.compute:  # training_step consumes dataloader_iter: a wait inside the step
+        if not self._in_epoch and self._top != self.compute:
+            # a fit resumed mid-epoch (``ckpt_path=``): Lightning skips ``on_train_epoch_start``
+            self.epoch_start()
+        if self._top == self.compute or (self._fetched and self._top == self.h2d):
+            # training_step consumes dataloader_iter, or Lightning fetches the next batch before
+            # this step's (a loader without ``__len__``, from its second epoch): a wait in the step
             self._settle()
             self.timeline.data_begin(new_step=False)
             self._nested_fetch = True
@@ -751,6 +857,18 @@ class _FitRun:
             self._before_validation = self._top
         self._set_top(phase)
 
+    def validation_hook_start(self) -> None:
+        """``on_validation_start``: the run's loader is set up (its start-up ends here)."""
+        self.validation_start()
+        self.session.val_starts.started()
+        loader, _ = self._val_loaders.read(_first_loader(getattr(self.trainer, "val_dataloaders", None)))
+        self.session.val_loader = loader
+
+    def validation_run_end(self) -> None:
+        """The validation loop's ``run`` returned (or raised): whatever of it is still open ends."""
+        if self._top in (self.validation, self.sanity_check):
+            self.validation_end()
+
     def validation_end(self) -> None:
         before, self._before_validation = self._before_validation, None
         self._set_top(before if before not in (self.validation, self.sanity_check) else None)
@@ -773,7 +891,14 @@ class _FitRun:
         finite = isinstance(batches, int) or (isinstance(batches, float) and batches.is_integer())
         per_epoch = int(batches) if finite and batches is not None else None
         self.session.note_loader(loader, per_epoch, first)
-        self.session.shape = run_shape(self.trainer, per_epoch)
+        self.session.shape = run_shape(
+            self.trainer, per_epoch, max_time_s=self._time_budget_s, steps_before=self._steps_before
+        )
+        epoch = getattr(self.trainer, "current_epoch", None)
+        if not self._labelled and isinstance(epoch, int) and not isinstance(epoch, bool):
+            # panels read Lightning's epoch numbers: the fit's epochs follow its first one's
+            self._labelled = True
+            self.session.epoch_label_offset = epoch
         if _loader_count(loaders) > 1:
             self.session.note("several train loaders: the first one's settings are reported")
         self.timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
@@ -876,6 +1001,7 @@ class _FitRun:
             self.scope.close()
             self.closed = True
             self._loaders.forget()  # the train loader is not held after the fit
+            self._val_loaders.forget()
             self.detach()
             self.flush_console(during_training=False)
 
@@ -1053,7 +1179,7 @@ class LightningCallbacks(_HookBase):
         self._event("epoch_end", pl_module)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        self._event("validation_start")
+        self._event("validation_hook_start")
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         self._event("validation_end")

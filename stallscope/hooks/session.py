@@ -49,7 +49,7 @@ from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
-from stallscope.signals.loader import LoaderConfig, probe_batch_s
+from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
 from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
 from stallscope.timeline.recorder import Timeline
@@ -168,6 +168,8 @@ class _Facts(NamedTuple):
     saves: SaveSummary | None
     logging_calls: CallSummary | None
     source: DataSource | None
+    val_loader: LoaderConfig | None
+    val_starts: StartSummary | None
 
 
 class Session:
@@ -211,6 +213,9 @@ class Session:
         #: logging calls measured, their wall time and the process's CPU in them (the Lightning
         #: hooks drive it for the Trainer's loggers, the plain loop's ``logging`` phase for its own)
         self.logging_calls = CallMeter(clock=clock, cpu_clock=cpu_clock)
+        #: the validation loader's settings and each validation run's start-up (Lightning)
+        self.val_loader: LoaderConfig | None = None
+        self.val_starts = StartMeter(clock=clock)
         #: the run's length and validation schedule, where the framework says (Lightning)
         self.shape: RunShape | None = None
         #: steps of the longest epoch that ended (a loop that breaks early runs fewer than its loader)
@@ -237,6 +242,9 @@ class Session:
         self._started_at = ""
         self._cpu_clock = cpu_clock
         self._epoch_index = 0
+        #: what a panel adds to an epoch's index to name it as the framework does (Lightning's
+        #: ``current_epoch`` after a resume or a second ``fit``)
+        self.epoch_label_offset = 0
         #: the steps of the epochs closed so far
         self._steps_ended = 0
         #: when the last epoch end was over (a clock reading)
@@ -594,7 +602,7 @@ class Session:
             self._unprinted += 1
             return
         epoch = later.get()
-        title = f"epoch {index}"
+        title = f"epoch {index + self.epoch_label_offset}"
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
         short = too_short_for(span.steps, span.wall_ns / 1e9)
@@ -769,6 +777,8 @@ class Session:
             self.saves.summary(),
             self.logging_calls.summary(),
             self.source,
+            self.val_loader,
+            self.val_starts.summary(),
         )
 
     def _known(
@@ -809,6 +819,8 @@ class Session:
             saves=f.saves,
             logging_calls=f.logging_calls,
             source=f.source,
+            val_loader=f.val_loader,
+            val_starts=f.val_starts,
         )
 
     @property

@@ -157,6 +157,15 @@ def steps_between(recent: RecentSteps | None, phase: str) -> int | None:
     return round(statistics.median(gaps)) if gaps else None
 
 
+def steps_in_fit(ctx: Context) -> int | None:
+    """Training steps the Lightning fit can be counted on to run (``RunShape.fit_steps``, a step
+    taking the run's wall time per step so far); None in a plain loop or when not known."""
+    if ctx.config.framework != "lightning" or ctx.shape is None:
+        return None
+    run = ctx.run_span or ctx.span
+    return ctx.shape.fit_steps(run.wall_s / run.steps if run.steps else None)
+
+
 def span_steps(ctx: Context) -> tuple[int, int]:
     """(steps before the span, steps in it)."""
     return ctx.steps_before, ctx.span.steps

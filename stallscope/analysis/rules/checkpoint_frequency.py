@@ -42,6 +42,7 @@ from stallscope.analysis.rules._frequency import (
     FrequencyEstimate,
     estimate,
     runs_every,
+    steps_in_fit,
     training_time,
 )
 from stallscope.timeline.phases import CHECKPOINT
@@ -192,7 +193,7 @@ def rule(ctx: Context) -> Finding | None:
     if est is None:
         return None
     lightning = ctx.config.framework == "lightning"
-    total = ctx.shape.total_steps if lightning and ctx.shape is not None else None
+    total = steps_in_fit(ctx)
     k = est.interval
     capped = total is not None and k > total
     if capped and total is not None:
@@ -228,7 +229,8 @@ def rule(ctx: Context) -> Finding | None:
         async_save = True  # the split is not known: the saves removed alone, a floor
     if saving <= 0:
         return None
-    suggestion: dict[str, Any] = {"every_n_steps": k}
+    # the loop kind's own word (SPEC §3): ModelCheckpoint's argument in Lightning
+    suggestion: dict[str, Any] = {"every_n_train_steps" if lightning else "every_n_steps": k}
     if at_end:
         suggestion["at_end"] = True
     if async_save:

@@ -29,6 +29,7 @@ Two levers, chosen by what one call costs:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -36,7 +37,7 @@ from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, SpeedupBound, speedup_for
 from stallscope.analysis.numbers import every as every_n
 from stallscope.analysis.numbers import nice_ceil
-from stallscope.analysis.rules._frequency import FrequencyEstimate, estimate, runs_every, training_time
+from stallscope.analysis.rules._frequency import FrequencyEstimate, estimate, runs_every, steps_in_fit, training_time
 from stallscope.timeline.phases import LOGGING
 
 ID = "logging.frequency"
@@ -59,10 +60,14 @@ SATURATED_SHARE = 0.9
 
 
 def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
-    """Log less often: ``log_every_n_steps``."""
+    """Log less often: ``log_every_n_steps``. In Lightning, only an interval longer than the
+    Trainer's own (the calls at each epoch's end made the calls look more frequent than it)."""
     lightning = ctx.config.framework == "lightning"
-    total = ctx.shape.total_steps if lightning and ctx.shape is not None else None
+    total = steps_in_fit(ctx)
     k = est.interval if total is None else max(1, min(est.interval, total))
+    setting = ctx.shape.log_every_n_steps if lightning and ctx.shape is not None else None
+    if setting is not None and k <= setting:
+        return None  # the Trainer already logs this seldom: the calls left are not the setting's
     runs_after = runs_every(ctx.steps_before, ctx.span.steps, k)
     if lightning:
         runs_after += ctx.span.epochs  # the epoch-end logging, which log_every_n_steps does not change
@@ -71,7 +76,8 @@ def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         return None
     every = f"every {k} steps (about every {training_time(k * est.step_without_s)} of training)"
     if lightning:
-        fix = f"Log {every} instead of {every_n(est.interval_now, 'step')}: Trainer(log_every_n_steps={k})."
+        now = f"every {setting} steps" if setting is not None else every_n(est.interval_now, "step")
+        fix = f"Log {every} instead of {now}: Trainer(log_every_n_steps={k})."
         snippet = f"Trainer(log_every_n_steps={k})"
     else:
         fix = f"Log {every} instead of {every_n(est.interval_now, 'step')}."
@@ -79,7 +85,7 @@ def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         if k > observed:
             fix += f" The {observed} steps seen so far are fewer than {k}: a run this long would log no step."
         snippet = f"if step % {k} == 0:\n    log(loss.item())"
-    return _finding(est, saving, {"log_every_n_steps": k}, fix, snippet, runs_after, "lower")
+    return _finding(est, saving, {"log_every_n_steps": k}, fix, snippet, runs_after, _bound(est, "lower"))
 
 
 _LIGHTNING_SNIPPET = """\
@@ -89,10 +95,19 @@ class BackgroundLogger(Logger):  # from lightning.pytorch.loggers
         self.inner, self.queue = inner, queue.Queue()
         self.thread = threading.Thread(target=self._drain, daemon=True)
         self.thread.start()
+    # what Lightning reads from a logger (checkpoint paths, trainer.log_dir, the progress bar)
     name = property(lambda self: self.inner.name)
     version = property(lambda self: self.inner.version)
+    save_dir = property(lambda self: self.inner.save_dir)
+    root_dir = property(lambda self: self.inner.root_dir)
+    log_dir = property(lambda self: self.inner.log_dir)
+    experiment = property(lambda self: self.inner.experiment)
     def log_hyperparams(self, *args, **kwargs):
         self.inner.log_hyperparams(*args, **kwargs)
+    def log_graph(self, *args, **kwargs):
+        self.inner.log_graph(*args, **kwargs)
+    def after_save_checkpoint(self, checkpoint_callback):
+        self.inner.after_save_checkpoint(checkpoint_callback)
     def log_metrics(self, metrics, step=None):
         self.queue.put((dict(metrics), step))  # the training thread waits no more
     def _drain(self):
@@ -174,7 +189,7 @@ def _async_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     else:
         guard = f"if step % {k} == 0:\n    " if "log_every_n_steps" in suggestion else ""
         snippet = _PLAIN_SNIPPET.format(guard=guard)
-    bound: SpeedupBound = "lower" if _wait_is_removable(ctx) else "estimate"
+    bound = _bound(est, "lower" if _wait_is_removable(ctx) else "estimate")
     measured: dict[str, float] = {"call_cpu_share": round(calls.cpu_share, 4)} if calls is not None else {}
     cores = busy_cores(ctx)
     if cores is not None:
@@ -211,10 +226,20 @@ def _finding(
     )
 
 
+def _bound(est: FrequencyEstimate, bound: SpeedupBound) -> SpeedupBound:
+    """A floor only for the calls removed: a slowdown of the steps after each call
+    (``slower_after_each_ms``) may be another source's that falls near the calls (an epoch's
+    start, another callback's thread), so a saving that counts it is an estimate."""
+    return bound if est.after_s <= 0 else "estimate"
+
+
 def rule(ctx: Context) -> Finding | None:
     est = estimate(ctx, LOGGING, ctx.config.logging_target_share)
     if est is None:
         return None
+    # the steps after a logging call billed at most as much again as the call itself: a slower
+    # stretch beyond that is not the call's doing (logging measured 0 where nothing else ran)
+    est = dataclasses.replace(est, after_s=min(est.after_s, est.each_s))
     if waits(ctx, est):  # each call waits: the wait can move off the training thread
         return _async_finding(ctx, est)
     return _interval_finding(ctx, est)

@@ -34,6 +34,7 @@ from stallscope.analysis.rules._frequency import (
     estimate,
     runs_every,
     steps_between,
+    steps_in_fit,
     training_time,
 )
 from stallscope.timeline.phases import VALIDATION
@@ -117,7 +118,7 @@ def _lightning_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
     shape = ctx.shape or RunShape()
     span = ctx.span
     per_epoch = shape.batches_per_epoch or ctx.batches_per_epoch or ctx.epoch_steps or span.steps
-    total = shape.total_steps
+    total = steps_in_fit(ctx)
     now_every = shape.check_val_every_n_epoch
     plan = _Plan()
     interval: int | float
@@ -270,13 +271,20 @@ def rule(ctx: Context) -> Finding | None:
             " run's time shrinks with its batches."
         )
         bound = "estimate"  # a run's fixed costs (loader start-up) do not shrink: not a floor
+    patience = ctx.shape.early_stopping_patience if lightning and ctx.shape is not None else None
+    if patience is not None and plan.runs < est.count:
+        fix += (
+            f" EarlyStopping(patience={patience}) counts validation runs: validating less often, it lets more"
+            " training steps pass before it stops the fit (its patience in runs may be lowered to keep the"
+            " same number of steps)."
+        )
     per_epoch = ctx.shape.batches_per_epoch if ctx.shape is not None else None
     return Finding(
         id=ID,
         title=f"Validation takes {est.share_now:.0%} of the time ({_duration(est.each_s)} per validation pass)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
-        confidence="high",
+        confidence="high" if patience is None else "medium",  # when the fit ends depends on the runs
         evidence={
             **est.evidence(),
             "batches_per_epoch": per_epoch or ctx.epoch_steps or ctx.batches_per_epoch or 0,
