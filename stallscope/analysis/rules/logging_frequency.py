@@ -61,7 +61,8 @@ SATURATED_SHARE = 0.9
 def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     """Log less often: ``log_every_n_steps``."""
     lightning = ctx.config.framework == "lightning"
-    total = ctx.shape.total_steps if lightning and ctx.shape is not None else None
+    shaped = lightning or ctx.config.framework == "transformers"  # the run's length is known
+    total = ctx.shape.total_steps if shaped and ctx.shape is not None else None
     k = est.interval if total is None else max(1, min(est.interval, total))
     runs_after = runs_every(ctx.steps_before, ctx.span.steps, k)
     if lightning:
