@@ -37,4 +37,11 @@ DISTRIBUTED: list[str] = [
     "lightning_ddp_straggler",
 ]
 
-ALL = PLAIN + LIGHTNING + DISTRIBUTED
+#: real tiny `transformers.Trainer` runs (a GPT-2 built from a config)
+TRANSFORMERS: list[str] = [
+    "transformers_starved_loader",
+    "transformers_frequent_save",
+    "transformers_frequent_eval",
+]
+
+ALL = PLAIN + LIGHTNING + TRANSFORMERS + DISTRIBUTED

@@ -244,7 +244,7 @@ def rule(ctx: Context) -> Finding | None:
     if saving <= 0:
         return None
     fix = f"Validate {plan.what} instead of {every_n(est.interval_now, 'batch')}"
-    fix += f": {plan.snippet}." if lightning else "."
+    fix += f": {plan.snippet.partition(chr(10))[0]}." if lightning else "."
     fix = " ".join([fix, *plan.notes])
     bound: SpeedupBound = "lower"  # fewer runs only removes work
     if plan.fraction < 1.0:
