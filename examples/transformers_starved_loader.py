@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import cli  # noqa: E402
@@ -40,7 +38,7 @@ def run(
 ) -> Report | None:
     """``torch_num_threads``: the intra-op threads, where a suggestion names them (the default
     is one, as on a GPU host)."""
-    report = train(
+    return train(
         report_dir=report_dir,
         console=console,
         epochs=epochs,
@@ -51,9 +49,7 @@ def run(
         dataloader_persistent_workers=dataloader_persistent_workers and dataloader_num_workers > 0,
         threads=torch_num_threads,
     )
-    return report
 
 
 if __name__ == "__main__":
-    torch.manual_seed(0)
     cli(run, __doc__ or NAME, NAME)
