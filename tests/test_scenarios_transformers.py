@@ -78,3 +78,24 @@ def test_planted_cause_ranks_first(name: str, tmp_path: Path) -> None:
         if key in top["suggestion"]:
             assert 1 <= top["suggestion"][key] <= module.SMALL["batches"]
             assert top["suggestion"][key.replace("_steps", "_strategy")] == "steps"
+
+
+def test_a_two_rank_trainer_job_names_the_straggling_rank(tmp_path: Path) -> None:
+    """``torchrun`` with two CPU ranks (gloo), rank 1's collator slow: rank 0 alone writes the
+    job's report, and its top finding names rank 1's data, in ``TrainingArguments`` words. (Rank
+    0 waits for rank 1 in the backward's all-reduce and in the token count the Trainer gathers
+    after the batches are in: both are compute, not rank 0's data.)"""
+    module = importlib.import_module("transformers_ddp_straggler")
+    module.run(report_dir=str(tmp_path), console=False, **module.SMALL)
+    report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    top = report["findings"][0]
+    assert top["id"] == module.EXPECTED, [f["id"] for f in report["findings"]]
+    assert top["evidence"]["rank"] == module.EXPECTED_RANK
+    assert top["evidence"]["phase"] == module.EXPECTED_PHASE
+    assert top["suggestion"]["rank"] == module.EXPECTED_RANK
+    assert top["suggestion"]["dataloader_num_workers"] >= 1
+    assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    fractions = {r["rank"]: r["phase_fractions"]["data"] for r in report["ranks"]}
+    assert fractions[1] > 3 * fractions[0], fractions
+    assert report["run"]["framework"] == "transformers"
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank-0.json", "rank-1.json"]

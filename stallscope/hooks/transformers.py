@@ -63,7 +63,11 @@ if TYPE_CHECKING:
 
 #: the Trainer's methods timed, public and private, and the phase each is: set on the instance
 PUBLIC_PROBES = {"get_batch_samples": "data", "log": LOGGING, "evaluate": VALIDATION, "training_step": "failure"}
-PRIVATE_PROBES = {"_save_checkpoint": CHECKPOINT, "_maybe_log_save_evaluate": "epoch_end"}
+PRIVATE_PROBES = {
+    "_save_checkpoint": CHECKPOINT,
+    "_maybe_log_save_evaluate": "epoch_end",
+    "_get_num_items_in_batch": "batches_in",
+}
 
 #: headline numbers handed to ``trainer.log`` at each epoch end, under ``stallscope/``
 HEADLINE_PHASES = ("data", "compute", "logging", "checkpoint", "validation", "other")
@@ -174,6 +178,8 @@ class _TrainRun:
         #: the phase the loop is in between the probes: None (``other``), compute, or the set-up
         self._in_setup = False
         self._in_compute = False
+        #: between ``get_batch_samples``' start and the arrival of the step's batches
+        self._fetching = False
         #: probed calls in progress (a log inside an evaluation is the evaluation's)
         self._depth = 0
         self._in_epoch = False
@@ -202,6 +208,8 @@ class _TrainRun:
             return self._after_wrapper(original)
         if what == "failure":
             return self._failure_wrapper(original)
+        if what == "batches_in":
+            return self._batches_in_wrapper(original)
         return self._phase_wrapper(self.phases[what], original)
 
     def _data_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -213,13 +221,12 @@ class _TrainRun:
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:
-                if timed:
-                    run.guard(run.fetch_end, False, None)
+                if timed and run._fetching:
+                    run.guard(run.fetch_end, None)
                 run.failed(exc)
                 raise
-            if timed:
-                got = bool(result[0]) if isinstance(result, tuple) and result else True
-                run.guard(run.fetch_end, got, result[0] if got else None)
+            if timed and run._fetching:  # a get_batch_samples that counts no items
+                run.guard(run.fetch_end, result[0] if isinstance(result, tuple) and result else None)
             return result
 
         return get_batch_samples
@@ -243,6 +250,20 @@ class _TrainRun:
                     run.guard(run.phase_end)
 
         return timed
+
+    def _batches_in_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``_get_num_items_in_batch(batch_samples, device)``: the step's batches are in; what
+        follows is compute (in a distributed job it gathers the token count from every rank: a
+        collective, where a fast rank waits for a slow one, as in the backward's all-reduce)."""
+        run = self
+
+        @functools.wraps(original)
+        def get_num_items_in_batch(batch_samples: Any, *args: Any, **kwargs: Any) -> Any:
+            if run._fetching and run.on_training_thread():
+                run.guard(run.fetch_end, batch_samples)
+            return original(batch_samples, *args, **kwargs)
+
+        return get_num_items_in_batch
 
     def _failure_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """``training_step``: not timed (compute runs from the batches' arrival to
@@ -314,8 +335,13 @@ class _TrainRun:
     def fetch_begin(self) -> None:
         self._leave_all()
         self.timeline.data_begin(new_step=True)
+        self._fetching = True
 
-    def fetch_end(self, got: bool, batches: Any) -> None:
+    def fetch_end(self, batches: Any) -> None:
+        """The step's batches are in (``batches``: the list of micro-batches; empty or None when
+        the loader had none left, or raised)."""
+        self._fetching = False
+        got = bool(batches)
         wait = self.timeline.data_end(got_item=got, then=self.compute if got else None)
         if not got:
             return
