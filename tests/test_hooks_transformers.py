@@ -248,6 +248,7 @@ def test_the_run_shape_and_loader_are_read_from_the_arguments(tmp_path: Path) ->
     assert report.run.dataloader is not None
     assert report.run.dataloader["num_workers"] == 0
     assert report.run.dataloader["pin_memory"] is False  # no accelerator: the Trainer pins nothing
+    assert report.run.dataloader["batch_size"] == 4  # through Accelerate's DataLoaderShard
     shape = scope._session.shape
     assert shape is not None
     assert shape.total_steps == 4
@@ -267,3 +268,38 @@ def test_import_stallscope_works_without_transformers(tmp_path: Path) -> None:
         "assert 'transformers' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_an_accelerate_loop_is_a_plain_loop(tmp_path: Path) -> None:
+    """``accelerator.prepare(model, optimizer, loader)`` and ``scope.iter(loader)``: the settings
+    are read through Accelerate's ``DataLoaderShard`` (its batch size from the batch sampler it
+    wraps), a step per batch, and every batch's wait counted once. The shard reads one batch
+    ahead: a pass's first ``next()`` makes two batches and its last none, so the waits move one
+    step earlier and add up to the same."""
+    accelerate = pytest.importorskip("accelerate")
+    accelerator = accelerate.Accelerator(cpu=True)
+    model = common.tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(
+        common.TokenDataset(24), batch_size=4, collate_fn=common.CostlyCollator(latency_ms=20)
+    )
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    with StallScope(tmp_path, console=False) as scope:
+        for _ in range(2):
+            for batch in scope.iter(loader):
+                with scope.phase("compute"):
+                    accelerator.backward(model(**batch).loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+    report = scope.report
+    assert report is not None
+    assert report.summary.steps == 12
+    assert report.run.dataloader == {
+        "num_workers": 0,
+        "pin_memory": False,
+        "prefetch_factor": None,
+        "persistent_workers": False,
+        "batch_size": 4,
+    }
+    assert report.summary.phase_seconds["data"] >= 12 * 0.020
+    assert [e.summary.steps for e in report.epochs] == [6, 6]
