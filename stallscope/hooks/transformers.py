@@ -584,11 +584,13 @@ class TransformersCallbacks:
     def on_push_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         return None
 
-    def on_train_end(self, *args: Any, **kwargs: Any) -> None:
-        if not _is_trainer_call(args, kwargs):  # Lightning's on_train_end(trainer, pl_module)
+    def on_train_end(self, trainer: Any, pl_module: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``on_train_end(trainer, pl_module)`` (its names first: Lightning's
+        signature), or transformers' ``on_train_end(args, state, control, **kwargs)``."""
+        if not _is_trainer_call((trainer, pl_module, *args), kwargs):
             super_hook = getattr(super(), "on_train_end", None)
             if callable(super_hook):
-                super_hook(*args)
+                super_hook(trainer, pl_module)
             return
         run = self._train_run
         if run is not None:
