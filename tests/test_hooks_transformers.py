@@ -148,7 +148,6 @@ def test_the_data_wait_counts_every_micro_batch(tmp_path: Path) -> None:
     assert report.summary.steps == 4
     data_s = report.summary.phase_seconds["data"]
     assert data_s >= 8 * 0.040, report.summary.phase_seconds
-    assert report.summary.phase_seconds["compute"] < data_s  # the sleeps are not compute
     reference_s = 0.0
     batches = iter(trainer.get_train_dataloader())
     while True:

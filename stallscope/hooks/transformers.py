@@ -213,11 +213,25 @@ class _TrainRun:
         return self._phase_wrapper(self.phases[what], original)
 
     def _data_wrapper(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``get_batch_samples``: the step's data wait begins (the usual case inline: it runs every
+        step, and every Python call between two steps costs more than its tight-loop price)."""
         run = self
+        scope = self.scope
+        timeline = self.timeline
+        thread = self._thread
+        get_ident = threading.get_ident
 
         @functools.wraps(original)
         def get_batch_samples(*args: Any, **kwargs: Any) -> Any:
-            timed = run.on_training_thread() and run.guard(run.fetch_begin)
+            timed = False
+            if scope._active and not run.closed and get_ident() == thread:
+                try:
+                    if run._in_compute or run._in_setup or run._depth:
+                        run._leave_all()
+                    timeline.data_begin(new_step=True)
+                    run._fetching = timed = True
+                except Exception as exc:
+                    scope._fail(exc)
             try:
                 result = original(*args, **kwargs)
             except BaseException as exc:
@@ -257,10 +271,17 @@ class _TrainRun:
         collective, where a fast rank waits for a slow one, as in the backward's all-reduce)."""
         run = self
 
+        scope = self.scope
+        thread = self._thread
+        get_ident = threading.get_ident
+
         @functools.wraps(original)
         def get_num_items_in_batch(batch_samples: Any, *args: Any, **kwargs: Any) -> Any:
-            if run._fetching and run.on_training_thread():
-                run.guard(run.fetch_end, batch_samples)
+            if run._fetching and get_ident() == thread and scope._active and not run.closed:
+                try:
+                    run.fetch_end(batch_samples)
+                except Exception as exc:
+                    scope._fail(exc)
             return original(batch_samples, *args, **kwargs)
 
         return get_num_items_in_batch
@@ -341,6 +362,10 @@ class _TrainRun:
         """The step's batches are in (``batches``: the list of micro-batches; empty or None when
         the loader had none left, or raised)."""
         self._fetching = False
+        if batches and self._first_wait_ns is not None and not self._count_tensors:  # the usual case
+            self.timeline.data_end(got_item=True, then=self.compute)
+            self._in_compute = True
+            return
         got = bool(batches)
         wait = self.timeline.data_end(got_item=got, then=self.compute if got else None)
         if not got:
@@ -353,9 +378,6 @@ class _TrainRun:
             self.session.batch_tensors = count_tensors(batches[0])
             self.session.batch_bytes = batch_bytes(batches[0])
             self.session.note_batch(batches[0])
-
-    def step_end(self) -> None:
-        self.leave_compute()
 
     def phase_begin(self, pid: int) -> None:
         self._depth += 1
@@ -560,8 +582,12 @@ class TransformersCallbacks:
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         run = self._train_run
-        if run is not None and run._in_compute:
-            run.guard(run.step_end)
+        if run is not None and run._in_compute and self._active and not run.closed:
+            try:  # the step's compute ends (inline: every step)
+                run._in_compute = False
+                run.timeline.leave()
+            except Exception as exc:
+                self._fail(exc)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._hf_event("epoch_ending")
