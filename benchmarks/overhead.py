@@ -8,7 +8,7 @@ Loops:
       of 30 steps                             target <= 1.05, in process CPU time and wall time
   (e) loop (d) as a job: two gloo ranks under torchrun, each 100 epochs of 30 steps of loop (a)'s
       model in DistributedDataParallel        target <= 1.05, rank 0 and rank 1, both clocks
-  (f) tiny transformers ``Trainer.train()`` (a one-layer model, 600 optimizer steps)
+  (f) tiny transformers ``Trainer.train()`` (a one-layer model, 3000 optimizer steps)
                                               target <= 1.02 in process CPU time
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
@@ -67,7 +67,7 @@ TINY_STEPS = 20_000
 MEDIUM_STEPS = 500
 LIGHTNING_STEPS = 3000
 #: loop (f): optimizer steps of a tiny transformers Trainer fit
-TRANSFORMERS_STEPS = 600
+TRANSFORMERS_STEPS = 3000
 #: loop (d): epochs of EPOCH_STEPS steps, plain and Lightning
 SHORT_EPOCHS = 100
 LIGHTNING_SHORT_EPOCHS = 50

@@ -35,6 +35,7 @@ LIGHTNING: list[str] = [
 DISTRIBUTED: list[str] = [
     "ddp_straggler",
     "lightning_ddp_straggler",
+    "transformers_ddp_straggler",
 ]
 
 #: real tiny `transformers.Trainer` runs (a GPT-2 built from a config)
