@@ -1,7 +1,7 @@
 """Planted bottleneck: a full pass over a large validation set every few training batches.
 
-Expected top finding: ``validation.frequency``, suggesting a larger ``val_check_interval``
-(in batches, as Lightning means it for an int).
+Expected top finding: ``validation.frequency``, suggesting to validate less often in the plain
+loop's own keys (``every_n_steps``, or ``every_n_epochs`` and ``at_end``).
 
     python examples/frequent_validation.py
 """
@@ -30,34 +30,42 @@ def run(
     console: Any = True,
     epochs: int = 2,
     batches: int = 80,
-    val_check_interval: int | float = 5,
-    check_val_every_n_epoch: int = 1,
+    every_n_steps: int | None = None,
+    every_n_epochs: int | None = None,
     at_end: bool = False,
-    limit_val_batches: int | float = 1.0,
+    val_fraction: float = 1.0,
     val_batches: int = 20,
     batch_size: int = 16,
 ) -> Report | None:
-    """The suggestion's keys: ``at_end`` also validates after the last epoch; ``limit_val_batches``
-    validates on the first part of the validation set (a fraction, or a number of batches)."""
+    """The suggestion's keys (a plain loop's, SPEC §3): validate at every ``every_n_steps``-th step
+    of the run, or after every ``every_n_epochs``-th epoch; ``at_end`` also after the last step;
+    ``val_fraction``: on that first part of the validation set. Neither interval given: the
+    planted one, every 5 steps."""
+    if every_n_steps is None and every_n_epochs is None:
+        every_n_steps = 5
     emulate_accelerator()
     train = loader(SyntheticDataset(batches * batch_size), batch_size=batch_size)
     val = loader(SyntheticDataset(val_batches * 64, seed=1), batch_size=64)
-    # Lightning's meaning: a float is a fraction of the epoch, an int a number of batches
-    every = max(1, round(val_check_interval * batches)) if isinstance(val_check_interval, float) else val_check_interval
-    if check_val_every_n_epoch > 1:
-        every = batches  # once, at the end of every n-th epoch (and of the last, ``at_end``)
-    limit = limit_val_batches if isinstance(limit_val_batches, int) else max(1, int(val_batches * limit_val_batches))
+    limit = max(1, int(val_batches * val_fraction))
     trainer = Trainer()
+
+    def validate() -> None:
+        with scope.phase("validation"), torch.no_grad():
+            for _, (x, y) in zip(range(limit), val, strict=False):
+                trainer.loss_fn(trainer.model(x), y)
+
+    step = 0
     with StallScope(report_dir, console=console) as scope:
         for epoch in range(epochs):
-            validate_this_epoch = (epoch + 1) % check_val_every_n_epoch == 0 or (at_end and epoch + 1 == epochs)
             for i, batch in enumerate(scope.iter(train), start=1):
+                step += 1
                 with scope.phase("compute"):
                     trainer.step(batch, repeat=4)
-                if validate_this_epoch and i % every == 0:
-                    with scope.phase("validation"), torch.no_grad():
-                        for _, (x, y) in zip(range(limit), val, strict=False):
-                            trainer.loss_fn(trainer.model(x), y)
+                by_steps = every_n_steps is not None and step % every_n_steps == 0
+                by_epochs = every_n_epochs is not None and i == batches and (epoch + 1) % every_n_epochs == 0
+                last = at_end and epoch + 1 == epochs and i == batches
+                if by_steps or by_epochs or last:
+                    validate()
     return scope.report
 
 

@@ -20,6 +20,8 @@ PLAIN = [
     "in_memory_inline",
     "in_memory_one_worker",
     "in_memory_two_workers",
+    "nanogpt_loop",
+    "generator_loop",
 ]
 
 LIGHTNING: list[str] = [

@@ -179,6 +179,17 @@ def test_steps_of_the_same_kind_that_scatter_disturb_the_timings() -> None:
     assert "steps that did the same work" in note
 
 
+def test_the_scatter_note_reads_in_plain_numbers() -> None:
+    """Steps of 500 ms and 1600 ms: "from 500 ms (median) to 1600 ms", never "5e+02 ms"."""
+    durations = [500.0] * 100
+    for i in range(60, 100):
+        durations[i] = 1600.0
+    note = scatter_note(_span(durations, [_COMPUTE_BIT] * 100))
+    assert note is not None
+    assert "from 500 ms (median) to 1600 ms" in note
+    assert "e+" not in note
+
+
 def test_a_planted_periodic_phase_and_the_step_after_it_are_not_scatter() -> None:
     # a save every 10 steps (60 ms), and the step after each save twice as slow (cache misses):
     # a long tail, but of steps of another kind or paying for it; the plain steps are steady

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from stallscope.analysis import loop_model
@@ -17,6 +19,7 @@ from stallscope.analysis.loop_model import (
     WORKER_TRANSFER_PER_TENSOR_S,
     build_loop_model,
 )
+from stallscope.analysis.rules import data_workers
 from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.stats import Distribution, EpochBoundary, SpanStats
 
@@ -223,3 +226,46 @@ def test_a_loaded_host_scales_the_probe_by_the_training_process_share_of_a_core(
     model = build_loop_model(handed_over(probe_s=0.3e-3, compute_cpu_ms=0.5))
     assert model is not None
     assert model.load_s == pytest.approx(0.3e-3 * (1.0 + 1.3) / (1.5 + 0.5))
+
+
+def loaded_span(*, load_cpu_share: float, wait_ms: int = 4, steps: int = 100) -> SpanStats:
+    """A CPU run on a host busy with other processes: the training process got a quarter of a
+    core. Each step computes for 20 ms of wall time (5 ms of CPU) and waits ``wait_ms`` for
+    in-process loading that spends ``load_cpu_share`` of it on the CPU."""
+    consumer_ms = 20
+    data_cpu_ns = round(steps * wait_ms * MS * load_cpu_share)
+    span = starved_span(steps=steps, wait_ms=wait_ms, consumer_ms=consumer_ms)
+    return replace(span, data_cpu_ns=data_cpu_ns, process_cpu_ns=data_cpu_ns + steps * 5 * MS)
+
+
+def test_a_loaded_host_stretches_the_hand_over_as_it_stretched_cpu_bound_loading() -> None:
+    """Loading as slow as the compute (a quarter of a core each): receiving a batch from a worker
+    would also take four times the quiet host's hand-over, and a worker would hand it over four
+    times as slowly. With 1 ms of CPU a batch, a worker then costs more than it hides."""
+    model = build_loop_model(ctx(loaded_span(load_cpu_share=0.25)))
+    assert model is not None
+    assert model.transfer_main_s == pytest.approx(XM / 0.25)
+    assert model.transfer_worker_s == pytest.approx(XW / 0.25)
+    assert model.predict_step_s(1) > model.step_s
+    assert data_workers.rule(ctx(loaded_span(load_cpu_share=0.25))) is None
+
+
+def test_loading_that_waits_on_storage_on_a_loaded_host_still_stretches_the_hand_over() -> None:
+    """The same loaded host, 12 ms of loading that spends 5% of it on the CPU: receiving a batch
+    is still CPU work of the training process at a quarter of a core (5.2 ms), and a worker
+    hides the wait all the same."""
+    span = loaded_span(load_cpu_share=0.05, wait_ms=12)
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.transfer_main_s == pytest.approx(XM / 0.25)
+    assert model.predict_step_s(1) < model.step_s
+    assert data_workers.rule(ctx(span)) is not None
+
+
+def test_a_quiet_host_whose_steps_also_wait_keeps_the_measured_hand_over() -> None:
+    """CPU-bound loading (its wall time all CPU) beside a consumer that also waits (a quarter of
+    its wall time on the CPU, a logger's round trips, say): nothing took the cores."""
+    model = build_loop_model(ctx(loaded_span(load_cpu_share=1.0)))
+    assert model is not None
+    assert model.transfer_main_s == pytest.approx(XM)
+    assert model.transfer_worker_s == pytest.approx(XW)

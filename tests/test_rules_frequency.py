@@ -78,9 +78,9 @@ def test_lightning_validates_at_multiples_of_an_int_interval_and_not_again_at_th
 
 def test_plain_every_n_epochs_counts_the_run_after_the_last_epoch() -> None:
     # 2 epochs of 80, every 13 epochs and after the last: only the run after epoch 1
-    assert plain_runs(0, 160, per_epoch=80, batches=None, every_n_epochs=13) == 1
+    assert plain_runs(0, 160, per_epoch=80, every_n_steps=None, every_n_epochs=13) == 1
     # every 2 epochs over 4 epochs: after epochs 1 and 3, the last already validates
-    assert plain_runs(0, 320, per_epoch=80, batches=None, every_n_epochs=2) == 2
+    assert plain_runs(0, 320, per_epoch=80, every_n_steps=None, every_n_epochs=2) == 2
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_validation_every_few_batches_suggests_a_batch_interval() -> None:
     span = _span(steps=400, epochs=1, phase="validation", count=80, each_ms=20)
     finding = validation_frequency.rule(_ctx(span, batches=400, epoch_steps=400))
     assert finding is not None
-    assert finding.suggestion == {"val_check_interval": 200}
+    assert finding.suggestion == {"every_n_steps": 200}
     assert finding.est_speedup_bound == "lower"
     assert finding.evidence["runs_after"] == 2
 
@@ -141,8 +141,7 @@ def test_plain_loops_get_plain_words_and_a_run_after_the_last_epoch() -> None:
     span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
     finding = validation_frequency.rule(_ctx(span, batches=80, epoch_steps=80))
     assert finding is not None
-    assert finding.suggestion["check_val_every_n_epoch"] == 13
-    assert finding.suggestion["at_end"] is True
+    assert finding.suggestion == {"every_n_epochs": 13, "at_end": True, "val_fraction": 0.1}
     assert "or epoch + 1 == epochs" in finding.snippet
     for lightning_word in ("Trainer", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches"):
         assert lightning_word not in finding.fix
@@ -158,7 +157,7 @@ def test_a_plain_epoch_is_the_steps_that_ran_not_the_loaders_length() -> None:
     span = _span(steps=51, epochs=1, phase="validation", count=1, each_ms=30)
     finding = validation_frequency.rule(_ctx(span, batches=311, epoch_steps=51))
     assert finding is not None
-    assert finding.suggestion["check_val_every_n_epoch"] == 6
+    assert finding.suggestion["every_n_epochs"] == 6
     assert finding.evidence["batches_per_epoch"] == 51
 
 
@@ -182,6 +181,96 @@ def test_epochs_and_the_run_agree_when_the_cost_wobbles_across_a_round_value() -
     # even without the run to pool from, the epochs' own numbers give neighbours, not 7 and 17
     alone = [validation_frequency.rule(_ctx(e, "lightning", batches=311, shape=shape)) for e in epochs]
     assert [f.suggestion["check_val_every_n_epoch"] for f in alone if f is not None] == [7, 7]
+
+
+#: what a plain loop's validation suggestion may say (SPEC §3: neutral keys for plain loops)
+PLAIN_VALIDATION_KEYS = {"every_n_steps", "every_n_epochs", "at_end", "val_fraction"}
+LIGHTNING_WORDS = ("Trainer", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches")
+
+
+@pytest.mark.parametrize("source", ["callable", "generator"])
+def test_a_loop_with_no_epochs_is_told_steps_in_its_own_terms(source: str) -> None:
+    """nanoGPT's shape: a ``while`` loop of 300 steps of 2 ms (``scope.batch``, or one pass over a
+    generator), a 40 ms evaluation every 30 steps. The target needs 400 steps (500, rounded), more
+    than the run: every 500 steps and once after the loop, never "every 2 epochs" nor an ``epoch``
+    variable."""
+    span = _span(steps=300, epochs=1, phase="validation", count=10, each_ms=40)
+    finding = validation_frequency.rule(_ctx(span, epoch_steps=300, source=source))
+    assert finding is not None
+    assert finding.suggestion == {"every_n_steps": 500, "at_end": True}
+    assert "epoch" not in finding.fix
+    assert "epoch" not in finding.snippet
+    assert "step % 500 == 0" in finding.snippet
+    assert "once after the loop" in finding.fix
+    assert "The 300 steps seen are fewer than 500" in finding.fix
+    assert finding.evidence["runs_after"] == 1
+    assert finding.est_speedup_bound == "lower"
+
+
+def test_a_generator_over_several_epochs_keeps_its_epochs() -> None:
+    span = _span(steps=160, epochs=2, phase="validation", count=2, each_ms=100)
+    finding = validation_frequency.rule(_ctx(span, batches=None, epoch_steps=80, source="generator"))
+    assert finding is not None
+    assert finding.suggestion["every_n_epochs"] == 13
+
+
+@pytest.mark.parametrize(
+    ("steps", "count", "epochs", "source"),
+    [(400, 80, 1, None), (160, 2, 2, None), (300, 10, 1, "callable"), (80, 16, 1, "iterable")],
+)
+def test_plain_validation_suggestions_use_the_neutral_keys_alone(
+    steps: int, count: int, epochs: int, source: str | None
+) -> None:
+    span = _span(steps=steps, epochs=epochs, phase="validation", count=count, each_ms=100)
+    finding = validation_frequency.rule(_ctx(span, epoch_steps=steps // epochs, source=source))
+    assert finding is not None
+    assert set(finding.suggestion) <= PLAIN_VALIDATION_KEYS, finding.suggestion
+    for word in LIGHTNING_WORDS:
+        assert word not in finding.fix
+        assert word not in finding.snippet
+
+
+def test_plain_runs_every_n_steps_count_the_run_after_the_loop() -> None:
+    # steps 1..300, every 1000: none on the way, one after the loop
+    assert plain_runs(0, 300, per_epoch=300, every_n_steps=1000) == 1
+    # every 100 over 300 steps: 100, 200, 300; step 300 validated already, no extra run
+    assert plain_runs(0, 300, per_epoch=300, every_n_steps=100) == 3
+    assert plain_runs(0, 300, per_epoch=300, every_n_steps=100, at_end=False) == 3
+    # the run's steps, not the epoch's: every 50 over two 80-step epochs is 50, 100, 150
+    assert plain_runs(0, 160, per_epoch=80, every_n_steps=50, at_end=False) == 3
+
+
+def _validating_span(every: int, steps: int, *, each_ms: float = 20) -> SpanStats:
+    """2 ms steps validating (``each_ms``) at steps 0, ``every``, 2 x ``every``, ... as a loop with
+    ``if step % every == 0: validate()`` does, its recent steps recorded one by one."""
+    bit = 1 << BUILTIN_PHASES.index("validation")
+    runs = [i for i in range(steps) if i % every == 0]
+    span = _span(steps=steps, epochs=1, phase="validation", count=len(runs), each_ms=each_ms)
+    durations = [int((2 + (each_ms if i in runs else 0)) * MS) for i in range(steps)]
+    kinds = [_COMPUTE_BIT | (bit if i in runs else 0) for i in range(steps)]
+    recent = RecentSteps(durations, [0] * steps, [int(2 * MS)] * steps, kinds)
+    return dataclasses.replace(span, recent=recent)
+
+
+def test_the_interval_now_is_the_gap_between_validations_as_the_user_set_it() -> None:
+    """Every 25 steps over 110 steps: runs at steps 0, 25, 50, 75, 100, so 110 / 5 = 22 steps a
+    run; the loop's own setting, 25, is what it is told."""
+    span = _validating_span(25, 110)
+    finding = validation_frequency.rule(_ctx(span, epoch_steps=110, source="callable"))
+    assert finding is not None
+    assert "instead of every 25 steps" in finding.fix
+    assert finding.evidence["every_n_steps_seen"] == 25
+    lightning = validation_frequency.rule(_ctx(span, "lightning", batches=110, shape=RunShape(max_epochs=3)))
+    assert lightning is not None
+    assert "instead of every 25 batches" in lightning.fix
+
+
+def test_a_validation_pass_is_called_a_validation_pass() -> None:
+    span = _span(steps=400, epochs=1, phase="validation", count=80, each_ms=20)
+    finding = validation_frequency.rule(_ctx(span, batches=400, epoch_steps=400))
+    assert finding is not None
+    assert finding.title.endswith("(20 ms per validation pass)")
+    assert "per run" not in finding.title
 
 
 # -- checkpoints -----------------------------------------------------------------------------
@@ -545,7 +634,7 @@ def test_a_plain_epochs_finding_counts_its_own_runs_and_the_run_counts_the_last_
     assert at_epoch.evidence["runs_after"] == 0
     assert at_end.evidence["runs_after"] == 1
     # one run is still 13.5% of the run: a quarter of the batches brings it near 5% (33.7 ms allowed)
-    assert at_end.suggestion["limit_val_batches"] == 0.25
+    assert at_end.suggestion["val_fraction"] == 0.25
     assert at_end.est_saving_fraction == pytest.approx((400 - 25) / 1040, abs=1e-4)
 
 

@@ -140,3 +140,20 @@ def test_a_toy_loop_is_too_short_to_judge_and_says_nothing_contradictory(tmp_pat
         if f.id == "data.cpu_bound":
             assert f.evidence["cpu_busy_fraction"] is None or f.evidence["cpu_busy_fraction"] >= 0.85
         assert "decode" not in f.fix
+
+
+def test_a_while_loops_validation_advice_applied_whole_still_validates_less(tmp_path: Path) -> None:
+    """nanoGPT's shape: the suggestion is in steps and the loop's own keys; applied whole (the
+    example's ``run`` takes exactly them), validation still runs, and takes less of the run."""
+    module = _load("nanogpt_loop")
+    before = module.run(report_dir=str(tmp_path / "before"), console=False, **module.SMALL)
+    top = before.findings[0]
+    assert top.id == "validation.frequency"
+    assert set(top.suggestion) <= {"every_n_steps", "at_end", "val_fraction"}
+    assert top.suggestion["at_end"] is True
+    assert "epoch" not in top.fix
+    assert "instead of every 10 steps" in top.fix  # the example's eval_interval
+    after = module.run(report_dir=str(tmp_path / "after"), console=False, **{**module.SMALL, **top.suggestion})
+    assert after.summary.steps == before.summary.steps
+    assert after.summary.phase_seconds["validation"] > 0, "the applied suggestion validated nothing"
+    assert after.summary.phase_fractions["validation"] < before.summary.phase_fractions["validation"]

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from stallscope.analysis.worker_cpu import LoaderCpu
 
 Framework = Literal["plain", "lightning", "transformers"]
+#: where a plain loop's batches come from: a ``DataLoader``, another iterable that is not an
+#: iterator (a list, a ``range``), an iterator of ready batches (a generator), or calls of
+#: ``scope.batch(get_batch)`` (a loop with no iterable)
+DataSource = Literal["loader", "iterable", "generator", "callable"]
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class Context:
     #: the logging calls measured so far (wall time, the process's CPU in them: the Trainer's
     #: loggers in Lightning, the ``logging`` phase in a plain loop); None before the first
     logging_calls: CallSummary | None = None
+    #: where the batches came from (``DataSource``); None where the framework's loader is read
+    source: DataSource | None = None
 
     # the models several rules read, made once per context (a frozen dataclass: ``cached_property``
     # keeps them in the instance's ``__dict__``; a ``replace``d context makes its own)

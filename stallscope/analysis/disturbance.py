@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import compress
 
 from stallscope.analysis.finding import Confidence, Finding
+from stallscope.analysis.numbers import fmt_ms
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.timeline.stats import RecentSteps, SpanStats, quantile
 
@@ -136,7 +137,7 @@ def scatter_note(span: SpanStats | None) -> str | None:
     if found is None:
         return None
     return (
-        f"steps that did the same work took from {found.p50_s * 1e3:.2g} ms (median) to {found.p90_s * 1e3:.2g} ms"
+        f"steps that did the same work took from {fmt_ms(found.p50_s)} (median) to {fmt_ms(found.p90_s)}"
         f" (90th percentile, {found.ratio:.0f}x) over {found.steps} steps: the timings are disturbed (another"
         " process, or the host, took the CPU from the run at times), so every finding's confidence is one step lower"
     )

@@ -72,6 +72,8 @@ WORKER_TRANSFER_PER_TENSOR_S = 0.17e-3
 WORKER_TRANSFER_PER_BYTE_S = 0.8e-9
 #: most the probe's in-process batch time is scaled up for a loaded host (wall over CPU time)
 MAX_CONTENTION = 4.0
+#: the least share of a core the training process is taken to get on a loaded host
+MIN_HOST_SHARE = 0.1
 #: tensors assumed per batch when they were not counted
 DEFAULT_BATCH_TENSORS = 2
 #: start-up plus shutdown of a pass with workers, besides its first batch: base + per worker
@@ -295,6 +297,17 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         else:
             load_s, source = production_s, "production"
             load_cpu_s, measured = load_s, False
+    if workers == 0 and measured and load_cpu_s > 0:
+        # The hand-over's constants were measured on a quiet host. Where other processes keep the
+        # cores busy, the training process gets only a share of a core (its compute's CPU time
+        # over its wall time): receiving a batch from a worker, CPU work in that process, would
+        # take as much longer, and a worker on the same cores would hand its batches over as
+        # much more slowly. No more than the loading itself was slowed (its wall time over its
+        # CPU time): on a quiet host whose steps also wait (a logger, a save), loading that is
+        # CPU work shows that nothing took the cores.
+        stretch = min(1.0 / host_share(ctx, main_cpu_s, consumer_s), load_s / load_cpu_s)
+        if stretch > 1.0:
+            x_main, x_worker = x_main * stretch, x_worker * stretch
     pass_overhead_ns = sum(b.iter_ns + b.first_wait_ns + b.last_wait_ns for b in boundaries)
     # a worker busy in Python makes each tensor's file-descriptor hand-over wait for its GIL
     cpu_work = measured and load_s > 0 and load_cpu_s >= 0.5 * load_s
@@ -319,6 +332,16 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         load_source=source,
         gil_wait_s=gil_wait,
     )
+
+
+def host_share(ctx: Context, main_cpu_s: float, consumer_s: float) -> float:
+    """The share of a core the training process got while it computed, when the compute runs on
+    the CPU (its CPU time over its wall time, at least ``MIN_HOST_SHARE``; 1.0 on a GPU, where the
+    host also waits on the device). On a host shared with other jobs, CPU-bound loading gets no
+    more than this share either, so it is not mistaken for loading that waits on storage."""
+    if ctx.cuda_device is not None or ctx.cuda is not None or consumer_s <= 0:
+        return 1.0
+    return min(1.0, max(MIN_HOST_SHARE, main_cpu_s / consumer_s))
 
 
 def _tensors_as_descriptors() -> bool:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from stallscope._exceptions import from_signal_handler
+from stallscope.analysis.context import DataSource
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
@@ -201,6 +202,8 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         #: counted (the loader was read anew since the last one counted)
         self._loaders = LoaderReader()
         self._look_at_batch = True
+        #: the epoch in progress is one of ``batch`` calls, not a ``scope.iter`` pass
+        self._batch_epoch = False
 
     # -- context manager -----------------------------------------------------------------
 
@@ -260,8 +263,12 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             for _ in range(2):
                 try:
                     if self._active and self._in_epoch:
-                        self._end_epoch()
-                    print_run = self._active and self._session.epochs_ended > 1
+                        # the run's only epoch ends here: the run's panel alone (its findings
+                        # count what came after the loop, and it has the run's notes)
+                        self._end_epoch(panel=self._session.epochs_ended > 0)
+                    # a plain loop's single epoch: the run's panel is the one the user sees
+                    least = 1 if self._session.framework == "plain" else 2
+                    print_run = self._active and self._session.epochs_ended >= least
                     self._session.finish(print_run=print_run)
                     break
                 except Exception as exc:
@@ -320,6 +327,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         if self._active and not self._session.timeline.started:
             self._start_clock()
         self._generation += 1
+        self._batch_epoch = False
         self._session.timeline.end_streams()  # an earlier pass still running passes items through
         if self._active and self._in_epoch:
             try:
@@ -338,7 +346,10 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         timeline = self._session.timeline
         try:
             loader, batches = self._inspect(iterable)
-            self._session.note_loader(loader, batches, iterable)
+            source: DataSource = (
+                "loader" if loader is not None else "generator" if isinstance(iterable, Iterator) else "iterable"
+            )
+            self._session.note_loader(loader, batches, iterable, source=source)
             timeline.begin_epoch(in_process_data=loader is None or loader.num_workers == 0)
             self._in_epoch = True
             index = self._session.epochs_ended
@@ -369,6 +380,56 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
                 self._end_epoch()
             except Exception as exc:
                 self._fail(exc)
+
+    def batch(self, get_batch: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``get_batch(*args, **kwargs)``, timed as the wait for the next batch; a step starts with
+        each call. The one-line form for a loop with no iterable (``X, Y = scope.batch(get_batch,
+        "train")`` in a ``while`` loop): its calls are one epoch, until the scope exits or
+        ``iter`` is called. ``get_batch``'s own exceptions propagate unchanged."""
+        if not self._active:
+            return get_batch(*args, **kwargs)
+        try:
+            if not self._batch_epoch:
+                self._begin_batches()
+            self._session.timeline.data_begin(new_step=True)
+        except Exception as exc:
+            self._fail(exc)
+            return get_batch(*args, **kwargs)
+        try:
+            item = get_batch(*args, **kwargs)
+        except BaseException:
+            self._data_end(got_item=False)
+            raise
+        self._data_end(got_item=True)
+        if self._look_at_batch and self._active:
+            self._look_at_batch = False
+            self._guarded(self._count_batch, item)
+        return item
+
+    def _begin_batches(self) -> None:
+        """The first ``batch`` call since the scope started or since a ``scope.iter`` pass: an
+        epoch of calls begins (it ends as a pass does: at the next ``iter`` or at exit)."""
+        if not self._started:
+            self.start()
+        if self._active and not self._session.timeline.started:
+            self._start_clock()
+        self._generation += 1
+        timeline = self._session.timeline
+        timeline.end_streams()
+        if self._in_epoch:
+            self._end_epoch()
+        self._session.note_loader(None, None, source="callable")
+        timeline.begin_epoch(in_process_data=True)
+        self._in_epoch = True
+        self._batch_epoch = True
+        self._look_at_batch = True
+
+    def _count_batch(self, item: object) -> None:
+        """The first batch of an epoch of ``batch`` calls: count its tensors and bytes; on CUDA,
+        look for pageable tensors (``data.pin_memory``)."""
+        self._session.batch_tensors = count_tensors(item)
+        self._session.batch_bytes = batch_bytes(item)
+        self._session.note_batch(item)
 
     def _inspect(self, iterable: object) -> tuple[LoaderConfig | None, int | None]:
         """The settings of the loader a pass iterates (``LoaderReader``: not at every pass over the
@@ -406,13 +467,14 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             self._fail(exc)
             return 0
 
-    def _end_epoch(self) -> None:
+    def _end_epoch(self, *, panel: bool = True) -> None:
         self._in_epoch = False
+        self._batch_epoch = False
         if self._boundary is not None:
             index, iter_ns, first_ns, last_ns = self._boundary
             self._boundary = None
             self._session.timeline.note_boundary(EpochBoundary(index, iter_ns, first_ns, last_ns))
-        self._session.end_epoch()
+        self._session.end_epoch(panel=panel)
 
     def watch(self, model: object) -> None:
         """Tell the scope which model is trained, once, before the loop: an ``nn.DataParallel``

@@ -30,10 +30,11 @@ from typing import Generic, NamedTuple, TypeVar, cast
 from rich.console import Console
 
 from stallscope._version import __version__
-from stallscope.analysis.context import AnalysisConfig, Context, Framework, RunShape
+from stallscope.analysis.context import AnalysisConfig, Context, DataSource, Framework, RunShape
 from stallscope.analysis.diagnose import diagnose, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
+from stallscope.analysis.numbers import count
 from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
@@ -129,6 +130,14 @@ def ending_note(exc: BaseException, what: str = "run") -> str:
     return f"the {what} was interrupted ({detail})"
 
 
+#: the note of a run whose loop used phases but never marked a step
+NO_STEPS_NOTE = (
+    "no training step was seen, so nothing could be diagnosed: the loop used phases only. Mark each step"
+    " where it gets its batch: `for batch in scope.iter(loader):`, or `batch = scope.batch(get_batch)` in a"
+    " loop with no iterable"
+)
+
+
 class _Facts(NamedTuple):
     """What the rules know of the run that may change as it goes (``Session._facts``), read when
     an epoch ends: an epoch whose close waits (``Session._wait``) is diagnosed with these."""
@@ -143,6 +152,7 @@ class _Facts(NamedTuple):
     data_parallel_devices: int | None
     saves: SaveSummary | None
     logging_calls: CallSummary | None
+    source: DataSource | None
 
 
 class Session:
@@ -173,6 +183,9 @@ class Session:
         self.analysis = AnalysisConfig(min_saving=config.min_saving, framework=framework)
         self.loader: LoaderConfig | None = None
         self.batches_per_epoch: int | None = None
+        #: where the plain loop's batches come from (``scope.iter`` over a loader, an iterable, a
+        #: generator; ``scope.batch`` calls); None until known
+        self.source: DataSource | None = None
         #: tensors per batch, counted in the first batch of each pass, and their bytes
         self.batch_tensors: int | None = None
         self.batch_bytes: int | None = None
@@ -265,7 +278,16 @@ class Session:
         if text not in self.notes:
             self.notes.append(text)
 
-    def note_loader(self, loader: LoaderConfig | None, batches: int | None, iterable: object = None) -> None:
+    def note_loader(
+        self,
+        loader: LoaderConfig | None,
+        batches: int | None,
+        iterable: object = None,
+        *,
+        source: DataSource | None = None,
+    ) -> None:
+        """A pass over ``iterable`` begins (``source``: where a plain loop's batches come from)."""
+        self.source = source
         if loader is not None:
             self.loader = loader
             if loader.num_workers > 0 and loader.in_memory is not None and self.in_process_batch_s is None:
@@ -303,11 +325,11 @@ class Session:
         """The first batch of a pass: on CUDA, check it for pageable (unpinned) tensors."""
         self.signals.note_batch(batch)
 
-    def end_epoch(self, *, may_wait: bool = True) -> Later[EpochReport] | None:
+    def end_epoch(self, *, may_wait: bool = True, panel: bool = True) -> Later[EpochReport] | None:
         """Close the epoch: print it, write the report (on their budgets); its report, made when
         asked for. None for an empty epoch, and for one whose close waits (``may_wait``: see
-        ``_wait``)."""
-        if may_wait and self._wait():
+        ``_wait``). ``panel=False``: no panel (the run's own comes next and says it all)."""
+        if may_wait and panel and self._wait():
             return None
         timeline = self.timeline
         was_paused = timeline.paused
@@ -317,7 +339,7 @@ class Session:
         empty = snapshot.steps == 0 and snapshot.epochs == 0
         try:
             self._settle()  # the epochs that ended before this one, first
-            return None if empty else self._close_epoch(snapshot)
+            return None if empty else self._close_epoch(snapshot, panel=panel)
         finally:
             if not (empty and was_paused):
                 timeline.resume()
@@ -399,7 +421,7 @@ class Session:
         make = job.report_later()
         return Later(lambda: make(own.get()))
 
-    def _close_epoch(self, snapshot: SpanSnapshot) -> Later[EpochReport]:
+    def _close_epoch(self, snapshot: SpanSnapshot, *, panel: bool = True) -> Later[EpochReport]:
         index = self._epoch_index
         self._epoch_index += 1
         signals = self.signals.close_window(steps=snapshot.steps)
@@ -409,7 +431,7 @@ class Session:
             self._join_job()  # torch.distributed may have come up inside the ``with`` block
         if self.job is not None:  # rank 0 speaks for the job; the others write their own file
             return self._close_job_epoch(index, epoch, snapshot)
-        if snapshot.steps > 0:
+        if snapshot.steps > 0 and panel:
             self._print_epoch(index, epoch, snapshot)
         writer = self._writer
         if writer is not None and writer.wants_report():
@@ -576,6 +598,9 @@ class Session:
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
                 writer.close()  # no mid-run report is written after this
+        no_steps = self.framework == "plain" and not self.epochs and self.timeline.started and self.timeline.steps == 0
+        if no_steps:  # phases alone: what they took is in the report, but no step to judge
+            self.note(NO_STEPS_NOTE)
         self._close_tail()
         report = self.build_report(complete=True)
         own = report.summary  # this process's run
@@ -586,13 +611,16 @@ class Session:
             report, ranks = self.job.finish(report)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
-        if print_run:
+        if print_run or no_steps:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
             # (from the summary: the run's statistics again would sort its recent steps again)
             short = too_short_for(own.steps, own.wall_s) if own.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
-            self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
+            title = "run (no steps)" if no_steps else f"run ({count(self._epoch_index, 'epoch')})"
+            if self.source == "callable" and self._epoch_index == 1:
+                title = "run"  # a loop with no epochs: none named
+            self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._print_where()
         return report
@@ -661,6 +689,7 @@ class Session:
             self.data_parallel_devices,
             self.saves.summary(),
             self.logging_calls.summary(),
+            self.source,
         )
 
     def _known(
@@ -700,6 +729,7 @@ class Session:
             data_parallel_devices=f.data_parallel_devices,
             saves=f.saves,
             logging_calls=f.logging_calls,
+            source=f.source,
         )
 
     @property

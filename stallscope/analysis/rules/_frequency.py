@@ -144,6 +144,19 @@ def after_run_s(recent: RecentSteps | None, phase: str) -> float:
     return max(0.0, statistics.median(extras) / 1e9)
 
 
+def steps_between(recent: RecentSteps | None, phase: str) -> int | None:
+    """The steps from one run of ``phase`` to the next, as the loop spaces them (the median gap
+    between the recent steps that ran it: a loop validating at steps 0, 25, 50, ... is "every 25
+    steps", where the count over the steps would say 22); None when fewer than two runs were
+    among the recent steps."""
+    if recent is None or phase not in BUILTIN_PHASES:
+        return None
+    bit = 1 << BUILTIN_PHASES.index(phase)
+    runs = [i for i, kind in enumerate(recent.kinds) if kind & bit]
+    gaps = [b - a for a, b in zip(runs, runs[1:], strict=False)]
+    return round(statistics.median(gaps)) if gaps else None
+
+
 def span_steps(ctx: Context) -> tuple[int, int]:
     """(steps before the span, steps in it)."""
     return ctx.steps_before, ctx.span.steps

@@ -16,7 +16,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.loop_model import LoopModel, batches_may_be_ready
+from stallscope.analysis.loop_model import batches_may_be_ready, host_share
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import refine
 
@@ -31,7 +31,8 @@ def rule(ctx: Context) -> Finding | None:
     model, _ = refine(ctx, model)
     if not model.starved:
         return None
-    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * _host_share(ctx, model)
+    share = host_share(ctx, model.main_cpu_s, model.consumer_s)
+    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * share
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
     # with workers, fewer (down to none) may win: the hand-over then costs more than it hides.
     # Without a probe, a batch's in-process cost is the workers' rate less the hand-over, an upper
@@ -63,7 +64,9 @@ def rule(ctx: Context) -> Finding | None:
     where = "the train DataLoader" if lightning else "the DataLoader"
     snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested})"
     suggestion: dict[str, int] = {"num_workers": suggested}
-    if model.workers == 0 and ctx.loader is None:
+    if model.workers == 0 and ctx.loader is None and ctx.source in ("generator", "callable"):
+        fix, snippet = _ready_batches_fix(ctx, suggested)
+    elif model.workers == 0 and ctx.loader is None:
         fix = (
             f"Wrap the iterable in a torch DataLoader with num_workers={suggested} so batches are "
             "prepared in parallel with training."
@@ -135,11 +138,48 @@ def rule(ctx: Context) -> Finding | None:
     )
 
 
-def _host_share(ctx: Context, model: LoopModel) -> float:
-    """The share of a core the training process got while it computed, when the compute runs on
-    the CPU (its CPU time over its wall time; 1.0 on a GPU, where the host also waits on the
-    device). On a host shared with other jobs, CPU-bound loading gets no more than this share
-    either, so it is not mistaken for loading that waits on storage."""
-    if ctx.cuda_device is not None or ctx.cuda is not None or model.consumer_s <= 0:
-        return 1.0
-    return min(1.0, max(0.1, model.main_cpu_s / model.consumer_s))
+def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
+    """The fix and snippet for a loop fed whole batches by a generator or by ``scope.batch``
+    calls: not a Dataset of samples, so no ``batch_size`` (it would batch the batches again)."""
+    if ctx.source == "callable":
+        fix = (
+            f"Make the batches in {count(workers, 'DataLoader worker process')}, ahead of the loop: an IterableDataset"
+            " whose __iter__ calls your batch function in a loop, read through"
+            f" DataLoader(ds, batch_size=None, num_workers={workers}) (batch_size=None: its items are batches"
+            " already), and scope.batch(next, batches) where the loop called it. Each worker has its own random"
+            " state, seeded apart by torch. Where the batches come from the GPU, or from NumPy slices of a"
+            " memory-mapped file that release the GIL, a background thread keeping a few batches ready in a"
+            " queue.Queue does the same without processes."
+        )
+        snippet = (
+            "class Batches(IterableDataset):\n"
+            "    def __iter__(self):\n"
+            "        while True:\n"
+            "            yield get_batch()\n"
+            f"batches = iter(DataLoader(Batches(), batch_size=None, num_workers={workers}))\n"
+            "x, y = scope.batch(next, batches)"
+        )
+        return fix, snippet
+    shard = (
+        " Each worker runs its own copy of __iter__: shard it with torch.utils.data.get_worker_info(), so that"
+        " worker k of n makes only every n-th batch (making a batch and skipping it saves nothing), or each"
+        f" batch comes {'twice' if workers == 2 else f'{workers} times'}."
+        if workers > 1
+        else ""
+    )
+    fix = (
+        f"Make the batches in {count(workers, 'DataLoader worker process')}: an IterableDataset whose __iter__"
+        f" yields the generator's batches, read through DataLoader(ds, batch_size=None, num_workers={workers})"
+        f" (batch_size=None: its items are batches already).{shard} Where the batches come from the GPU or a"
+        " memory-mapped array, a background thread keeping a few batches ready in a queue.Queue does the same"
+        " without processes."
+    )
+    snippet = (
+        "class Batches(IterableDataset):\n"
+        "    def __iter__(self):\n"
+        "        info = get_worker_info()\n"
+        "        k, n = (info.id, info.num_workers) if info is not None else (0, 1)\n"
+        "        yield from make_batches(worker=k, workers=n)  # every n-th batch, from the k-th\n"
+        f"DataLoader(Batches(), batch_size=None, num_workers={workers})"
+    )
+    return fix, snippet

@@ -1,16 +1,21 @@
 """``validation.frequency``: validation runs take a large share; validate less often.
 
-The suggestion uses Lightning's ``val_check_interval``: an int is a number of training batches,
-a float a fraction of the epoch (1.0 = once per epoch, after its last batch). When even once per
-epoch is too often, it is ``val_check_interval=1.0`` plus ``check_val_every_n_epoch``.
+Each loop kind in its own words (SPEC §3). Lightning: ``val_check_interval`` (an int is a number
+of training batches, a float a fraction of the epoch: 1.0 = once per epoch, after its last
+batch); when even once per epoch is too often, ``val_check_interval=1.0`` plus
+``check_val_every_n_epoch``. A plain loop: the neutral keys ``every_n_steps`` (the run's steps,
+counted from 1), ``every_n_epochs``, ``at_end`` (once more after the loop) and ``val_fraction``.
 
 Lightning: the fit's length is known (``max_epochs``, ``max_steps``, ``limit_train_batches``), so
 the setting still validates at least once in it, and the prediction counts the validation runs
 Lightning will really do with it (``_TrainingEpochLoop._should_check_val_fx``: an int interval
 counts batches within each checked epoch, with no extra run at the epoch's end). A plain loop's
-length is not known: every ``N`` epochs, and after the last one (``"at_end": true``). When the
-interval alone cannot bring validation down to its target share of the fit, the suggestion also
-validates on a part of the validation set (``limit_val_batches``).
+length is not known: every ``N`` epochs, and after the last one (``"at_end": true``); a loop with
+no epochs (``scope.batch`` calls, one pass over a generator) every ``N`` steps and after the
+loop. When the interval alone cannot bring validation down to its target share of the fit, the
+suggestion also validates on a part of the validation set (``limit_val_batches``,
+``val_fraction``). The interval the fix text says the loop uses now is the gap in steps between
+its recent validation runs, as the user set it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from stallscope.analysis.rules._frequency import (
     epoch_pieces,
     estimate,
     runs_every,
+    steps_between,
     training_time,
 )
 from stallscope.timeline.phases import VALIDATION
@@ -55,15 +61,24 @@ def lightning_runs(
 
 
 def plain_runs(
-    before: int, steps: int, *, per_epoch: int, batches: int | None, every_n_epochs: int, at_end: bool = True
+    before: int,
+    steps: int,
+    *,
+    per_epoch: int,
+    every_n_steps: int | None,
+    every_n_epochs: int = 1,
+    at_end: bool = True,
 ) -> int:
-    """Validation runs of a plain loop among steps ``before + 1`` .. ``before + steps``: every
-    ``batches`` steps of an epoch, or after the last batch of every ``every_n_epochs``-th epoch
-    and, ``at_end`` (the span ends the run), after the last epoch when it does not validate
-    already."""
+    """Validation runs of a plain loop among steps ``before + 1`` .. ``before + steps``: at every
+    ``every_n_steps``-th step of the run (``if step % k == 0``, steps counted from 1), or after the
+    last batch of every ``every_n_epochs``-th epoch; and, ``at_end`` (the span ends the run), once
+    after the last step when that step did not validate already."""
+    if every_n_steps is not None:
+        runs = runs_every(before, steps, every_n_steps)
+        if at_end and (before + steps) % every_n_steps:
+            runs += 1  # the run after the last step
+        return runs
     pieces = epoch_pieces(before, steps, per_epoch)
-    if batches is not None:
-        return sum(runs_every(into, n, batches) for _, into, n in pieces)
     runs = sum(1 for epoch, into, n in pieces if (epoch + 1) % every_n_epochs == 0 and into + n == per_epoch)
     last_epoch = pieces[-1][0] if pieces else 0
     if at_end and (last_epoch + 1) % every_n_epochs:
@@ -150,49 +165,83 @@ def _lightning_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
     return plan
 
 
+def has_epochs(ctx: Context) -> bool:
+    """Whether a plain loop has epochs to count in: not one fed by ``scope.batch`` calls, nor a
+    single pass over a generator (a ``while`` loop's batches wrapped as an iterator)."""
+    if ctx.source == "callable":
+        return False
+    return not (ctx.source == "generator" and max(ctx.span.epochs, (ctx.run_span or ctx.span).epochs) <= 1)
+
+
 def _plain_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
+    """Neutral keys (SPEC §3): ``every_n_steps`` (the run's steps, counted from 1) or
+    ``every_n_epochs``, ``at_end`` (once more after the loop), ``val_fraction`` (validate on the
+    first part of the validation batches). A loop with no epochs is told steps alone."""
     span = ctx.span
+    run = ctx.run_span or span
     per_epoch = ctx.epoch_steps or (span.steps // span.epochs if span.epochs else span.steps) or 1
+    epochs_known = has_epochs(ctx)
     plan = _Plan()
     k = est.interval
-    batches: int | None = None
+    every_n_steps: int | None = None
     epochs = 1
-    if k < per_epoch:
-        batches = k
-        plan.suggestion = {"val_check_interval": k}
-        plan.what = f"every {k} steps (about every {training_time(k * est.step_without_s)} of training)"
-        plan.snippet = f"if i % {k} == 0:  # i: the batch's number in the epoch, from 1\n    validate()"
+    every_text = training_time(k * est.step_without_s)
+    if not epochs_known:
+        every_n_steps = k
+        plan.suggestion = {"every_n_steps": k, "at_end": True}
+        plan.what = f"every {k} steps (about every {every_text} of training) and once after the loop"
+        plan.snippet = (
+            f"if step % {k} == 0:  # step: the steps so far, from 1\n    validate()\n"
+            "# ...and once after the loop\nvalidate()"
+        )
+        if k > run.steps:
+            plan.capped = True
+            plan.notes.append(
+                f"The {run.steps} steps seen are fewer than {k}: a run this long would validate once, after"
+                " the loop, and the prediction counts that run."
+            )
+    elif k < per_epoch:
+        every_n_steps = k
+        plan.suggestion = {"every_n_steps": k}
+        plan.what = f"every {k} steps (about every {every_text} of training)"
+        plan.snippet = f"if step % {k} == 0:  # step: the steps so far, from 1\n    validate()"
     else:
         epochs = max(1, math.ceil(est.needed / per_epoch - 1e-9))
         train_time = training_time(epochs * per_epoch * est.step_without_s)
         if epochs == 1:
-            plan.suggestion = {"val_check_interval": 1.0}
+            plan.suggestion = {"every_n_epochs": 1}
             plan.what = "once per epoch, after its last batch"
             plan.snippet = "validate()  # once, after the epoch's last batch"
         else:
-            plan.suggestion = {"val_check_interval": 1.0, "check_val_every_n_epoch": epochs, "at_end": True}
+            plan.suggestion = {"every_n_epochs": epochs, "at_end": True}
             plan.what = f"every {epochs} epochs (about every {train_time} of training) and after the last one"
             plan.snippet = f"if (epoch + 1) % {epochs} == 0 or epoch + 1 == epochs:\n    validate()"
-    run = ctx.run_span or span
-    seen = max(1, run.epochs)
-    if batches is None and epochs > seen:
-        plan.capped = True
-        seen_text = f"{seen} epochs seen so far are" if seen != 1 else "1 epoch seen so far is"
-        plan.notes.append(
-            f"The {seen_text} fewer than {epochs}: a run this long would validate once, after its last epoch,"
-            " and the prediction counts that run."
-        )
+        seen = max(1, run.epochs)
+        if epochs > seen:
+            plan.capped = True
+            seen_text = f"{seen} epochs seen so far are" if seen != 1 else "1 epoch seen so far is"
+            plan.notes.append(
+                f"The {seen_text} fewer than {epochs}: a run this long would validate once, after its last epoch,"
+                " and the prediction counts that run."
+            )
 
     def runs(before: int, steps: int, at_end: bool) -> int:
-        return plain_runs(before, steps, per_epoch=per_epoch, batches=batches, every_n_epochs=epochs, at_end=at_end)
+        return plain_runs(
+            before,
+            steps,
+            per_epoch=per_epoch,
+            every_n_steps=every_n_steps,
+            every_n_epochs=epochs,
+            at_end=at_end and plan.suggestion.get("at_end", False),
+        )
 
-    # the run after the last epoch is in the run's prediction; an epoch's counts its own runs
+    # the run after the loop is in the run's prediction; an epoch's counts its own runs
     plan.runs = runs(ctx.steps_before, span.steps, ctx.run_span is None)
     plan.fit_steps = run.steps
     plan.fit_runs = runs(0, run.steps, True)
     plan.fraction = _limit(est, plan, ctx.config.validation_target_share, None) if plan.capped else 1.0
     if plan.fraction < 1.0:
-        plan.suggestion["limit_val_batches"] = plan.fraction
+        plan.suggestion["val_fraction"] = plan.fraction
         plan.snippet += f"  # on the first {plan.fraction:.0%} of the validation batches"
     return plan
 
@@ -243,7 +292,10 @@ def rule(ctx: Context) -> Finding | None:
     saving = est.saving_for(min(plan.runs, est.count), each_after)
     if saving <= 0:
         return None
-    fix = f"Validate {plan.what} instead of {every_n(est.interval_now, 'batch')}"
+    seen = steps_between(ctx.span.recent, VALIDATION)  # the gaps between runs, as the user set them
+    unit = "batch" if ctx.config.framework == "lightning" else "step"  # transformers: optimizer steps
+    now = every_n(seen if seen is not None else est.interval_now, unit)
+    fix = f"Validate {plan.what} instead of {now}"
     fix += f": {plan.snippet.partition(chr(10))[0]}." if lightning else "."
     fix = " ".join([fix, *plan.notes])
     bound: SpeedupBound = "lower"  # fewer runs only removes work
@@ -258,13 +310,14 @@ def rule(ctx: Context) -> Finding | None:
     per_epoch = ctx.shape.batches_per_epoch if ctx.shape is not None else None
     return Finding(
         id=ID,
-        title=f"Validation takes {est.share_now:.0%} of the time ({_duration(est.each_s)} per run)",
+        title=f"Validation takes {est.share_now:.0%} of the time ({_duration(est.each_s)} per validation pass)",
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
         confidence="high",
         evidence={
             **est.evidence(),
             "batches_per_epoch": per_epoch or ctx.epoch_steps or ctx.batches_per_epoch or 0,
+            "every_n_steps_seen": seen if seen is not None else round(est.interval_now, 2),
             "runs_after": plan.runs,
             "fit_steps": plan.fit_steps,
             "runs_in_fit_after": plan.fit_runs,
