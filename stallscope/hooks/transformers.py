@@ -226,7 +226,7 @@ class _TrainRun:
             timed = False
             if scope._active and not run.closed and get_ident() == thread:
                 try:
-                    if run._in_compute or run._in_setup or run._depth:
+                    if run._in_compute or run._in_setup:
                         run._leave_all()
                     timeline.data_begin(new_step=True)
                     run._fetching = timed = True
@@ -352,11 +352,6 @@ class _TrainRun:
         if self._in_compute:
             self.timeline.leave()
             self._in_compute = False
-
-    def fetch_begin(self) -> None:
-        self._leave_all()
-        self.timeline.data_begin(new_step=True)
-        self._fetching = True
 
     def fetch_end(self, batches: Any) -> None:
         """The step's batches are in (``batches``: the list of micro-batches; empty or None when
