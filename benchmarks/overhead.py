@@ -8,6 +8,8 @@ Loops:
       of 30 steps                             target <= 1.05, in process CPU time and wall time
   (e) loop (d) as a job: two gloo ranks under torchrun, each 100 epochs of 30 steps of loop (a)'s
       model in DistributedDataParallel        target <= 1.05, rank 0 and rank 1, both clocks
+  (f) tiny transformers ``Trainer.train()`` (a one-layer model, 3000 optimizer steps)
+                                              target <= 1.02 in process CPU time
 
 Each pair runs the bare and the watched variant back to back (alternating which goes first),
 each after a full garbage collection; the ratio reported is the median over pairs.
@@ -59,11 +61,13 @@ from torch import nn  # noqa: E402
 
 from stallscope import StallScope  # noqa: E402
 
-TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02, "d": 1.05, "e": 1.05}
+TARGETS = {"a": 1.02, "b": 1.005, "c": 1.02, "d": 1.05, "e": 1.05, "f": 1.02}
 #: steps per run: a watched run pays its fixed costs (epoch-end diagnosis, report writes) once
 TINY_STEPS = 20_000
 MEDIUM_STEPS = 500
 LIGHTNING_STEPS = 3000
+#: loop (f): optimizer steps of a tiny transformers Trainer fit
+TRANSFORMERS_STEPS = 3000
 #: loop (d): epochs of EPOCH_STEPS steps, plain and Lightning
 SHORT_EPOCHS = 100
 LIGHTNING_SHORT_EPOCHS = 50
@@ -250,6 +254,42 @@ def lightning_fit(mode: str, steps: int, report_dir: str, epochs: int = 1) -> fl
     return time.perf_counter() - t0
 
 
+class _TinyRegressor(nn.Module):
+    """The smallest model a ``transformers.Trainer`` trains: a dict of tensors in, ``loss`` out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"loss": nn.functional.mse_loss(self.layer(x).squeeze(-1), labels)}
+
+
+def transformers_fit(mode: str, steps: int, report_dir: str) -> float:
+    """A tiny ``transformers.Trainer.train()`` of ``steps`` optimizer steps; mode: bare or watched.
+    Returns the wall seconds of ``train()``."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    x = torch.randn(steps * 8, 32)
+    data = [{"x": x[i], "labels": x[i].sum()} for i in range(len(x))]
+    args = transformers.TrainingArguments(
+        output_dir=str(Path(report_dir) / "trainer"),
+        per_device_train_batch_size=8,
+        num_train_epochs=1,
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=10_000,
+    )
+    callbacks = [StallScope(report_dir, console=null_console())] if mode == "watched" else []
+    trainer = transformers.Trainer(model=_TinyRegressor(), args=args, train_dataset=data, callbacks=callbacks)
+    t0 = time.perf_counter()
+    trainer.train()
+    return time.perf_counter() - t0
+
+
 def lightning_parts(
     steps: int,
     callbacks: list[Any],
@@ -381,6 +421,18 @@ def measure(args: argparse.Namespace, tmp: str) -> list[Row]:
             rows.extend(short_epochs(args, tmp))
         elif key == "e":
             rows.extend(job_epochs(args))
+        elif key == "f":
+
+            def hf(mode: str) -> Callable[[], float]:
+                return lambda: transformers_fit(mode, TRANSFORMERS_STEPS, tmp)
+
+            try:
+                _, ratio, b = pairs_cpu(hf("bare"), hf("watched"), args.pairs)
+            except ImportError as exc:  # transformers not installed
+                print(f"(f) skipped: {exc}", file=sys.stderr)
+                continue
+            label = "tiny transformers Trainer fit, CPU time"
+            rows.append((key, label, "StallScope", ratio, b / TRANSFORMERS_STEPS, TARGETS[key]))
         elif key in loops:
             label, loop = loops[key]
             ratio, b, w = pairs(loop.bare, lambda loop=loop: loop.watched(tmp), args.pairs)

@@ -45,6 +45,14 @@ LIGHTNING_ADVICE: list[str] = [
 DISTRIBUTED: list[str] = [
     "ddp_straggler",
     "lightning_ddp_straggler",
+    "transformers_ddp_straggler",
 ]
 
-ALL = PLAIN + LIGHTNING + LIGHTNING_ADVICE + DISTRIBUTED
+#: real tiny `transformers.Trainer` runs (a GPT-2 built from a config)
+TRANSFORMERS: list[str] = [
+    "transformers_starved_loader",
+    "transformers_frequent_save",
+    "transformers_frequent_eval",
+]
+
+ALL = PLAIN + LIGHTNING + LIGHTNING_ADVICE + TRANSFORMERS + DISTRIBUTED

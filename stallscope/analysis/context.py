@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from stallscope.analysis.loop_model import LoopModel
     from stallscope.analysis.worker_cpu import LoaderCpu
 
-Framework = Literal["plain", "lightning"]
+Framework = Literal["plain", "lightning", "transformers"]
 #: where a plain loop's batches come from: a ``DataLoader``, another iterable that is not an
 #: iterator (a list, a ``range``), an iterator of ready batches (a generator), or calls of
 #: ``scope.batch(get_batch)`` (a loop with no iterable)
@@ -105,7 +105,8 @@ class AnalysisConfig:
     validation_target_share: float = 0.05
     #: most workers suggested per usable core when loading waits on latency, not CPU
     io_workers_per_core: int = 4
-    #: words of the fix: plain PyTorch or Lightning's Trainer arguments
+    #: words of the fix: plain PyTorch, Lightning's Trainer arguments or transformers'
+    #: ``TrainingArguments``
     framework: Framework = "plain"
 
     def __post_init__(self) -> None:

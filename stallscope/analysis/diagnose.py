@@ -9,6 +9,7 @@ from stallscope.analysis.context import Context
 from stallscope.analysis.disturbance import disturbed, lowered
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.rules import ALL_RULES, Rule
+from stallscope.analysis.transformers_words import in_trainer_words
 from stallscope.timeline.stats import SpanStats
 
 #: a span shorter than this, or with fewer steps, is too short to judge: start-up, first-batch and
@@ -38,6 +39,8 @@ def diagnose(ctx: Context, rules: Iterable[Rule] = ALL_RULES) -> list[Finding]:
     """Findings worth at least ``min_saving`` of wall time, best first (SPEC §3 ordering); all of
     them low confidence when the span is too short to judge."""
     found = [f for rule in rules if (f := rule(ctx)) is not None]
+    if ctx.config.framework == "transformers":
+        found = [in_trainer_words(f, ctx) for f in found]
     kept = [f for f in found if f.est_saving_fraction >= ctx.config.min_saving]
     if disturbed(ctx.host_signals, ctx.span):  # other processes' work moved the numbers
         kept = [lowered(f) for f in kept]

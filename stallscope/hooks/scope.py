@@ -27,6 +27,7 @@ from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
 from stallscope.hooks.session import Session, ending_note
+from stallscope.hooks.transformers import TransformersCallbacks
 from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
@@ -170,7 +171,7 @@ class _PhaseCache(dict[str, AbstractContextManager[None]]):
         return self._make(name)
 
 
-class StallScope(LightningCallbacks):
+class StallScope(TransformersCallbacks, LightningCallbacks):
     """Watches a training loop and tells why the accelerator waits.
 
     ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
@@ -181,7 +182,8 @@ class StallScope(LightningCallbacks):
     least that many seconds passed since the last printed one; ``0`` prints every epoch's. The
     first epoch's, and the run's at the end, are always printed.
     The same object is a Lightning callback: ``Trainer(callbacks=[StallScope()])``
-    (``hooks/lightning.py``), where each ``fit`` is one run.
+    (``hooks/lightning.py``), where each ``fit`` is one run, and a ``transformers``
+    ``TrainerCallback`` (``hooks/transformers.py``), where each ``train()`` is one run.
     """
 
     def __init__(

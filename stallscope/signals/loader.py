@@ -65,6 +65,9 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         return None
     prefetch = getattr(iterable, "prefetch_factor", None)
     batch_size = getattr(iterable, "batch_size", None)
+    if batch_size is None and type(iterable).__module__.startswith("accelerate."):
+        # Accelerate's DataLoaderShard is made from the loader's batch sampler: its batch size is there
+        batch_size = getattr(getattr(iterable, "batch_sampler", None), "batch_size", None)
     dataset = getattr(iterable, "dataset", None)
     in_memory = _in_memory(dataset)
     batched = getattr(iterable, "batch_sampler", None) is not None

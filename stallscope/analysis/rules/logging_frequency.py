@@ -64,6 +64,8 @@ def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
     Trainer's own (the calls at each epoch's end made the calls look more frequent than it)."""
     lightning = ctx.config.framework == "lightning"
     total = steps_in_fit(ctx)
+    if ctx.config.framework == "transformers" and ctx.shape is not None:
+        total = ctx.shape.total_steps  # the Trainer's state.max_steps
     k = est.interval if total is None else max(1, min(est.interval, total))
     setting = ctx.shape.log_every_n_steps if lightning and ctx.shape is not None else None
     if setting is not None and k <= setting:

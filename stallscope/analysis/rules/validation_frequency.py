@@ -247,24 +247,61 @@ def _plain_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
     return plan
 
 
+def _transformers_plan(ctx: Context, est: FrequencyEstimate) -> _Plan:
+    """transformers' ``eval_strategy="steps"``: every ``eval_steps`` optimizer steps, counted
+    across epochs, and at the run's last step when that is not one of them. ``eval_steps`` is at
+    most the run's steps (``state.max_steps``), so the run still evaluates."""
+    shape = ctx.shape or RunShape()
+    span = ctx.span
+    total = shape.total_steps
+    k = est.interval
+    plan = _Plan()
+    if total is not None and k > total:
+        k, plan.capped = max(1, total), True
+    plan.suggestion = {"eval_strategy": "steps", "eval_steps": k}
+    plan.what = f"every {k} optimizer steps (about every {training_time(k * est.step_without_s)} of training)"
+    plan.snippet = f'TrainingArguments(..., eval_strategy="steps", eval_steps={k})'
+
+    def runs(before: int, steps: int, at_end: bool) -> int:
+        done = runs_every(before, steps, k)
+        return done + (1 if at_end and (before + steps) % k else 0)
+
+    plan.fit_steps = total if total is not None else (ctx.run_span or span).steps
+    ends_run = total is not None and ctx.steps_before + span.steps >= total
+    plan.runs = runs(ctx.steps_before, span.steps, ends_run or ctx.run_span is None)
+    plan.fit_runs = runs(0, plan.fit_steps, True)
+    if plan.capped and total is not None:
+        plan.notes.append(f"That is one evaluation in this run of {total} steps, at its last step.")
+    plan.fraction = _limit(est, plan, ctx.config.validation_target_share, shape) if plan.capped else 1.0
+    if plan.fraction < 1.0:
+        plan.suggestion["eval_dataset_fraction"] = plan.fraction
+        plan.snippet += f"\neval_dataset = eval_dataset.select(range(int(len(eval_dataset) * {plan.fraction})))"
+    return plan
+
+
 def rule(ctx: Context) -> Finding | None:
     est = estimate(ctx, VALIDATION, ctx.config.validation_target_share)
     if est is None:
         return None
     lightning = ctx.config.framework == "lightning"
-    plan = _lightning_plan(ctx, est) if lightning else _plain_plan(ctx, est)
+    if ctx.config.framework == "transformers":
+        plan = _transformers_plan(ctx, est)
+        lightning = True  # the fix names the setting, as in Lightning
+    else:
+        plan = _lightning_plan(ctx, est) if lightning else _plain_plan(ctx, est)
     each_after = est.each_s * plan.fraction
     saving = est.saving_for(min(plan.runs, est.count), each_after)
     if saving <= 0:
         return None
     seen = steps_between(ctx.span.recent, VALIDATION)  # the gaps between runs, as the user set them
-    now = every_n(seen if seen is not None else est.interval_now, "batch" if lightning else "step")
+    unit = "batch" if ctx.config.framework == "lightning" else "step"  # transformers: optimizer steps
+    now = every_n(seen if seen is not None else est.interval_now, unit)
     fix = f"Validate {plan.what} instead of {now}"
-    fix += f": {plan.snippet}." if lightning else "."
+    fix += f": {plan.snippet.partition(chr(10))[0]}." if lightning else "."
     fix = " ".join([fix, *plan.notes])
     bound: SpeedupBound = "lower"  # fewer runs only removes work
     if plan.fraction < 1.0:
-        where = "limit_val_batches" if lightning else "a part of the validation set"
+        where = "limit_val_batches" if ctx.config.framework == "lightning" else "a part of the validation set"
         fix += (
             f" Less often alone still leaves validation above {ctx.config.validation_target_share:.0%} of the time,"
             f" so validate on {plan.fraction:.0%} of the validation batches ({where}); the prediction assumes a"
