@@ -252,6 +252,35 @@ def _cpu_run(report_dir: str, console: Any) -> Report:
 
 
 #: name -> (run, how the fix is applied when the suggestion has nothing to set)
+def transformers_starved(
+    report_dir: str,
+    console: Any,
+    *,
+    dataloader_num_workers: int = 0,
+    epochs: int = 2,
+    batches: int = 60,
+    **kw: Any,
+) -> Report:
+    """``transformers.Trainer`` on the GPU (the tiny GPT-2 of ``examples/transformers_common.py``)
+    whose ``data_collator`` burns 10 ms of CPU a batch in the training process."""
+    from transformers_common import CostlyCollator, train
+
+    report = train(
+        report_dir=report_dir,
+        console=console,
+        epochs=epochs,
+        batches=batches,
+        batch_size=64,
+        collator=CostlyCollator(cpu_ms=10.0),
+        dataloader_num_workers=dataloader_num_workers,
+        use_cpu=False,
+        **kw,
+    )
+    _finish()
+    assert report is not None
+    return report
+
+
 SCENARIOS: dict[str, tuple[Callable[..., Report], dict[str, dict[str, Any]]]] = {
     "starved": (starved, {}),
     "pageable": (pageable, {}),
@@ -262,6 +291,7 @@ SCENARIOS: dict[str, tuple[Callable[..., Report], dict[str, dict[str, Any]]]] = 
     "lightning_starved": (lightning_starved, {}),
     "cpu_after_cuda": (cpu_after_cuda, {}),
     "cpu_beside_cuda": (cpu_beside_cuda, {}),
+    "transformers_starved": (transformers_starved, {}),
 }
 
 
