@@ -4,7 +4,9 @@
 / ``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
-that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup).
+that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
+``times`` (a folder: a rank that raises writes there how long its exception took to leave the
+scope, ``rank-<R>.s``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -56,17 +59,24 @@ def main(settings: dict[str, object]) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     raise_at = settings.get("raise_at")
     die_at = settings.get("die_at")
-    with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
-        for epoch in range(epochs):
-            for step, (x, y) in enumerate(scope.iter(data)):
-                if raise_at == [rank, epoch, step]:
-                    raise RuntimeError("planted failure")
-                if die_at == [rank, epoch, step]:
-                    os._exit(3)
-                with scope.phase("compute"):
-                    opt.zero_grad()
-                    nn.functional.cross_entropy(model(x), y).backward()
-                    opt.step()
+    raised = 0.0
+    try:
+        with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
+            for epoch in range(epochs):
+                for step, (x, y) in enumerate(scope.iter(data)):
+                    if raise_at == [rank, epoch, step]:
+                        raised = time.perf_counter()
+                        raise RuntimeError("planted failure")
+                    if die_at == [rank, epoch, step]:
+                        os._exit(3)
+                    with scope.phase("compute"):
+                        opt.zero_grad()
+                        nn.functional.cross_entropy(model(x), y).backward()
+                        opt.step()
+    except RuntimeError:
+        if raised and settings.get("times"):
+            Path(str(settings["times"]), f"rank-{rank}.s").write_text(f"{time.perf_counter() - raised:.3f}")
+        raise
     dist.destroy_process_group()
 
 

@@ -142,13 +142,77 @@ def test_a_healthy_two_rank_job_has_no_straggler(tmp_path: Path) -> None:
 
 def test_a_rank_that_raises_mid_epoch_hangs_nothing(tmp_path: Path) -> None:
     codes = launch(
-        {"report_dirs": str(tmp_path), "epochs": 3, "raise_at": [1, 1, 3], "console": False}, tmp_path / "logs"
+        {"report_dirs": str(tmp_path), "epochs": 3, "raise_at": [1, 1, 3], "console": True}, tmp_path / "logs"
     )
     assert codes == [0, 1]
     report = read(tmp_path / "report.json")
     assert report["complete"] is True
     assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 3), (1, 2)]
     assert any("rank 1: the run ended with an exception (RuntimeError: planted failure)" in n for n in report["notes"])
+    # the run's panel says so in its first line, not only in a note at its end
+    panel = next(line for line in (tmp_path / "logs" / "0.log").read_text().splitlines() if "run (3 epochs)" in line)
+    assert "run (3 epochs) · rank 1: the run ended with an exception (RuntimeError: planted failure)" in panel
+
+
+def test_a_crash_on_rank_0_waits_for_no_rank(tmp_path: Path) -> None:
+    """Rank 0 raises while rank 1 is blocked in DDP's all-reduce waiting for it: rank 0 writes what
+    it has and re-raises at once (it waited for rank 1's final summary until its deadline)."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "epochs": 3,
+        "raise_at": [0, 1, 3],
+        "ddp": True,
+        "gather_timeout_s": 60.0,
+        "times": str(tmp_path),
+        "console": False,
+    }
+    codes = launch(settings, tmp_path / "logs")
+    assert codes[0] == 1
+    # far below the deadline it once waited out, whatever the machine's load
+    assert float((tmp_path / "rank-0.s").read_text()) < 30.0
+    report = read(tmp_path / "report.json")
+    assert "the run ended with an exception (RuntimeError: planted failure)" in report["notes"]
+    assert any(
+        "rank 0's run ended early: the other ranks' final summaries were not waited for" in n for n in report["notes"]
+    )
+    assert not any("sent no summary" in n for n in report["notes"]), report["notes"]
+    assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 2), (1, 1)]  # rank 0 closes its last one
+
+
+def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed-like (exits without cleanup) after two epochs; torchrun then SIGTERMs
+    rank 0, which is waiting for rank 1's summary: rank 0 writes the job's report (not complete)
+    and dies of the signal as it would bare; rank 1's row counts the two epochs it closed."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "epochs": 5,
+        "batches": 20,
+        "latency_ms": 0.5,
+        "die_at": [1, 2, 3],
+        "gather_timeout_s": 60.0,
+        "console": False,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(WORKER),
+        json.dumps(settings),
+    ]
+    assert run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], tmp_path / "logs") != [0]
+    log = (tmp_path / "logs" / "0.log").read_text()
+    assert "exitcode  : -15" in log, log  # rank 0 died of the SIGTERM, as bare
+    report = read(tmp_path / "report.json")
+    assert report["complete"] is False
+    assert "the run was stopped by SIGTERM" in report["notes"]
+    assert [(r["rank"], r["steps"], r["epochs"]) for r in report["ranks"]][1] == (1, 40, 2)
+    assert (tmp_path / "ranks" / "rank-0.json").exists()
 
 
 def test_a_rank_that_dies_is_waited_for_once_then_noted(tmp_path: Path) -> None:

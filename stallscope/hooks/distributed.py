@@ -41,16 +41,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job
-from stallscope.report.job import job_summary, rank_entry
+from stallscope.report.job import fractions_of, job_summary, rank_entry
 from stallscope.report.schema import (
     EpochReport,
     RankEntry,
@@ -277,11 +279,21 @@ class Exchange:
 
 
 def _payload(
-    info: RankInfo, host: str, *, name: str, epoch: EpochReport | None, report: Report | None, run_every: int
+    info: RankInfo,
+    host: str,
+    *,
+    name: str,
+    epoch: EpochReport | None,
+    report: Report | None,
+    run_every: int,
+    ending: str | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
-    given (every ``run_every``-th epoch, and at the end of the run)."""
+    given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
+    early (an exception), in its final payload."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
+    if ending is not None:
+        out["ending"] = ending
     if report is not None:
         out["run_at"] = epoch.index if epoch is not None else None  # None: the end of the run
         out["epochs"] = len(report.epochs)
@@ -375,6 +387,12 @@ class Job:
         #: seconds spent posting and collecting (for the gather's cost), and how many exchanges
         self.gather_s = 0.0
         self._gathered = 0
+        #: how this rank's run ended early (``finish``), and, on rank 0, how the others' did
+        self.ending: str | None = None
+        self.endings: dict[int, str] = {}
+        #: rank 0: each rank's epochs taken after its latest run summary (a rank that dies before
+        #: its next run summary still counts them: ``_job_spans``)
+        self._since: dict[int, list[_Span]] = {}
 
     @property
     def leader(self) -> bool:
@@ -429,7 +447,13 @@ class Job:
             if not self.leader:
                 self._gathered += 1
                 payload = _payload(
-                    self.info, self.host, name=name, epoch=epoch, report=report, run_every=self.run_every
+                    self.info,
+                    self.host,
+                    name=name,
+                    epoch=epoch,
+                    report=report,
+                    run_every=self.run_every,
+                    ending=self.ending if name == "final" else None,
                 )
                 exchange.post(name, payload)
                 return {}
@@ -437,7 +461,7 @@ class Job:
             before = set(exchange.late)
             got = exchange.collect(name)
             where = "the end of the run" if name == "final" else f"the end of epoch {name.removeprefix('epoch')}"
-            for r in sorted(exchange.late - before):
+            for r in sorted(exchange.late - before if self.ending is None else ()):
                 self._note(
                     f"rank {r} sent no summary within {exchange.timeout_s:g} s at {where} (it may have died "
                     "or be behind); it is not waited for again, and the job's numbers use its latest summary"
@@ -464,6 +488,15 @@ class Job:
         while len(self._pending) > MAX_DEFERRED:
             self._gather(self._pending.pop(0))
 
+    def stop_waiting(self, ending: str) -> None:
+        """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
+        takes what the ranks sent and waits for none of them (they may be blocked in a collective
+        waiting for it); the first reason given is the one said."""
+        if self.ending is None:
+            self.ending = ending
+        if self.exchange is not None:
+            self.exchange.timeout_s = 0.0  # one look at what is there, no wait
+
     def settle(self) -> None:
         """Rank 0: take the ranks' summaries of every epoch still waiting for them (waiting for
         them, within the exchange's deadline)."""
@@ -489,6 +522,8 @@ class Job:
                 self._take(payload)
                 if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
                     spans.append(_span(payload, "epoch"))
+                    if "run" not in payload:  # its latest run summary does not have it yet
+                        self._since.setdefault(r, []).append(spans[-1])
                 elif payload.get("name") == "final":
                     self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
             except Exception as exc:
@@ -501,9 +536,18 @@ class Job:
         self._note_missing()
         self._recent = {epoch.index: (job_epoch, tuple(rank_entry(s.rank, s.host, s.summary) for s in spans))}
 
-    def finish(self, report: Report) -> tuple[Report, tuple[RankEntry, ...]]:
+    def finish(self, report: Report, *, ending: str | None = None) -> tuple[Report, tuple[RankEntry, ...]]:
         """The run is over: post the final summary (ranks other than 0) or collect the others'
-        final ones and build the job's report (rank 0)."""
+        final ones and build the job's report (rank 0). ``ending``: how this rank's run ended
+        early (an exception): rank 0 then waits for no one (the others may be blocked in a
+        collective waiting for it), takes what the ranks sent so far and says so."""
+        if ending is not None:
+            self.stop_waiting(ending)
+        if self.leader and self.ending is not None:
+            self._note(
+                "rank 0's run ended early: the other ranks' final summaries were not waited for; their rows are "
+                "what they had sent"
+            )
         if self.leader:
             self.settle()
         got = self._exchange("final", None, report)
@@ -515,7 +559,7 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._note_missing()
-        spans = _job_spans(report, self.host, self._latest)
+        spans = _job_spans(report, self.host, self._latest, self._since)
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
@@ -527,11 +571,12 @@ class Job:
         run-level summaries and the job's epochs are taken now; the report is made (on any
         thread) when called."""
         latest, host = dict(self._latest), self.host
+        since = {r: list(spans) for r, spans in self._since.items()}
         epochs = tuple(self.epochs)
         min_saving = self.min_saving
 
         def make(own: Report) -> Report:
-            return job_report(own, _job_spans(own, host, latest), epochs, min_saving=min_saving)
+            return job_report(own, _job_spans(own, host, latest, since), epochs, min_saving=min_saving)
 
         return make
 
@@ -541,10 +586,14 @@ class Job:
         every = payload.get("every")
         if isinstance(every, int) and every >= 1:
             self._every[rank] = every
+        ending = payload.get("ending")
+        if isinstance(ending, str) and ending:
+            self.endings[rank] = ending
         if "run" not in payload:
             return
         span = _span(payload, "run")
         self._latest[span.rank] = span
+        self._since.pop(span.rank, None)
         at = payload.get("run_at")
         self._latest_at[span.rank] = at if isinstance(at, int) else None
         for text in payload.get("notes", []):
@@ -569,10 +618,40 @@ def _diagnose(spans: list[_Span], min_saving: float) -> tuple[Finding, ...]:
     return tuple(diagnose_job([s.work() for s in spans], min_saving=min_saving))
 
 
-def _job_spans(own: Report, host: str, latest: Mapping[int, _Span]) -> list[_Span]:
-    """Rank 0's own run and the other ranks' latest run summaries, in rank order."""
+def _job_spans(
+    own: Report, host: str, latest: Mapping[int, _Span], since: Mapping[int, Sequence[_Span]] | None = None
+) -> list[_Span]:
+    """Rank 0's own run and the other ranks' latest run summaries, in rank order; each with the
+    epochs rank 0 took from that rank after it (``since``: a rank that died between two run
+    summaries still has the epochs it closed counted)."""
     own_span = _Span(0, host, own.summary, own.findings, len(own.epochs))
-    return [own_span, *(latest[r] for r in sorted(latest) if r != 0)]
+    since = since or {}
+    return [own_span, *(_extended(latest[r], since.get(r, ())) for r in sorted(latest) if r != 0)]
+
+
+def _extended(span: _Span, epochs: Sequence[_Span]) -> _Span:
+    """A rank's run summary with the epochs it closed after it added: steps, wall time, seconds
+    per phase and idle time (the step-time statistics stay the run summary's)."""
+    if not epochs:
+        return span
+    parts = [span.summary, *(e.summary for e in epochs)]
+    wall = sum(p.wall_s for p in parts)
+    steps = sum(p.steps for p in parts)
+    seconds: dict[str, float] = {}
+    for p in parts:
+        for name, share in p.phase_fractions.items():
+            seconds[name] = seconds.get(name, 0.0) + share * p.wall_s
+    idle = sum(p.gpu_idle_fraction * p.wall_s for p in parts) / wall if wall > 0 else span.summary.gpu_idle_fraction
+    summary = replace(
+        span.summary,
+        wall_s=round(wall, 6),
+        steps=steps,
+        steps_per_s=round(steps / wall, 4) if wall > 0 else 0.0,
+        gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
+        phase_fractions=fractions_of(seconds, wall),
+        phase_seconds={name: round(s, 6) for name, s in seconds.items()},
+    )
+    return replace(span, summary=summary, epochs=span.epochs + len(epochs))
 
 
 def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...], *, min_saving: float) -> Report:
@@ -604,3 +683,78 @@ def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Jo
         _runs_joined += 1
         exchange = Exchange(store, prefix=f"{KEY_PREFIX}/run{_runs_joined}", rank=info.rank, world_size=info.world_size)
     return Job(info, host, exchange, min_saving=min_saving, note=note)
+
+
+#: seconds a rank's SIGTERM handler gives the report of what ran before the process dies
+TERM_WRITE_S = 5.0
+
+
+class TermGuard:
+    """A rank's SIGTERM: the report of what ran is written (``complete: false``), then the process
+    dies of the signal as it would have without StallScope.
+
+    A launcher ends the job's other ranks with SIGTERM when one rank fails (``torchrun`` sends it
+    within about a second, and SIGKILL 30 s later). With the default disposition a rank dies at
+    once and its report is lost. So a rank whose SIGTERM has the default disposition (a handler of
+    the user's is left alone) gets this one, on the main thread only:
+
+    * outside the run's end (``finishing`` false) it hands ``write`` (made on the main thread, as
+      what only the training thread may read is read there) to a new thread and waits for it at
+      most ``TERM_WRITE_S``: a lock the interrupted code holds delays the write, never the death;
+      then the default disposition is back and the signal sent again, so the process ends exactly
+      as bare (killed by SIGTERM);
+    * during the run's end (``finish`` in progress) it only says so (``pending``): the end waits
+      for no other rank from then on (``stop_waiting``), writes, and calls ``reraise``.
+    """
+
+    def __init__(self, write: Callable[[], Callable[[], None]], stop_waiting: Callable[[], None]) -> None:
+        self._write = write
+        self._stop_waiting = stop_waiting
+        self.finishing = False
+        self.pending = False
+        self._installed = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        except (ValueError, OSError):
+            return
+
+    def uninstall(self) -> None:
+        """The default disposition back, when this guard's handler is still the one in place."""
+        if not self._installed:
+            return
+        self._installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handle:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+    def reraise(self) -> None:
+        """Die of SIGTERM as bare (after the run's end wrote its report), if one came."""
+        if not self.pending:
+            return
+        self.uninstall()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.pending = True
+        if self.finishing:
+            self._stop_waiting()
+            return
+        self.uninstall()  # a second SIGTERM kills at once
+        try:
+            finish = self._write()
+            thread = threading.Thread(target=finish, name="stallscope-term", daemon=True)
+            thread.start()
+            thread.join(TERM_WRITE_S)
+        except Exception:
+            pass
+        finally:
+            self.reraise()

@@ -23,7 +23,7 @@ from stallscope._exceptions import from_signal_handler
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
-from stallscope.hooks.session import Session, ending_note
+from stallscope.hooks.session import Session
 from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
@@ -213,7 +213,7 @@ class StallScope(LightningCallbacks):
         tb: TracebackType | None,
     ) -> None:
         if exc is not None:  # the note never raises: never replace the user's exception
-            self._session.note(ending_note(exc))
+            self._session.end_with(exc)
         elif exc_type is not None:
             self._session.note(f"the run was interrupted ({exc_type.__name__})")
         self.close()

@@ -35,7 +35,7 @@ from stallscope.analysis.diagnose import diagnose, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
-from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
+from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
@@ -98,6 +98,9 @@ class Later(Generic[T]):
                 self._make = None  # what it captured can go
             return self._value
 
+
+#: the note (and the final panel's first words) of a rank stopped by SIGTERM
+SIGTERM_ENDING = "the run was stopped by SIGTERM"
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
@@ -191,6 +194,8 @@ class Session:
         self.tail: Summary | None = None
         #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
         self.job: Job | None = None
+        #: a rank's SIGTERM handler, which writes the report of what ran (``TermGuard``)
+        self._term: TermGuard | None = None
         #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
         self.data_parallel_devices: int | None = None
         #: ranks of the job on this host, where the framework says (Lightning: processes per node)
@@ -199,6 +204,9 @@ class Session:
         #: together at a report write, a few dozen short epochs cost less than one at a time
         self.epochs: list[Later[EpochReport]] = []
         self.notes: list[str] = []
+        #: how this process's run ended early (``end_with``: an exception, ``sys.exit``, an
+        #: interrupt); None while it goes on or when it ended normally
+        self.ending: str | None = None
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = self._new_writer(config.report_dir / REPORT_NAME) if config.report_dir is not None else None
@@ -249,6 +257,41 @@ class Session:
         if self.job is not None and report_dir is not None and self._rank_writer is None:
             # this rank's own file, on the same budget as report.json
             self._rank_writer = self._new_writer(self.job.rank_path(report_dir))
+        if self.job is not None and self._term is None:
+            self._term = TermGuard(self._write_on_term, self._stop_waiting)
+            self._term.install()
+
+    def _stop_waiting(self, ending: str = SIGTERM_ENDING) -> None:
+        """A SIGTERM came while the run ends: say so, and wait for no other rank from now on."""
+        self.note(ending)
+        if self.ending is None:
+            self.ending = ending
+        if self.job is not None:
+            self.job.stop_waiting(self.ending)
+
+    def _write_on_term(self) -> Callable[[], None]:
+        """A SIGTERM came mid-run (``TermGuard``): the report of what ran, read now (on the
+        training thread), made and written (``complete: false``, both files on rank 0) by the
+        function returned, on another thread; no other rank is waited for."""
+        self._stop_waiting()
+        own = self._report_job(complete=False)
+
+        def finish() -> None:
+            report = own.get()
+            job = self.job
+            if job is None:
+                return
+            if not job.leader:
+                job.finish(report)  # the final summary, for rank 0 to take
+                self._write_own(report)
+                return
+            self._write_own(report)
+            job_report, _ = job.finish(report)
+            job_report = dataclasses.replace(job_report, notes=tuple(self.notes))
+            if self._writer is not None:
+                self._writer.write_final(job_report)
+
+        return finish
 
     def _new_writer(self, path: Path) -> ReportWriter:
         """A writer of the run's reports to ``path`` (``report.json``, or a rank's own file)."""
@@ -264,6 +307,14 @@ class Session:
         """Add a note to the report (once per distinct text)."""
         if text not in self.notes:
             self.notes.append(text)
+
+    def end_with(self, exc: BaseException, what: str = "run") -> None:
+        """The run (``what``: ``run``, ``fit``) ends with ``exc``: noted, and said first in the
+        final panel. A rank of a distributed job waits for no other rank after it (``finish``)."""
+        text = ending_note(exc, what)
+        self.note(text)
+        if self.ending is None:
+            self.ending = text
 
     def note_loader(self, loader: LoaderConfig | None, batches: int | None, iterable: object = None) -> None:
         if loader is not None:
@@ -570,7 +621,19 @@ class Session:
         return now - self._last_panel >= wait_ns
 
     def finish(self, *, print_run: bool) -> Report:
-        """The run is over: build, print (when asked) and write the final report."""
+        """The run is over: build, print (when asked) and write the final report. A rank that got
+        SIGTERM meanwhile dies of it after the write (``TermGuard``)."""
+        term = self._term
+        if term is None:
+            return self._finish(print_run=print_run)
+        term.finishing = True
+        try:
+            return self._finish(print_run=print_run)
+        finally:
+            term.uninstall()
+            term.reraise()
+
+    def _finish(self, *, print_run: bool) -> Report:
         self._settle()
         self.signals.stop()
         for writer in (self._writer, self._rank_writer):
@@ -583,7 +646,7 @@ class Session:
         if self.job is not None:
             if self.job.leader:
                 self._write_own(report)
-            report, ranks = self.job.finish(report)
+            report, ranks = self.job.finish(report, ending=self.ending)
             report = dataclasses.replace(report, notes=tuple(self.notes))
         self._latest = Later(None, report)
         if print_run:
@@ -592,10 +655,25 @@ class Session:
             # (from the summary: the run's statistics again would sort its recent steps again)
             short = too_short_for(own.steps, own.wall_s) if own.steps > 0 else None
             notes = report.notes + ((short,) if short else ())
-            self.print(f"run ({self._epoch_index} epochs)", report.summary, report.findings, notes, ranks=ranks)
+            title = f"run ({self._epoch_index} epochs)"
+            ending = self._ending_line()
+            if ending:  # first: the numbers below are of a run that did not end as planned
+                title = f"{title} · {ending}"
+            self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._print_where()
         return report
+
+    def _ending_line(self) -> str | None:
+        """How the run ended early, for the final panel's first line: this process's exception,
+        or (rank 0 of a job) the first other rank's, with how many more ended so."""
+        if self.ending is not None:
+            return self.ending
+        if self.job is None or not self.job.leader or not self.job.endings:
+            return None
+        ranks = sorted(self.job.endings)
+        more = f" (and {len(ranks) - 1} more ranks)" if len(ranks) > 1 else ""
+        return f"rank {ranks[0]}: {self.job.endings[ranks[0]]}{more}"
 
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""

@@ -34,7 +34,8 @@ def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankE
     )
 
 
-def _fractions(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+def fractions_of(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+    """Seconds per phase as fractions of ``wall``, rounded so that they sum to 1."""
     if wall <= 0 or not seconds:
         return dict.fromkeys(seconds, 0.0)
     rounded = {name: round(min(1.0, max(0.0, s / wall)), 6) for name, s in seconds.items()}
@@ -77,7 +78,7 @@ def job_summary(summaries: Sequence[Summary]) -> Summary:
         steps_per_s=round(steps / longest.wall_s, 4) if longest.wall_s > 0 else 0.0,
         gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
         idle_source=source if source in IDLE_SOURCES else "host_phases",
-        phase_fractions=_fractions(seconds, total_wall),
+        phase_fractions=fractions_of(seconds, total_wall),
         phase_seconds={name: round(s / len(summaries), 6) for name, s in seconds.items()},
         step_time_s=dict(slowest.step_time_s),
         data_wait_s=dict(slowest.data_wait_s),

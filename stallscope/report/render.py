@@ -168,7 +168,8 @@ def render_panel(
         parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
         parts.append(Text(f"note: {plain(note)}", style="dim"))
-    return Panel(Group(*parts), title=f"StallScope · {title}", title_align="left", expand=False)
+    # the title may quote the user's text (an exception's message): not rich markup
+    return Panel(Group(*parts), title=Text(f"StallScope · {plain(title)}"), title_align="left", expand=False)
 
 
 def format_text(
@@ -182,7 +183,7 @@ def format_text(
     ranks: Sequence[RankEntry] = (),
 ) -> str:
     """The same diagnosis as plain lines, for logs and non-terminals."""
-    lines = [f"StallScope · {title}: {_headline(summary, device)}", "  where the time went:"]
+    lines = [f"StallScope · {plain(title)}: {_headline(summary, device)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
         lines.append(f"    {plain(name):<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")
