@@ -5,12 +5,14 @@
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
 that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
-``times`` (a folder: a rank that raises writes there how long its exception took to leave the
+``join`` (each epoch inside DDP's ``Join``: ranks with fewer batches shadow the others'
+all-reduces), ``times`` (a folder: a rank that raises writes there how long its exception took to leave the
 scope, ``rank-<R>.s``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -21,6 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.join import Join
 from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope import StallScope
@@ -63,16 +66,18 @@ def main(settings: dict[str, object]) -> None:
     try:
         with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
             for epoch in range(epochs):
-                for step, (x, y) in enumerate(scope.iter(data)):
-                    if raise_at == [rank, epoch, step]:
-                        raised = time.perf_counter()
-                        raise RuntimeError("planted failure")
-                    if die_at == [rank, epoch, step]:
-                        os._exit(3)
-                    with scope.phase("compute"):
-                        opt.zero_grad()
-                        nn.functional.cross_entropy(model(x), y).backward()
-                        opt.step()
+                joined = Join([model]) if settings.get("join") else contextlib.nullcontext()
+                with joined:
+                    for step, (x, y) in enumerate(scope.iter(data)):
+                        if raise_at == [rank, epoch, step]:
+                            raised = time.perf_counter()
+                            raise RuntimeError("planted failure")
+                        if die_at == [rank, epoch, step]:
+                            os._exit(3)
+                        with scope.phase("compute"):
+                            opt.zero_grad()
+                            nn.functional.cross_entropy(model(x), y).backward()
+                            opt.step()
     except RuntimeError:
         if raised and settings.get("times"):
             Path(str(settings["times"]), f"rank-{rank}.s").write_text(f"{time.perf_counter() - raised:.3f}")

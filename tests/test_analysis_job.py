@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, common_findings, diagnose_job, find_pace
+from stallscope.analysis.job import RankWork, common_findings, diagnose_job, find_pace, uneven_steps
 
 MakeFinding = Callable[..., Finding]
 
@@ -99,8 +99,11 @@ def test_the_slow_phase_can_be_any_phase() -> None:
     assert (pace.rank, pace.phase) == (1, "other")
 
 
-def test_uneven_steps_are_compared_per_step() -> None:
-    ranks = [work(0, data_ms=0.5, compute_ms=12.0, steps=50), work(1, data_ms=8.5, compute_ms=4.0, steps=200)]
+def test_ranks_of_different_epochs_are_compared_per_step() -> None:
+    ranks = [
+        work(0, data_ms=0.5, compute_ms=12.0, steps=50, epochs=1),
+        work(1, data_ms=8.5, compute_ms=4.0, steps=200, epochs=4),
+    ]
     pace = find_pace(ranks)
     assert pace is not None
     assert pace.rank == 1
@@ -138,3 +141,25 @@ def test_a_gap_below_a_fifth_of_the_step_is_noise_not_a_straggler() -> None:
     pace = find_pace([work(0, data_ms=0.0, compute_ms=13.0), work(1, data_ms=3.0, compute_ms=10.0)])
     assert pace is not None
     assert pace.rank == 1
+
+
+def test_uneven_shards_are_no_straggler() -> None:
+    """Rank 1 ran half the steps and waited for rank 0 at its shard's end (DDP's Join): per step
+    it looks twice as slow, but the ranks ran uneven shares of the data."""
+    ranks = [
+        work(0, data_ms=1.0, compute_ms=9.0, steps=60),
+        work(1, data_ms=1.0, compute_ms=9.0, other_ms=10.0, steps=30),
+    ]
+    assert find_pace(ranks) is None
+    assert diagnose_job(ranks) == []
+    assert uneven_steps(ranks) is not None
+    assert str(uneven_steps(ranks)).startswith("rank 1 ran 30 steps, rank 0 60: uneven shards")
+
+
+def test_ranks_that_closed_different_epochs_are_not_uneven_shards() -> None:
+    ranks = [
+        RankWork(0, 60, 0.6, {"compute": 0.6}, epochs=3),
+        RankWork(1, 20, 0.2, {"compute": 0.2}, epochs=1),  # it died after its first epoch
+    ]
+    assert uneven_steps(ranks) is None
+    assert uneven_steps([*ranks[:1], RankWork(1, 56, 0.6, {"compute": 0.6}, epochs=3)]) is None  # within 10%

@@ -235,6 +235,30 @@ def test_uneven_batches_and_epochs_are_reported_per_rank(tmp_path: Path) -> None
     assert any("different numbers of epochs (rank 0 2, rank 1 3)" in n for n in report["notes"])
 
 
+def test_uneven_shards_under_join_are_said_as_such_not_a_straggler(tmp_path: Path) -> None:
+    """Rank 1 has half rank 0's batches; DDP's ``Join`` lets it shadow rank 0's all-reduces while
+    rank 0 goes on. Rank 1, the lighter one, waits: per step it looks slow, but it is no straggler."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "batches": [12, 6],
+        "epochs": 2,
+        "latency_ms": 0.5,
+        "ddp": True,
+        "join": True,
+        "console": True,
+    }
+    assert launch(settings, tmp_path / "logs") == [0, 0]
+    report = read(tmp_path / "report.json")
+    assert [(r["rank"], r["steps"], r["epochs"]) for r in report["ranks"]] == [(0, 24, 2), (1, 12, 2)]
+    assert [f for f in report["findings"] if "rank" in f["evidence"]] == []
+    for epoch in report["epochs"]:
+        assert [f for f in epoch["findings"] if "rank" in f["evidence"]] == []
+    assert any(n.startswith("rank 1 ran 12 steps, rank 0 24: uneven shards") for n in report["notes"])
+    log = (tmp_path / "logs" / "0.log").read_text()
+    assert "rank  host" in log
+    assert " steps  steps/s " in log  # the rank table has a steps column
+
+
 def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
     """``torchrun --nnodes 2 --node-rank {0,1}``, one rank per "node", each node its own folder."""
     port = free_port()

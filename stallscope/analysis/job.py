@@ -42,6 +42,11 @@ from stallscope.timeline.phases import COMPUTE
 #: the job's step
 MIN_STRAGGLER_SHARE = 0.20
 
+#: the ranks ran uneven shares of the data when one ran fewer than this share of another's steps
+#: (in the same epochs): the ones with fewer wait for the others (DDP's ``Join``), which is not a
+#: straggler
+EVEN_STEPS_SHARE = 0.9
+
 #: the findings that name the cause of a slow phase, by phase
 CAUSES_BY_PHASE: Mapping[str, tuple[str, ...]] = {
     "data": (
@@ -72,6 +77,26 @@ class RankWork:
     #: the rank's own diagnosis of the span, best first
     findings: tuple[Finding, ...] = ()
     host: str = ""
+    #: epochs the rank closed in the span (0: not counted, as for an epoch)
+    epochs: int = 0
+
+
+def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
+    """The note for ranks that ran different numbers of steps in the same epochs (uneven
+    shards), or None. Ranks that closed different numbers of epochs (one died, or ran fewer
+    epochs) are another matter, noted apart."""
+    active = [r for r in ranks if r.wall_s > 0]
+    if len(active) < 2 or len({r.epochs for r in active}) > 1:
+        return None
+    fewest = min(active, key=lambda r: (r.steps, r.rank))
+    most = max(active, key=lambda r: (r.steps, -r.rank))
+    if most.steps <= 0 or fewest.steps >= EVEN_STEPS_SHARE * most.steps:
+        return None
+    return (
+        f"rank {fewest.rank} ran {fewest.steps} steps, rank {most.rank} {most.steps}: uneven shards, and the ranks "
+        "with fewer steps wait for the others (DDP's Join); a DistributedSampler (drop_last=True for an "
+        "exact split) or data balanced across the ranks gives each the same steps"
+    )
 
 
 @dataclass(frozen=True)
@@ -105,9 +130,11 @@ def _per_step(work: RankWork) -> dict[str, float]:
 
 def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
     """The rank whose own work sets the job's pace and its slow phase; None when the ranks are
-    alike (within ``MIN_STRAGGLER_SHARE`` of the job's step) or fewer than two ranks ran steps."""
+    alike (within ``MIN_STRAGGLER_SHARE`` of the job's step), fewer than two ranks ran steps, or
+    the ranks ran uneven shares of the steps (``uneven_steps``: per step, a rank that waits for
+    the others at its shard's end looks slow)."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
-    if len(active) < 2:
+    if len(active) < 2 or uneven_steps(active) is not None:
         return None
     phases = {r.rank: _per_step(r) for r in active}
     step = {r.rank: r.wall_s / r.steps for r in active}

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, diagnose_job
+from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps
 from stallscope.report.job import fractions_of, job_summary, rank_entry
 from stallscope.report.schema import (
     EpochReport,
@@ -331,6 +331,7 @@ class _Span:
             phase_seconds=seconds,
             findings=self.findings,
             host=self.host,
+            epochs=self.epochs,
         )
 
 
@@ -563,6 +564,9 @@ class Job:
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
+        uneven = uneven_steps([s.work() for s in spans])
+        if uneven is not None:
+            self._note(uneven)
         job = job_report(report, spans, tuple(self.epochs), min_saving=self.min_saving)
         return job, job.ranks
 

@@ -62,15 +62,17 @@ def gain_text(f: Finding) -> str:
 
 
 #: columns of the per-rank table of a distributed job (SPEC §3a)
-RANK_COLUMNS = ("rank", "host", "steps/s", "idle", "data", "compute", "largest phase")
+RANK_COLUMNS = ("rank", "host", "steps", "steps/s", "idle", "data", "compute", "largest phase")
+#: the columns of numbers (right-justified)
+_RANK_NUMBERS = range(2, 7)
 
 #: most ranks listed in the table; a larger job shows the slowest ones
 _MAX_RANKS = 16
 
 
 def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
-    """The per-rank table's rows as text: rank, host, steps/s, idle, data %, compute %, and the
-    rank's largest phase. Jobs of more than 16 ranks list the 16 slowest (fewest steps/s)."""
+    """The per-rank table's rows as text: rank, host, steps, steps/s, idle, data %, compute %, and
+    the rank's largest phase. Jobs of more than 16 ranks list the 16 slowest (fewest steps/s)."""
     shown = list(ranks)
     if len(shown) > _MAX_RANKS:
         shown = sorted(sorted(shown, key=lambda e: e.steps_per_s)[:_MAX_RANKS], key=lambda e: e.rank)
@@ -81,7 +83,8 @@ def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
         rows.append(
             (
                 str(e.rank),
-                e.host,
+                plain(e.host),
+                str(e.steps),
                 f"{e.steps_per_s:.1f}",
                 f"{e.gpu_idle_fraction:.0%}",
                 f"{fractions.get('data', 0.0):.0%}",
@@ -96,7 +99,7 @@ def render_ranks(ranks: Sequence[RankEntry]) -> Table:
     """The per-rank table as a rich table."""
     table = Table(box=None, padding=(0, 1), show_edge=False)
     for i, name in enumerate(RANK_COLUMNS):
-        table.add_column(name, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
+        table.add_column(name, justify="right" if i in _RANK_NUMBERS else "left", no_wrap=True)
     for row in rank_rows(ranks):
         table.add_row(*row)
     return table
@@ -108,7 +111,8 @@ def format_ranks(ranks: Sequence[RankEntry]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(RANK_COLUMNS))]
     return [
         "  ".join(
-            cell.rjust(w) if 2 <= i <= 5 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            cell.rjust(w) if i in _RANK_NUMBERS else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in rows
     ]
