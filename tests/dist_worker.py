@@ -5,6 +5,8 @@
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
 that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
+``hidden`` (a hidden layer of that width: more compute a step), ``extra_passes`` (forward and
+backward passes a step beyond the first, outside DDP's all-reduce: a compute straggler),
 ``join`` (each epoch inside DDP's ``Join``: ranks with fewer batches shadow the others'
 all-reduces), ``times`` (a folder: a rank that raises writes there how long its exception took to leave the
 scope, ``rank-<R>.s``).
@@ -56,7 +58,11 @@ def main(settings: dict[str, object]) -> None:
     epochs = int(mine("epochs", 2))  # type: ignore[call-overload]
     data = DataLoader(Slow(batches * 8, float(mine("latency_ms", 0.0))), batch_size=8)  # type: ignore[arg-type]
     torch.manual_seed(0)
-    model: nn.Module = nn.Linear(16, 4)
+    hidden = int(settings.get("hidden", 0))  # type: ignore[call-overload]
+    model: nn.Module = (
+        nn.Sequential(nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 4)) if hidden else nn.Linear(16, 4)
+    )
+    extra = int(mine("extra_passes", 0))  # type: ignore[call-overload]
     if settings.get("ddp", False):
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -76,6 +82,9 @@ def main(settings: dict[str, object]) -> None:
                             os._exit(3)
                         with scope.phase("compute"):
                             opt.zero_grad()
+                            for _ in range(extra):  # gradients accumulated without an all-reduce
+                                with model.no_sync():  # type: ignore[operator]
+                                    nn.functional.cross_entropy(model(x), y).backward()
                             nn.functional.cross_entropy(model(x), y).backward()
                             opt.step()
     except RuntimeError:

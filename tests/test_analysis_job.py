@@ -163,3 +163,42 @@ def test_ranks_that_closed_different_epochs_are_not_uneven_shards() -> None:
     ]
     assert uneven_steps(ranks) is None
     assert uneven_steps([*ranks[:1], RankWork(1, 56, 0.6, {"compute": 0.6}, epochs=3)]) is None  # within 10%
+
+
+def compute_straggling_job(forward_1_ms: float) -> list[RankWork]:
+    """Both ranks' compute reads 9 ms a step (rank 0 waits inside its backward); rank 1's forward
+    takes ``forward_1_ms`` against rank 0's 1 ms."""
+    return [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=forward_1_ms / 1e3),
+    ]
+
+
+def test_a_compute_straggler_is_found_by_its_forward() -> None:
+    pace = find_pace(compute_straggling_job(2.0))
+    assert pace is not None
+    assert (pace.rank, pace.phase) == (1, "compute")
+    # rank 1's compute scales with its forward (9 ms for 2 ms): its extra work is 4.5 ms a step
+    assert pace.excess_s == pytest.approx(0.0045)
+    assert pace.wait_s[0] == pytest.approx(0.0045)
+    assert pace.speedup(pace.excess_s) == pytest.approx(10.0 / 5.5)
+    (top,) = diagnose_job(compute_straggling_job(2.0))
+    assert top.id == "dist.straggler"
+    assert (top.evidence["rank"], top.evidence["phase"]) == (1, "compute")
+    assert top.evidence["forward_ms"] == {"0": 1.0, "1": 2.0}
+    assert "forward takes 2.0x" in top.title
+    assert "uneven shapes or sequence lengths" in top.fix
+
+
+def test_forwards_alike_or_untimed_name_no_compute_straggler() -> None:
+    assert find_pace(compute_straggling_job(1.15)) is None  # within the noise of alike ranks
+    untimed = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.002)]
+    assert find_pace(untimed) is None
+
+
+def test_extra_host_work_on_one_rank_is_told_as_host_code() -> None:
+    ranks = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=4.0, other_ms=5.0)]
+    (top,) = diagnose_job(ranks)
+    assert (top.evidence["rank"], top.evidence["phase"]) == (1, "other")
+    assert "host code" in top.fix
+    assert "storage" not in top.fix

@@ -235,6 +235,35 @@ def test_uneven_batches_and_epochs_are_reported_per_rank(tmp_path: Path) -> None
     assert any("different numbers of epochs (rank 0 2, rank 1 3)" in n for n in report["notes"])
 
 
+@pytest.mark.scenario
+def test_a_compute_straggler_is_named_with_its_forward(tmp_path: Path) -> None:
+    """Rank 1 runs two more forward and backward passes a step (outside the all-reduce); rank 0
+    waits for it inside backward, so both ranks' compute looks alike. Their forward passes,
+    timed by hooks StallScope puts on the DDP module itself, tell them apart."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "batches": 30,
+        "epochs": 2,
+        "hidden": 512,
+        "extra_passes": [0, 2],
+        "ddp": True,
+        "console": False,
+    }
+    assert launch(settings, tmp_path / "logs") == [0, 0]
+    report = read(tmp_path / "report.json")
+    top = report["findings"][0]
+    assert top["id"] == "dist.straggler", report["findings"]
+    assert (top["evidence"]["rank"], top["evidence"]["phase"]) == (1, "compute")
+    assert top["suggestion"] == {"rank": 1}
+    assert top["est_speedup"] > 1.2
+    assert "forward" in top["title"]
+    assert "uneven shapes" in top["fix"]
+    forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
+    assert forward[1]["calls"] == 3 * forward[0]["calls"] == 3 * 60
+    assert forward[1]["per_step"] > 1.5 * forward[0]["per_step"]
+    assert forward[0]["source"] == "cpu_time"
+
+
 def test_uneven_shards_under_join_are_said_as_such_not_a_straggler(tmp_path: Path) -> None:
     """Rank 1 has half rank 0's batches; DDP's ``Join`` lets it shadow rank 0's all-reduces while
     rank 0 goes on. Rank 1, the lighter one, waits: per step it looks slow, but it is no straggler."""

@@ -42,6 +42,10 @@ from stallscope.timeline.phases import COMPUTE
 #: the job's step
 MIN_STRAGGLER_SHARE = 0.20
 
+#: a rank's forward pass per step must exceed the other ranks' median by this share for its
+#: compute to be called slow (alike ranks on a busy machine differ by less)
+MIN_FORWARD_EXCESS = 0.20
+
 #: the ranks ran uneven shares of the data when one ran fewer than this share of another's steps
 #: (in the same epochs): the ones with fewer wait for the others (DDP's ``Join``), which is not a
 #: straggler
@@ -79,6 +83,8 @@ class RankWork:
     host: str = ""
     #: epochs the rank closed in the span (0: not counted, as for an epoch)
     epochs: int = 0
+    #: seconds of forward pass per step (``signals/forward.py``); None when not timed
+    forward_s: float | None = None
 
 
 def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
@@ -115,6 +121,8 @@ class Pace:
     #: each rank's own work and time waiting for the others, per step
     own_s: Mapping[int, float] = field(default_factory=dict)
     wait_s: Mapping[int, float] = field(default_factory=dict)
+    #: each rank's forward pass per step, where timed (a compute straggler's evidence)
+    forward_s: Mapping[int, float] = field(default_factory=dict)
 
     def speedup(self, saved_per_step_s: float) -> float:
         """The job's speedup when the pace-setter's step shrinks by ``saved_per_step_s``."""
@@ -129,6 +137,57 @@ def _per_step(work: RankWork) -> dict[str, float]:
 
 
 def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
+    """The rank that sets the job's pace and its slow phase (``_phase_pace``), or, when the ranks'
+    phases look alike, the rank whose own compute is slower (``_compute_pace``: its forward
+    passes); None when neither stands out."""
+    return _phase_pace(ranks) or _compute_pace(ranks)
+
+
+def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
+    """A compute straggler, from the ranks' forward passes (no collective in them, unlike the
+    backward, where the fast ranks wait for the slow one inside ``compute``).
+
+    The slowest forward's rank ``s`` waits least, so its ``compute`` is its own work, and its
+    compute scales with its forward: ``k = compute_s / forward_s`` (backward and optimizer along
+    with the forward). Its extra work per step is ``k * (forward_s - median of the others')``.
+    A rank ``o``'s wait is what its compute holds beyond its own ``k * forward_o``; the job then
+    steps at the larger of the slow rank's step less its extra and the others' own work. It sets
+    the pace when its forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and its extra
+    work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
+    active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
+    if len(active) < 2 or uneven_steps(active) is not None:
+        return None
+    if any(r.forward_s is None or r.forward_s <= 0 for r in active):
+        return None
+    forward = {r.rank: float(r.forward_s or 0.0) for r in active}
+    compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
+    step = {r.rank: r.wall_s / r.steps for r in active}
+    slow = max(forward, key=lambda k: (forward[k], -k))
+    others = [k for k in forward if k != slow]
+    typical = statistics.median(forward[k] for k in others)
+    if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical:
+        return None
+    scale = max(1.0, compute[slow] / forward[slow])
+    extra = scale * (forward[slow] - typical)
+    wait = {k: max(0.0, compute[k] - scale * forward[k]) for k in others}
+    wait[slow] = 0.0
+    own = {k: max(0.0, step[k] - wait[k]) for k in forward}
+    job_step = step[slow]
+    if job_step <= 0 or extra < MIN_STRAGGLER_SHARE * job_step:
+        return None
+    return Pace(
+        rank=slow,
+        phase=COMPUTE,
+        job_step_s=job_step,
+        others_step_s=max(own[k] for k in others),
+        excess_s=extra,
+        own_s=own,
+        wait_s=wait,
+        forward_s=forward,
+    )
+
+
+def _phase_pace(ranks: Sequence[RankWork]) -> Pace | None:
     """The rank whose own work sets the job's pace and its slow phase; None when the ranks are
     alike (within ``MIN_STRAGGLER_SHARE`` of the job's step), fewer than two ranks ran steps, or
     the ranks ran uneven shares of the steps (``uneven_steps``: per step, a rank that waits for

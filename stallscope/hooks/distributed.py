@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -109,6 +109,8 @@ class RankInfo:
     local_rank: int | None = None
     #: ranks on this host (torchrun's ``LOCAL_WORLD_SIZE``); None when the launcher did not say
     local_world_size: int | None = None
+    #: the node's rank (torchrun's ``GROUP_RANK``, Lightning's ``NODE_RANK``); None when not said
+    node_rank: int | None = None
 
 
 def _env_int(name: str) -> int | None:
@@ -138,6 +140,7 @@ def rank_info() -> RankInfo | None:
         world_size=world,
         local_rank=_env_int("LOCAL_RANK"),
         local_world_size=local_world if local_world and local_world <= world else None,
+        node_rank=_env_int("GROUP_RANK") if _env_int("GROUP_RANK") is not None else _env_int("NODE_RANK"),
     )
 
 
@@ -287,13 +290,19 @@ def _payload(
     report: Report | None,
     run_every: int,
     ending: str | None = None,
+    forward: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
     given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
-    early (an exception), in its final payload."""
+    early (an exception), in its final payload; ``forward``: its forward passes in the epoch and
+    the run (``{"epoch": ..., "run": ...}``, each as ``ForwardStats.to_dict``), where timed."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
+    if info.node_rank is not None:
+        out["node"] = info.node_rank
     if ending is not None:
         out["ending"] = ending
+    if forward:
+        out["forward"] = dict(forward)
     if report is not None:
         out["run_at"] = epoch.index if epoch is not None else None  # None: the end of the run
         out["epochs"] = len(report.epochs)
@@ -320,6 +329,9 @@ class _Span:
     summary: Summary
     findings: tuple[Finding, ...]
     epochs: int = 0
+    #: its forward passes in the span (``ForwardStats.to_dict``); empty when not timed
+    forward: Mapping[str, Any] = field(default_factory=dict)
+    node_rank: int | None = None
 
     def work(self) -> RankWork:
         s = self.summary
@@ -332,18 +344,36 @@ class _Span:
             findings=self.findings,
             host=self.host,
             epochs=self.epochs,
+            forward_s=_per_step_s(self.forward),
         )
+
+    def entry(self) -> RankEntry:
+        return rank_entry(
+            self.rank, self.host, self.summary, self.epochs, forward=self.forward, node_rank=self.node_rank
+        )
+
+
+def _per_step_s(forward: Mapping[str, Any]) -> float | None:
+    value = forward.get("per_step")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value) / 1e3
+    return None
 
 
 def _span(payload: Mapping[str, Any], part: str) -> _Span:
     data = payload[part]
     where = f"rank {payload.get('rank')} {part}"
+    forward = payload.get("forward")
+    forward = forward.get(part) if isinstance(forward, Mapping) else None
+    node = payload.get("node")
     return _Span(
         rank=int(payload["rank"]),
         host=str(payload.get("host", "")),
         summary=summary_from_dict(data["summary"], where),
         findings=tuple(finding_from_dict(f, where) for f in data.get("findings", [])),
         epochs=int(payload.get("epochs", 0)),
+        forward=dict(forward) if isinstance(forward, Mapping) else {},
+        node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
     )
 
 
@@ -379,8 +409,12 @@ class Job:
         self._latest_at: dict[int, int | None] = {}
         #: the job's epochs so far (rank 0)
         self.epochs: list[EpochReport] = []
-        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``)
-        self._pending: list[EpochReport] = []
+        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``), each
+        #: with its forward passes
+        self._pending: list[tuple[EpochReport, dict[str, Any]]] = []
+        #: this rank's forward passes (``signals/forward.py``) in its latest epoch and its run so
+        #: far, as ``{"epoch": ..., "run": ...}``; the session sets it before each exchange
+        self.forward: dict[str, Any] = {}
         #: rank 0: the job's latest epoch and its rank rows, by index
         self._recent: dict[int, tuple[EpochReport, tuple[RankEntry, ...]]] = {}
         #: this rank's run-level summary goes out every ``run_every``-th epoch (``note_run_cost``)
@@ -455,6 +489,7 @@ class Job:
                     report=report,
                     run_every=self.run_every,
                     ending=self.ending if name == "final" else None,
+                    forward={k: v for k, v in self.forward.items() if k == "run" or epoch is not None},
                 )
                 exchange.post(name, payload)
                 return {}
@@ -485,9 +520,9 @@ class Job:
         if not self.leader:
             self._exchange(f"epoch{epoch.index}", epoch, report)
             return
-        self._pending.append(epoch)
+        self._pending.append((epoch, dict(self.forward.get("epoch") or {})))
         while len(self._pending) > MAX_DEFERRED:
-            self._gather(self._pending.pop(0))
+            self._gather(*self._pending.pop(0))
 
     def stop_waiting(self, ending: str) -> None:
         """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
@@ -502,22 +537,23 @@ class Job:
         """Rank 0: take the ranks' summaries of every epoch still waiting for them (waiting for
         them, within the exchange's deadline)."""
         while self._pending:
-            self._gather(self._pending.pop(0))
+            self._gather(*self._pending.pop(0))
 
     def job_epoch(self, index: int) -> tuple[EpochReport, tuple[RankEntry, ...]] | None:
         """Rank 0: the job's epoch ``index`` and its rank rows (the ranks' summaries taken first
         when they are still waiting); None when it is no longer at hand."""
-        if any(epoch.index <= index for epoch in self._pending):
+        if any(epoch.index <= index for epoch, _ in self._pending):
             self.settle()
         if index in self._recent:
             return self._recent[index]
         made = next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
         return (made, ()) if made is not None else None
 
-    def _gather(self, epoch: EpochReport) -> None:
-        """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``."""
+    def _gather(self, epoch: EpochReport, forward: Mapping[str, Any]) -> None:
+        """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``
+        (``forward``: rank 0's forward passes in it)."""
         got = self._exchange(f"epoch{epoch.index}", epoch, None)
-        spans = [_Span(0, self.host, epoch.summary, epoch.findings)]
+        spans = [_Span(0, self.host, epoch.summary, epoch.findings, forward=forward, node_rank=self.info.node_rank)]
         for r, payload in sorted(got.items()):
             try:
                 self._take(payload)
@@ -535,7 +571,7 @@ class Job:
         if len(self.epochs) > MAX_JOB_EPOCHS:
             del self.epochs[10]
         self._note_missing()
-        self._recent = {epoch.index: (job_epoch, tuple(rank_entry(s.rank, s.host, s.summary) for s in spans))}
+        self._recent = {epoch.index: (job_epoch, tuple(s.entry() for s in spans))}
 
     def finish(self, report: Report, *, ending: str | None = None) -> tuple[Report, tuple[RankEntry, ...]]:
         """The run is over: post the final summary (ranks other than 0) or collect the others'
@@ -560,7 +596,7 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._note_missing()
-        spans = _job_spans(report, self.host, self._latest, self._since)
+        spans = _job_spans(report, self._own_span_of, self._latest, self._since)
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
@@ -574,15 +610,25 @@ class Job:
         """Rank 0: the job's report given rank 0's own, as of now: the other ranks' latest
         run-level summaries and the job's epochs are taken now; the report is made (on any
         thread) when called."""
-        latest, host = dict(self._latest), self.host
+        latest, own_span = dict(self._latest), self._own_span_of
         since = {r: list(spans) for r, spans in self._since.items()}
         epochs = tuple(self.epochs)
         min_saving = self.min_saving
 
         def make(own: Report) -> Report:
-            return job_report(own, _job_spans(own, host, latest, since), epochs, min_saving=min_saving)
+            return job_report(own, _job_spans(own, own_span, latest, since), epochs, min_saving=min_saving)
 
         return make
+
+    @property
+    def _own_span_of(self) -> Callable[[Report], _Span]:
+        """Rank 0's run as a span, given its report (its forward passes and node as of now)."""
+        host, forward, node = self.host, dict(self.forward.get("run") or {}), self.info.node_rank
+
+        def own_span(own: Report) -> _Span:
+            return _Span(0, host, own.summary, own.findings, len(own.epochs), forward=forward, node_rank=node)
+
+        return own_span
 
     def _take(self, payload: Mapping[str, Any]) -> None:
         """A rank's payload: what it says of itself, and its run-level summary when it has one."""
@@ -623,14 +669,16 @@ def _diagnose(spans: list[_Span], min_saving: float) -> tuple[Finding, ...]:
 
 
 def _job_spans(
-    own: Report, host: str, latest: Mapping[int, _Span], since: Mapping[int, Sequence[_Span]] | None = None
+    own: Report,
+    own_span: Callable[[Report], _Span],
+    latest: Mapping[int, _Span],
+    since: Mapping[int, Sequence[_Span]] | None = None,
 ) -> list[_Span]:
     """Rank 0's own run and the other ranks' latest run summaries, in rank order; each with the
     epochs rank 0 took from that rank after it (``since``: a rank that died between two run
     summaries still has the epochs it closed counted)."""
-    own_span = _Span(0, host, own.summary, own.findings, len(own.epochs))
     since = since or {}
-    return [own_span, *(_extended(latest[r], since.get(r, ())) for r in sorted(latest) if r != 0)]
+    return [own_span(own), *(_extended(latest[r], since.get(r, ())) for r in sorted(latest) if r != 0)]
 
 
 def _extended(span: _Span, epochs: Sequence[_Span]) -> _Span:
@@ -661,7 +709,7 @@ def _extended(span: _Span, epochs: Sequence[_Span]) -> _Span:
 def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...], *, min_saving: float) -> Report:
     """Rank 0's report for the job: its own run information and notes, the ranks' summaries
     together, the job's epochs and findings, a row per rank."""
-    ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
+    ranks = tuple(s.entry() for s in spans)
     return replace(
         own,
         summary=job_summary([s.summary for s in spans]),

@@ -44,6 +44,7 @@ from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report,
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
+from stallscope.signals.forward import ForwardProbe, timer_for
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig, probe_batch_s
@@ -196,6 +197,10 @@ class Session:
         self.job: Job | None = None
         #: a rank's SIGTERM handler, which writes the report of what ran (``TermGuard``)
         self._term: TermGuard | None = None
+        #: a rank's forward passes, timed apart from the collectives (``signals/forward.py``), and
+        #: the epoch count when it started looking for the job's DDP module
+        self._forward: ForwardProbe | None = None
+        self._forward_since = 0
         #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
         self.data_parallel_devices: int | None = None
         #: ranks of the job on this host, where the framework says (Lightning: processes per node)
@@ -260,6 +265,29 @@ class Session:
         if self.job is not None and self._term is None:
             self._term = TermGuard(self._write_on_term, self._stop_waiting)
             self._term.install()
+        if self.job is not None and self._forward is None:
+            probe = ForwardProbe(functools.partial(timer_for, clock=self._cpu_clock))
+            if probe.start():
+                self._forward, self._forward_since = probe, self._epoch_index
+
+    def _note_forward(self, steps: int) -> None:
+        """An epoch of ``steps`` ended: the job gets this rank's forward passes in it and in the
+        run so far. A first epoch without a DDP module ends the search (its global hook costs
+        every module call a little)."""
+        probe, job = self._forward, self.job
+        if probe is None or job is None:
+            return
+        timer = probe.timer
+        if timer is None:
+            if self._epoch_index > self._forward_since:  # a whole epoch looked
+                probe.give_up()
+            return
+        epoch, run = timer.take_epoch(), timer.run()
+        job.forward = {
+            name: stats.to_dict(n)
+            for name, stats, n in (("epoch", epoch, steps), ("run", run, self._steps_ended))
+            if stats is not None
+        }
 
     def _stop_waiting(self, ending: str = SIGTERM_ENDING) -> None:
         """A SIGTERM came while the run ends: say so, and wait for no other rank from now on."""
@@ -522,6 +550,7 @@ class Session:
         sent its run's; each rank writes its own ``ranks/rank-<R>.json`` on the same budget."""
         job = self.job
         assert job is not None
+        self._note_forward(span.steps)
         own: Later[Report] | None = None
         if not job.leader:
             report: Report | None = None
@@ -636,6 +665,8 @@ class Session:
     def _finish(self, *, print_run: bool) -> Report:
         self._settle()
         self.signals.stop()
+        if self._forward is not None:
+            self._forward.stop()  # the user's model keeps no hook of ours
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
                 writer.close()  # no mid-run report is written after this

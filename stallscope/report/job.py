@@ -14,12 +14,23 @@ The job's summary reads like one run's:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from stallscope.report.schema import IDLE_SOURCES, RankEntry, Summary
 
 
-def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankEntry:
-    """One row of ``ranks[]``: a rank's summary of the run."""
+def rank_entry(
+    rank: int,
+    host: str,
+    summary: Summary,
+    epochs: int = 0,
+    *,
+    forward: Mapping[str, Any] | None = None,
+    node_rank: int | None = None,
+    host_id: str = "",
+) -> RankEntry:
+    """One row of ``ranks[]``: a rank's summary of the run (``forward``: its forward passes, where
+    timed; ``node_rank``, ``host_id``: where it ran)."""
     return RankEntry(
         rank=rank,
         host=host,
@@ -31,6 +42,9 @@ def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankE
         data_wait_s=dict(summary.data_wait_s),
         phase_seconds=dict(summary.phase_seconds),
         epochs=epochs,
+        forward_ms=dict(forward or {}),
+        node_rank=node_rank,
+        host_id=host_id,
     )
 
 
