@@ -35,6 +35,8 @@ LIGHTNING: list[str] = [
 DISTRIBUTED: list[str] = [
     "ddp_straggler",
     "lightning_ddp_straggler",
+    "ddp_compute_straggler",
+    "lightning_ddp_compute_straggler",
 ]
 
 ALL = PLAIN + LIGHTNING + DISTRIBUTED

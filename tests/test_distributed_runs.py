@@ -128,6 +128,26 @@ def test_lightning_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path, capfd
 
 
 @pytest.mark.scenario
+def test_lightning_ddp_compute_straggler_names_rank_1_and_its_compute(tmp_path: Path) -> None:
+    """Rank 1's ``training_step`` runs the model four times; StallScope finds the DDP module
+    Lightning made and times each ``training_step`` through it."""
+    module = example("lightning_ddp_compute_straggler")
+    report = read_report(module, tmp_path)
+    top = report["findings"][0]
+    assert (top["id"], top["evidence"]["rank"], top["evidence"]["phase"]) == (module.EXPECTED, 1, "compute")
+    assert top["suggestion"] == {"rank": 1}
+    assert top["est_speedup"] > 1.2
+    forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
+    assert forward[0]["calls"] == forward[1]["calls"] == module.SMALL["batches"]  # a training_step each
+    assert forward[1]["per_step"] > 1.5 * forward[0]["per_step"]
+
+
+def read_report(module: ModuleType, tmp_path: Path) -> dict[str, Any]:
+    module.run(report_dir=str(tmp_path), console=False, timeout_s=JOB_TIMEOUT_S, **module.SMALL)
+    return read(tmp_path / "report.json")
+
+
+@pytest.mark.scenario
 def test_a_healthy_two_rank_job_has_no_straggler(tmp_path: Path) -> None:
     module = example("ddp_straggler")
     module.run(report_dir=str(tmp_path), console=False, slow_rank=-1, **module.SMALL)
