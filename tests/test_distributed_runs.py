@@ -335,5 +335,14 @@ def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
     assert run_all(cmds, tmp_path / "logs") == [0, 0]
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
     assert files == ["node0/ranks/rank-0.json", "node0/report.json", "node1/ranks/rank-1.json"]
+    # two nodes, one machine: each row says its node and the same machine, and each rank's
+    # diagnosis shares that machine's cores with the other node's rank
+    report = read(tmp_path / "node0" / "report.json")
+    rows = report["ranks"]
+    assert [(r["rank"], r["node_rank"]) for r in rows] == [(0, 0), (1, 1)]
+    assert rows[0]["host_id"] == rows[1]["host_id"]
+    assert rows[0]["host_id"].startswith(rows[0]["host"] + "/")
+    cores = report["run"]["usable_cores"]
+    assert [r["cores"] for r in rows] == [max(1, cores // 2)] * 2
     report = read(tmp_path / "node0" / "report.json")
     assert [(r["rank"], r["steps"]) for r in report["ranks"]] == [(0, 16), (1, 16)]

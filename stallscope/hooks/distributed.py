@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from stallscope._threads import start_quiet
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps
 from stallscope.report.job import fractions_of, job_summary, rank_entry
@@ -142,6 +143,36 @@ def rank_info() -> RankInfo | None:
         local_world_size=local_world if local_world and local_world <= world else None,
         node_rank=_env_int("GROUP_RANK") if _env_int("GROUP_RANK") is not None else _env_int("NODE_RANK"),
     )
+
+
+#: files that tell machines apart (a host name may repeat: containers, cloned VMs)
+MACHINE_ID_FILES = ("/proc/sys/kernel/random/boot_id", "/etc/machine-id")
+#: the longest job whose ranks' machines each rank reads once (``Job.ranks_on_host``)
+MAX_HOST_LOOKUP_RANKS = 256
+
+
+class HostId:
+    """This machine's identity, ``<hostname>/<boot id>`` (else the machine id, else the host name
+    alone), read once on a thread of its own (a file under /proc is never read on the training
+    thread); ``value`` is None until it is read."""
+
+    def __init__(self, name: str, files: tuple[str, ...] = MACHINE_ID_FILES) -> None:
+        self.name = name
+        self.files = files
+        self.value: str | None = None
+        thread = threading.Thread(target=self.read, name="stallscope-host-id", daemon=True)
+        start_quiet(thread)
+
+    def read(self) -> None:
+        for path in self.files:
+            try:
+                text = Path(path).read_text(encoding="ascii", errors="replace").strip()
+            except OSError:
+                continue
+            if text:
+                self.value = f"{self.name}/{text[:36]}"
+                return
+        self.value = self.name
 
 
 def _dist() -> Any:
@@ -291,6 +322,8 @@ def _payload(
     run_every: int,
     ending: str | None = None,
     forward: Mapping[str, Any] | None = None,
+    host_id: str | None = None,
+    cores: int | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
     given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
@@ -299,6 +332,10 @@ def _payload(
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
     if info.node_rank is not None:
         out["node"] = info.node_rank
+    if host_id:
+        out["host_id"] = host_id
+    if cores:
+        out["cores"] = cores
     if ending is not None:
         out["ending"] = ending
     if forward:
@@ -332,6 +369,8 @@ class _Span:
     #: its forward passes in the span (``ForwardStats.to_dict``); empty when not timed
     forward: Mapping[str, Any] = field(default_factory=dict)
     node_rank: int | None = None
+    host_id: str = ""
+    cores: int | None = None
 
     def work(self) -> RankWork:
         s = self.summary
@@ -349,7 +388,14 @@ class _Span:
 
     def entry(self) -> RankEntry:
         return rank_entry(
-            self.rank, self.host, self.summary, self.epochs, forward=self.forward, node_rank=self.node_rank
+            self.rank,
+            self.host,
+            self.summary,
+            self.epochs,
+            forward=self.forward,
+            node_rank=self.node_rank,
+            host_id=self.host_id,
+            cores=self.cores,
         )
 
 
@@ -366,6 +412,7 @@ def _span(payload: Mapping[str, Any], part: str) -> _Span:
     forward = payload.get("forward")
     forward = forward.get(part) if isinstance(forward, Mapping) else None
     node = payload.get("node")
+    cores = payload.get("cores")
     return _Span(
         rank=int(payload["rank"]),
         host=str(payload.get("host", "")),
@@ -374,6 +421,8 @@ def _span(payload: Mapping[str, Any], part: str) -> _Span:
         epochs=int(payload.get("epochs", 0)),
         forward=dict(forward) if isinstance(forward, Mapping) else {},
         node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
+        host_id=str(payload.get("host_id") or ""),
+        cores=cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None,
     )
 
 
@@ -395,9 +444,18 @@ class Job:
         *,
         min_saving: float = 0.02,
         note: Callable[[str], None] = lambda text: None,
+        host_id: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.info = info
         self.host = host
+        #: this machine's identity once read (``HostId``)
+        self.host_id = host_id
+        #: ranks of the job on this machine, once every rank said where it runs
+        self._on_host: int | None = None
+        self._host_posted = False
+        #: the cores this rank's own diagnosis counts on (its machine's, shared among the job's
+        #: ranks on it); the session sets it at each epoch end
+        self.cores: int | None = None
         self.exchange = exchange
         self.min_saving = min_saving
         self._note = note
@@ -490,6 +548,8 @@ class Job:
                     run_every=self.run_every,
                     ending=self.ending if name == "final" else None,
                     forward={k: v for k, v in self.forward.items() if k == "run" or epoch is not None},
+                    host_id=self.host_id(),
+                    cores=self.cores,
                 )
                 exchange.post(name, payload)
                 return {}
@@ -524,6 +584,29 @@ class Job:
         while len(self._pending) > MAX_DEFERRED:
             self._gather(*self._pending.pop(0))
 
+    def ranks_on_host(self) -> int | None:
+        """Ranks of the job on this machine, whatever their node rank (two "nodes" may share one
+        machine): each rank posts its ``HostId`` once, and this counts the ranks that posted the
+        same, once all have (one look per call until then); None until then, or for a job too
+        large to look up."""
+        if self._on_host is not None:
+            return self._on_host
+        exchange, mine = self.exchange, self.host_id()
+        if exchange is None or mine is None or self.info.world_size > MAX_HOST_LOOKUP_RANKS:
+            return None
+        try:
+            if not self._host_posted:
+                exchange.store.set(exchange.key(self.info.rank, "host"), mine.encode())
+                self._host_posted = True
+            keys = [exchange.key(r, "host") for r in range(self.info.world_size)]
+            if not exchange.store.check(keys):
+                return None
+            hosts = [bytes(exchange.store.get(key)).decode(errors="replace") for key in keys]
+        except Exception:
+            return None
+        self._on_host = max(1, sum(host == mine for host in hosts))
+        return self._on_host
+
     def stop_waiting(self, ending: str) -> None:
         """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
         takes what the ranks sent and waits for none of them (they may be blocked in a collective
@@ -553,7 +636,18 @@ class Job:
         """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``
         (``forward``: rank 0's forward passes in it)."""
         got = self._exchange(f"epoch{epoch.index}", epoch, None)
-        spans = [_Span(0, self.host, epoch.summary, epoch.findings, forward=forward, node_rank=self.info.node_rank)]
+        spans = [
+            _Span(
+                0,
+                self.host,
+                epoch.summary,
+                epoch.findings,
+                forward=forward,
+                node_rank=self.info.node_rank,
+                host_id=self.host_id() or "",
+                cores=self.cores,
+            )
+        ]
         for r, payload in sorted(got.items()):
             try:
                 self._take(payload)
@@ -624,9 +718,20 @@ class Job:
     def _own_span_of(self) -> Callable[[Report], _Span]:
         """Rank 0's run as a span, given its report (its forward passes and node as of now)."""
         host, forward, node = self.host, dict(self.forward.get("run") or {}), self.info.node_rank
+        host_id, cores = self.host_id() or "", self.cores
 
         def own_span(own: Report) -> _Span:
-            return _Span(0, host, own.summary, own.findings, len(own.epochs), forward=forward, node_rank=node)
+            return _Span(
+                0,
+                host,
+                own.summary,
+                own.findings,
+                len(own.epochs),
+                forward=forward,
+                node_rank=node,
+                host_id=host_id,
+                cores=cores,
+            )
 
         return own_span
 
@@ -719,7 +824,7 @@ def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...],
     )
 
 
-def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Job | None:
+def join_job(host: str, *, min_saving: float, note: Callable[[str], None], host_id: HostId | None = None) -> Job | None:
     """This process's part in a distributed job, or None when it runs alone."""
     global _runs_joined
     info = rank_info()
@@ -734,7 +839,8 @@ def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Jo
     if store is not None:
         _runs_joined += 1
         exchange = Exchange(store, prefix=f"{KEY_PREFIX}/run{_runs_joined}", rank=info.rank, world_size=info.world_size)
-    return Job(info, host, exchange, min_saving=min_saving, note=note)
+    machine = host_id if host_id is not None else HostId(host)
+    return Job(info, host, exchange, min_saving=min_saving, note=note, host_id=lambda: machine.value)
 
 
 #: seconds a rank's SIGTERM handler gives the report of what ran before the process dies

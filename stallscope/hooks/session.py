@@ -551,6 +551,7 @@ class Session:
         job = self.job
         assert job is not None
         self._note_forward(span.steps)
+        job.cores = self.rank_cores
         own: Later[Report] | None = None
         if not job.leader:
             report: Report | None = None
@@ -815,8 +816,10 @@ class Session:
     def rank_cores(self) -> int:
         """The cores this process's loading can count on: the host's usable cores shared among
         the job's ranks on this host (each rank runs its own workers and compute on them)."""
-        local = self.job.info.local_world_size if self.job is not None else None
-        local = local or (self.local_ranks if self.job is not None else None) or 1
+        job = self.job
+        local = job.ranks_on_host() if job is not None else None  # every rank on this machine
+        local = local or (job.info.local_world_size if job is not None else None)
+        local = local or (self.local_ranks if job is not None else None) or 1
         return max(1, self.host.usable_cores // local)
 
     def summarize(self, span: SpanStats, signals: Signals | None = None) -> Summary:

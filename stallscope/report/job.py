@@ -28,9 +28,10 @@ def rank_entry(
     forward: Mapping[str, Any] | None = None,
     node_rank: int | None = None,
     host_id: str = "",
+    cores: int | None = None,
 ) -> RankEntry:
     """One row of ``ranks[]``: a rank's summary of the run (``forward``: its forward passes, where
-    timed; ``node_rank``, ``host_id``: where it ran)."""
+    timed; ``node_rank``, ``host_id``: where it ran; ``cores``: the cores its diagnosis counted on)."""
     return RankEntry(
         rank=rank,
         host=host,
@@ -45,6 +46,7 @@ def rank_entry(
         forward_ms=dict(forward or {}),
         node_rank=node_rank,
         host_id=host_id,
+        cores=cores,
     )
 
 

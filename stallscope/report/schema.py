@@ -119,6 +119,9 @@ class RankEntry:
     #: the node (torchrun's ``GROUP_RANK``) and the machine (hostname and boot id) it ran on
     node_rank: int | None = None
     host_id: str = ""
+    #: the cores its own diagnosis counted on: its machine's usable cores shared among every rank
+    #: of the job on that machine (whatever their node)
+    cores: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,9 +296,10 @@ def rank_to_dict(e: RankEntry) -> dict[str, Any]:
             "forward_ms": dict(e.forward_ms) or None,
             "node_rank": e.node_rank,
             "host_id": e.host_id or None,
+            "cores": e.cores,
         }
     )
-    for key in ("forward_ms", "node_rank", "host_id"):  # absent where not known
+    for key in ("forward_ms", "node_rank", "host_id", "cores"):  # absent where not known
         if out[key] is None:
             del out[key]
     return out
@@ -480,6 +484,7 @@ def rank_from_dict(d: Any, where: str) -> RankEntry:
             raise ReportError(f"{where}.phase_fractions.{name} must be a fraction in [0, 1]")
     epochs = d.get("epochs", 0)
     node = d.get("node_rank")
+    cores = d.get("cores")
     return RankEntry(
         rank=int(_req(d, "rank", int, where)),
         host=str(d.get("host", "")),
@@ -494,6 +499,7 @@ def rank_from_dict(d: Any, where: str) -> RankEntry:
         forward_ms=_opt_map(d, "forward_ms", where) or {},
         node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
         host_id=str(d.get("host_id") or ""),
+        cores=cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None,
     )
 
 
