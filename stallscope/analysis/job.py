@@ -15,8 +15,10 @@ The model
     median. Fixing it lowers ``own_s`` and the job steps at the larger of that and the next
     rank's ``own``: that ratio is the job's predicted speedup.
 
-    A rank that is slow in its compute itself (a slower GPU) cannot be told from one that waits
-    with this model: both show the same ``compute`` per step. Those jobs get no straggler finding.
+    A rank that is slow in its compute itself (more work a step, a slower GPU) cannot be told from
+    one that waits with this model: both show the same ``compute`` per step. Its forward passes can
+    (``signals/forward.py``: no collective in them): ``_compute_pace``. Ranks that ran uneven
+    shares of the steps in the same epochs (DDP's ``Join``) name no pace-setter (``uneven_steps``).
 
 What is emitted
     When the pace-setter's own diagnosis has a finding for the slow phase (``data.workers`` for
