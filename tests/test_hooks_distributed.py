@@ -18,8 +18,8 @@ import pytest
 from stallscope import StallScope
 from stallscope.config import ScopeConfig
 from stallscope.hooks import distributed, session
-from stallscope.hooks.distributed import Exchange, Job, RankInfo, rank_info
-from stallscope.report.schema import Report
+from stallscope.hooks.distributed import Exchange, Job, RankInfo, load_notes_once, rank_info
+from stallscope.report.schema import RankEntry, Report
 
 
 class DictStore:
@@ -501,3 +501,13 @@ def test_a_ranks_notes_are_in_scope_report_mid_run(
         assert mid_run is not None
         assert not mid_run.complete
         assert "rank 1: hello from rank 1" in mid_run.notes
+
+
+def test_a_load_note_is_said_once_per_machine() -> None:
+    """Four ranks on one machine each saw the machine's load: the job's report says it once."""
+    note = "other processes kept 1.6 of the machine's 2 cores busy during the run: ..."
+    ranks = [
+        RankEntry(r, "vm", 10, 1.0, 10.0, 0.1, {"compute": 1.0}, host_id="vm/a" if r < 4 else "vm/b") for r in range(5)
+    ]
+    notes = [note, *(f"rank {r}: {note}" for r in range(1, 5)), "rank 2: something else"]
+    assert load_notes_once(notes, ranks) == (note, f"rank 4: {note}", "rank 2: something else")

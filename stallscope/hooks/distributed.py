@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -822,6 +823,29 @@ def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...],
         findings=_diagnose(spans, min_saving),
         ranks=ranks,
     )
+
+
+#: how a note on other processes' load begins (``analysis/disturbance.py``), and a rank's of it
+LOAD_NOTE = "other processes kept "
+_RANK_LOAD_NOTE = re.compile(r"rank (\d+): " + re.escape(LOAD_NOTE))
+
+
+def load_notes_once(notes: Sequence[str], ranks: Sequence[RankEntry]) -> tuple[str, ...]:
+    """``notes`` with the notes on other processes' load kept once per machine: ranks of one
+    machine see the same load (each other's too), and the run panel said it once per rank. Rank
+    0's own note (unprefixed) stands for its machine, else the first rank's that has one."""
+    machine = {e.rank: e.host_id or e.host for e in ranks}
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in notes:
+        found = _RANK_LOAD_NOTE.match(text)
+        rank = int(found.group(1)) if found else 0 if text.startswith(LOAD_NOTE) else None
+        if rank is not None and rank in machine:
+            if machine[rank] in seen:
+                continue
+            seen.add(machine[rank])
+        out.append(text)
+    return tuple(out)
 
 
 def join_job(host: str, *, min_saving: float, note: Callable[[str], None], host_id: HostId | None = None) -> Job | None:
