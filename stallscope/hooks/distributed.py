@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stallscope._threads import start_quiet
+from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps
 from stallscope.report.job import fractions_of, job_summary, rank_entry
@@ -65,6 +66,7 @@ from stallscope.report.schema import (
     summary_from_dict,
     summary_to_dict,
 )
+from stallscope.signals.host_sampler import HostSummary
 
 #: seconds rank 0 waits at an epoch end for a rank's summary before it notes the rank as missing
 GATHER_TIMEOUT_S = 10.0
@@ -325,6 +327,7 @@ def _payload(
     forward: Mapping[str, Any] | None = None,
     host_id: str | None = None,
     cores: int | None = None,
+    load: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
     given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
@@ -337,6 +340,8 @@ def _payload(
         out["host_id"] = host_id
     if cores:
         out["cores"] = cores
+    if load:
+        out["load"] = dict(load)
     if ending is not None:
         out["ending"] = ending
     if forward:
@@ -457,6 +462,11 @@ class Job:
         #: the cores this rank's own diagnosis counts on (its machine's, shared among the job's
         #: ranks on it); the session sets it at each epoch end
         self.cores: int | None = None
+        #: this rank's load over its run so far (``note_load``): its process tree's busy cores,
+        #: the machine's other processes' (its sibling ranks among them) and the machine's cores
+        self.load: dict[str, float] = {}
+        #: rank 0: each other rank's, as it last said
+        self._loads: dict[int, dict[str, float]] = {}
         self.exchange = exchange
         self.min_saving = min_saving
         self._note = note
@@ -551,6 +561,7 @@ class Job:
                     forward={k: v for k, v in self.forward.items() if k == "run" or epoch is not None},
                     host_id=self.host_id(),
                     cores=self.cores,
+                    load=self.load if report is not None else None,
                 )
                 exchange.post(name, payload)
                 return {}
@@ -584,6 +595,44 @@ class Job:
         self._pending.append((epoch, dict(self.forward.get("epoch") or {})))
         while len(self._pending) > MAX_DEFERRED:
             self._gather(*self._pending.pop(0))
+
+    def note_load(self, host: HostSummary | None) -> None:
+        """This rank's run so far, as the host sampler saw it (None: not sampled)."""
+        if host is None or host.others_cores is None or not host.machine_cores:
+            return
+        self.load = {
+            "own": round(host.main_cores + host.workers_cores, 3),
+            "others": round(host.others_cores, 3),
+            "machine": float(host.machine_cores),
+            "wall_s": round(host.wall_s, 3),
+        }
+
+    def load_notes(self, notes: Sequence[str], ranks: Sequence[RankEntry]) -> tuple[str, ...]:
+        """Rank 0: the job's notes with the ranks' notes on other processes' load made one per
+        machine, and, on rank 0's machine, the job's own ranks (and their workers) counted as the
+        job's: each rank's sampler counted its sibling ranks among the "other processes"."""
+        notes = load_notes_once(notes, ranks)
+        own = self.load
+        mine = {e.rank for e in ranks if e.host_id and e.host_id == (self.host_id() or "")} | {0}
+        loads = [own, *(self._loads[r] for r in sorted(mine - {0}) if r in self._loads)]
+        if not own or len(loads) < 2 or len(loads) < len(mine):
+            return notes
+        machine = own["machine"]
+        job_cores = sum(load["own"] for load in loads)
+        others = max(0.0, own["others"] - sum(load["own"] for load in loads[1:]))
+        kept = [text for text in notes if not (text.startswith(LOAD_NOTE) or _RANK_LOAD_NOTE.match(text))]
+        if own["wall_s"] >= MIN_SAMPLED_S and others >= OTHERS_SHARE * machine:
+            kept.append(
+                f"{LOAD_NOTE}{others:.1f} of rank 0's machine's {machine:.0f} cores busy during the run, the job's "
+                "own ranks and their workers aside: the timings are disturbed"
+            )
+        if job_cores > machine:
+            kept.append(
+                f"the job's {len(loads)} ranks on rank 0's machine and their workers kept {job_cores:.1f} of its "
+                f"{machine:.0f} cores busy on average: they oversubscribe it (each rank's diagnosis counts on "
+                f"{self.cores or 1} cores)"
+            )
+        return tuple(kept)
 
     def ranks_on_host(self) -> int | None:
         """Ranks of the job on this machine, whatever their node rank (two "nodes" may share one
@@ -742,6 +791,11 @@ class Job:
         every = payload.get("every")
         if isinstance(every, int) and every >= 1:
             self._every[rank] = every
+        load = payload.get("load")
+        if isinstance(load, Mapping) and all(
+            isinstance(load.get(k), (int, float)) for k in ("own", "others", "machine", "wall_s")
+        ):
+            self._loads[rank] = {k: float(load[k]) for k in ("own", "others", "machine", "wall_s")}
         ending = payload.get("ending")
         if isinstance(ending, str) and ending:
             self.endings[rank] = ending

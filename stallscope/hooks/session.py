@@ -35,7 +35,7 @@ from stallscope.analysis.diagnose import diagnose, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.config import ScopeConfig
-from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job, load_notes_once
+from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME
@@ -679,7 +679,7 @@ class Session:
             if self.job.leader:
                 self._write_own(report)
             report, ranks = self.job.finish(report, ending=self.ending)
-            report = dataclasses.replace(report, notes=load_notes_once(self.notes, ranks))
+            report = dataclasses.replace(report, notes=self.job.load_notes(self.notes, ranks))
         self._latest = Later(None, report)
         if print_run:
             # the printed diagnosis says when the run was too short to judge (the findings say it
@@ -839,6 +839,8 @@ class Session:
         self.start_clock()  # a run that never reached its first step: an empty report, not an error
         snapshot = self.timeline.run_snapshot()
         signals = self.signals.run_window()
+        if self.job is not None:  # what this rank's process tree and the machine's others kept busy
+            self.job.note_load(signals.host)
         for text in self.signals.notes():
             self.note(text)
         risk = memory_risk_note(signals.host)
