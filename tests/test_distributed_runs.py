@@ -313,7 +313,8 @@ def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
     port = free_port()
     cmds = []
     for node in (0, 1):
-        settings = {"report_dirs": [str(tmp_path / "node0"), str(tmp_path / "node1")], "console": False}
+        # DDP keeps the ranks in step (each has said where it runs by the other's first epoch end)
+        settings = {"report_dirs": [str(tmp_path / "node0"), str(tmp_path / "node1")], "ddp": True, "console": False}
         cmd = [
             sys.executable,
             "-m",
