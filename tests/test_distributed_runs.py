@@ -139,7 +139,7 @@ def test_lightning_ddp_compute_straggler_names_rank_1_and_its_compute(tmp_path: 
     assert top["est_speedup"] > 1.2
     forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
     assert forward[0]["calls"] == forward[1]["calls"] == module.SMALL["batches"]  # a training_step each
-    assert forward[1]["per_step"] > 1.5 * forward[0]["per_step"]
+    assert forward[1]["per_step"] > 1.3 * forward[0]["per_step"]
 
 
 def read_report(module: ModuleType, tmp_path: Path) -> dict[str, Any]:
@@ -264,7 +264,7 @@ def test_a_compute_straggler_is_named_with_its_forward(tmp_path: Path) -> None:
         "report_dirs": str(tmp_path),
         "batches": 30,
         "epochs": 2,
-        "hidden": 512,
+        "hidden": 1024,
         "extra_passes": [0, 2],
         "ddp": True,
         "console": False,
@@ -280,7 +280,7 @@ def test_a_compute_straggler_is_named_with_its_forward(tmp_path: Path) -> None:
     assert "uneven shapes" in top["fix"]
     forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
     assert forward[1]["calls"] == 3 * forward[0]["calls"] == 3 * 60
-    assert forward[1]["per_step"] > 1.5 * forward[0]["per_step"]
+    assert forward[1]["per_step"] > 1.3 * forward[0]["per_step"]
     assert forward[0]["source"] == "cpu_time"
 
 

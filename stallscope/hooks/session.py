@@ -274,7 +274,7 @@ class Session:
             self._term = TermGuard(self._write_on_term, self._stop_waiting)
             self._term.install()
         if self.job is not None and self._forward is None:
-            probe = ForwardProbe(functools.partial(timer_for, clock=self._cpu_clock))
+            probe = ForwardProbe(timer_for)
             if probe.start():
                 self._forward, self._forward_since = probe, self._epoch_index
 

@@ -17,10 +17,12 @@ Finding the forward pass without the user's help
     ``eval()``); two forwards in one step count as that step's forward time together.
 
 Timing
-    On the CPU, the process's CPU time (injected: ``time.process_time_ns``): a forward's own
+    On the CPU, the calling thread's CPU time (injected: ``time.thread_time_ns``): a forward's own
     work, which other processes on a busy machine do not inflate (wall time did, by 2x, on a loaded
-    2-core machine, where alike ranks then looked uneven); torch's intra-op threads are counted,
-    and StallScope's own threads take little. On CUDA, a pair of events recorded on the current stream at
+    2-core machine, where alike ranks then looked uneven), nor the process's other threads (the
+    process's CPU time counted gloo's and StallScope's threads, which blurred forwards of 0.1 ms).
+    With several intra-op threads the training thread does its share of each forward, so ranks of
+    the same settings still compare. On CUDA, a pair of events recorded on the current stream at
     the forward's start and end; they are read at epoch ends once complete (``query``), never
     waited for: nothing synchronises. Events still pending at an epoch end count in the next one.
     The event factory is injected (``tests/test_signals_forward.py`` drives fakes).
@@ -61,7 +63,7 @@ class ForwardStats:
     p10_s: float
     p50_s: float
     p90_s: float
-    #: ``cpu_time`` (the process's CPU time) or ``cuda_events`` (device time)
+    #: ``cpu_time`` (the training thread's CPU time) or ``cuda_events`` (device time)
     source: str
 
     def to_dict(self, steps: int) -> dict[str, float | int | str]:
@@ -114,7 +116,7 @@ class ForwardTimer:
     def __init__(
         self,
         *,
-        clock: Callable[[], int] = time.process_time_ns,
+        clock: Callable[[], int] = time.thread_time_ns,
         event: Callable[[], Event] | None = None,
     ) -> None:
         self._clock = clock
@@ -225,7 +227,7 @@ class ForwardProbe:
         self._handles = []
 
 
-def timer_for(module: Any, *, clock: Callable[[], int] = time.process_time_ns) -> ForwardTimer:
+def timer_for(module: Any, *, clock: Callable[[], int] = time.thread_time_ns) -> ForwardTimer:
     """A timer for ``module``'s forward: CUDA events when its parameters are on a CUDA device."""
     try:
         param = next(module.parameters(), None)
