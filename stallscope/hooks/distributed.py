@@ -15,6 +15,11 @@ report, on the report writer's budget (``Session._close_job_epoch``), in full at
 No file is written by two processes, and nothing assumes the ranks share a file system: the
 summaries travel over the job's own ``torch.distributed`` rendezvous store.
 
+Besides its summaries a rank sends its forward passes (``signals/forward.py``: a compute
+straggler's evidence), its node rank, its machine's identity (``HostId``; the ranks on one machine
+share its cores: ``Job.ranks_on_host``) and its load (``Job.load_notes``). A run that ends with
+its own exception, or a SIGTERM (``TermGuard``), waits for no other rank (``Job.stop_waiting``).
+
 Why the store, not a collective
     The job's process group already has a key-value store (the ``TCPStore`` its ranks met at),
     reachable from every rank on every node. A rank posts its summary with one ``set`` and goes on;

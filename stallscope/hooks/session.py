@@ -203,9 +203,9 @@ class Session:
         self.job: Job | None = None
         #: a rank's SIGTERM handler, which writes the report of what ran (``TermGuard``)
         self._term: TermGuard | None = None
-        #: a rank's forward passes, timed apart from the collectives (``signals/forward.py``), and
         #: rank 0: the panel of the job's last short epoch, printed at the next epoch end
         self._held_panel: tuple[int, Later[tuple[EpochReport, tuple[RankEntry, ...]]], SpanSnapshot] | None = None
+        #: a rank's forward passes, timed apart from the collectives (``signals/forward.py``), and
         #: the epoch count when it started looking for the job's DDP module
         self._forward: ForwardProbe | None = None
         self._forward_since = 0
