@@ -11,7 +11,14 @@ from collections.abc import Callable
 import pytest
 
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, common_findings, diagnose_job, find_pace, uneven_steps
+from stallscope.analysis.job import (
+    RankWork,
+    common_findings,
+    diagnose_job,
+    find_pace,
+    uneven_steps,
+    unseen_wait_note,
+)
 
 MakeFinding = Callable[..., Finding]
 
@@ -202,3 +209,24 @@ def test_extra_host_work_on_one_rank_is_told_as_host_code() -> None:
     assert (top.evidence["rank"], top.evidence["phase"]) == (1, "other")
     assert "host code" in top.fix
     assert "storage" not in top.fix
+
+
+def test_a_wait_no_rank_can_be_named_for_is_said_not_hidden() -> None:
+    # forward passes timed and alike, but rank 0's compute holds 4 ms more than its forward explains
+    timed = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(1, data_ms=1.5, compute_ms=5.0, forward_s=0.001),
+    ]
+    assert find_pace(timed) is None
+    note = unseen_wait_note(timed)
+    assert note is not None
+    assert note.startswith("the ranks wait for each other about 20% of the step, and StallScope cannot tell which rank")
+    # no forward timed (no DDP module): the compute share bounds the wait
+    untimed = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=9.0)]
+    assert str(unseen_wait_note(untimed)).startswith("the ranks may wait for each other inside compute (up to 90%")
+    alike = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+    ]
+    assert unseen_wait_note(alike) is None
+    assert unseen_wait_note(compute_straggling_job(2.0)) is None  # a pace-setter is named instead

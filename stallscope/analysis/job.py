@@ -226,6 +226,44 @@ def _phase_pace(ranks: Sequence[RankWork]) -> Pace | None:
     )
 
 
+#: the job's compute share (or its ranks' estimated wait) above which a job with no pace-setter
+#: is said to wait where StallScope cannot see who for
+UNSEEN_WAIT_SHARE = 0.10
+UNTIMED_COMPUTE_SHARE = 0.50
+
+
+def unseen_wait_note(ranks: Sequence[RankWork]) -> str | None:
+    """A note for a job whose ranks wait for each other where no rank can be named (no
+    pace-setter): with forward passes timed, the ranks' wait estimated as their compute beyond
+    the least-waiting rank's compute-to-forward ratio; without (no DDP module), the compute share
+    as an upper bound. None when the job names a pace-setter or the share is small."""
+    active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
+    if len(active) < 2 or find_pace(active) is not None or uneven_steps(active) is not None:
+        return None
+    compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
+    step = {r.rank: r.wall_s / r.steps for r in active}
+    if all(r.forward_s for r in active):
+        scale = min(compute[r.rank] / float(r.forward_s or 1.0) for r in active)
+        waits = [max(0.0, compute[r.rank] - scale * float(r.forward_s or 0.0)) / step[r.rank] for r in active]
+        share = statistics.mean(waits)
+        if share < UNSEEN_WAIT_SHARE:
+            return None
+        return (
+            f"the ranks wait for each other about {share:.0%} of the step, and StallScope cannot tell which rank is "
+            "slow (the slow one changes from step to step, or its extra work lies outside its forward pass)"
+        )
+    if any(r.forward_s for r in active):
+        return None
+    share = statistics.mean(compute[k] / step[k] for k in compute)
+    if share < UNTIMED_COMPUTE_SHARE:
+        return None
+    return (
+        f"the ranks may wait for each other inside compute (up to {share:.0%} of the step): with no DDP module's "
+        "forward pass to time, StallScope cannot tell a rank's own compute from its wait for the others, nor "
+        "which rank is slow"
+    )
+
+
 def cause_of(pace: Pace, work: RankWork) -> Finding | None:
     """The pace-setter's own finding that names the cause of its slow phase, if it has one."""
     ids = CAUSES_BY_PHASE.get(pace.phase, ())

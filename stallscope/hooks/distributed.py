@@ -59,7 +59,7 @@ from typing import Any, Protocol
 from stallscope._threads import start_quiet
 from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps
+from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
 from stallscope.report.job import fractions_of, job_summary, rank_entry
 from stallscope.report.schema import (
     EpochReport,
@@ -749,9 +749,10 @@ class Job:
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
-        uneven = uneven_steps([s.work() for s in spans])
-        if uneven is not None:
-            self._note(uneven)
+        works = [s.work() for s in spans]
+        for text in (uneven_steps(works), unseen_wait_note(works)):
+            if text is not None:
+                self._note(text)
         job = job_report(report, spans, tuple(self.epochs), min_saving=self.min_saving)
         return job, job.ranks
 
