@@ -228,7 +228,7 @@ def _phase_pace(ranks: Sequence[RankWork]) -> Pace | None:
 
 #: the job's compute share (or its ranks' estimated wait) above which a job with no pace-setter
 #: is said to wait where StallScope cannot see who for
-UNSEEN_WAIT_SHARE = 0.10
+UNSEEN_WAIT_SHARE = 0.15
 UNTIMED_COMPUTE_SHARE = 0.50
 
 
