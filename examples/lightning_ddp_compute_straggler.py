@@ -47,10 +47,11 @@ def train(
     batch_size: int = 32,
     slow_rank: int = EXPECTED_RANK,
     extra_passes: int = 3,
+    hidden: int = 1024,
     rank: int | None = None,
 ) -> None:
-    """The fit; Lightning runs it on each rank. ``rank`` (a suggestion's): that rank's extra
-    passes are removed."""
+    """The fit; Lightning runs it on each rank (the common model, ``hidden`` wide). ``rank`` (a
+    suggestion's): that rank's extra passes are removed."""
     pl = import_lightning(namespace)
     emulate_accelerator()
     me = int(os.environ.get("LOCAL_RANK", "0"))  # one node: the local rank is the rank
@@ -79,7 +80,7 @@ def train(
             enable_checkpointing=False,
             default_root_dir=root,
         )
-        trainer.fit(Module(), train_loader)
+        trainer.fit(Module(hidden=hidden), train_loader)
 
 
 def run(*, report_dir: str = f"runs/{NAME}", console: Any = True, timeout_s: float = 300, **settings: Any) -> Report:

@@ -163,12 +163,16 @@ def test_uneven_shards_are_no_straggler() -> None:
     assert str(uneven_steps(ranks)).startswith("rank 1 ran 30 steps, rank 0 60: uneven shards")
 
 
-def test_ranks_that_closed_different_epochs_are_not_uneven_shards() -> None:
+def test_ranks_that_closed_different_epochs_are_compared_per_epoch() -> None:
     ranks = [
         RankWork(0, 60, 0.6, {"compute": 0.6}, epochs=3),
         RankWork(1, 20, 0.2, {"compute": 0.2}, epochs=1),  # it died after its first epoch
     ]
     assert uneven_steps(ranks) is None
+    # its latest summary is older than rank 0's, and it runs half the steps an epoch
+    late = [ranks[0], RankWork(1, 10, 0.2, {"compute": 0.2}, epochs=1)]
+    assert str(uneven_steps(late)).startswith("rank 1 ran 10 steps an epoch, rank 0 20: uneven shards")
+    assert find_pace(late) is None
     assert uneven_steps([*ranks[:1], RankWork(1, 56, 0.6, {"compute": 0.6}, epochs=3)]) is None  # within 10%
 
 

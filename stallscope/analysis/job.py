@@ -90,20 +90,26 @@ class RankWork:
 
 
 def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
-    """The note for ranks that ran different numbers of steps in the same epochs (uneven
-    shards), or None. Ranks that closed different numbers of epochs (one died, or ran fewer
-    epochs) are another matter, noted apart."""
+    """The note for ranks that ran different numbers of steps per epoch (uneven shards), or
+    None. Over a run, steps are compared per epoch the rank closed: a rank that died after two
+    epochs, or whose latest summary is older than the others', ran as many steps an epoch."""
     active = [r for r in ranks if r.wall_s > 0]
-    if len(active) < 2 or len({r.epochs for r in active}) > 1:
+    if len(active) < 2:
         return None
-    fewest = min(active, key=lambda r: (r.steps, r.rank))
-    most = max(active, key=lambda r: (r.steps, -r.rank))
-    if most.steps <= 0 or fewest.steps >= EVEN_STEPS_SHARE * most.steps:
+    per_epoch = all(r.epochs > 0 for r in active) and len({r.epochs for r in active}) > 1
+
+    def steps(r: RankWork) -> float:
+        return r.steps / r.epochs if per_epoch else float(r.steps)
+
+    fewest = min(active, key=lambda r: (steps(r), r.rank))
+    most = max(active, key=lambda r: (steps(r), -r.rank))
+    if steps(most) <= 0 or steps(fewest) >= EVEN_STEPS_SHARE * steps(most):
         return None
+    unit = " an epoch" if per_epoch else ""
     return (
-        f"rank {fewest.rank} ran {fewest.steps} steps, rank {most.rank} {most.steps}: uneven shards, and the ranks "
-        "with fewer steps wait for the others (DDP's Join); a DistributedSampler (drop_last=True for an "
-        "exact split) or data balanced across the ranks gives each the same steps"
+        f"rank {fewest.rank} ran {steps(fewest):.0f} steps{unit}, rank {most.rank} {steps(most):.0f}: uneven shards, "
+        "and the ranks with fewer steps wait for the others (DDP's Join); a DistributedSampler (drop_last=True "
+        "for an exact split) or data balanced across the ranks gives each the same steps"
     )
 
 
