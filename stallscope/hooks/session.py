@@ -38,7 +38,7 @@ from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
-from stallscope.report.io import REPORT_NAME
+from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.render import plain, print_diagnosis
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
@@ -312,6 +312,12 @@ class Session:
         self._stop_waiting()
         own = self._report_job(complete=False)
 
+        def write(writer: ReportWriter | None, report: Report) -> None:
+            # straight to the file (atomically, as the writer does), not through the writer: the
+            # interrupted training thread may hold the writer's lock in a write of its own
+            if writer is not None:
+                write_report(report, writer.path)
+
         def finish() -> None:
             report = own.get()
             job = self.job
@@ -319,13 +325,11 @@ class Session:
                 return
             if not job.leader:
                 job.finish(report)  # the final summary, for rank 0 to take
-                self._write_own(report)
+                write(self._rank_writer, report)
                 return
-            self._write_own(report)
+            write(self._rank_writer, report)
             job_report, _ = job.finish(report)
-            job_report = dataclasses.replace(job_report, notes=tuple(self.notes))
-            if self._writer is not None:
-                self._writer.write_final(job_report)
+            write(self._writer, dataclasses.replace(job_report, notes=tuple(self.notes)))
 
         return finish
 
