@@ -40,9 +40,11 @@ def train(
     batch_size: int = 32,
     slow_rank: int = EXPECTED_RANK,
     extra_passes: int = 1,
+    hidden: int = 1024,
     rank: int | None = None,
 ) -> None:
-    """One rank's training. ``rank`` (a suggestion's): that rank's extra passes are removed."""
+    """One rank's training (the common model, ``hidden`` wide). ``rank`` (a suggestion's): that
+    rank's extra passes are removed."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -54,7 +56,7 @@ def train(
     extra = extra_passes if me == slow_rank and rank != me else 0
     data = loader(SyntheticDataset(batches * batch_size, seed=me), batch_size=batch_size)
     torch.manual_seed(0)
-    model = DistributedDataParallel(make_model())
+    model = DistributedDataParallel(make_model(hidden))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     with StallScope(report_dir, console=console) as scope:

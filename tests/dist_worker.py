@@ -5,7 +5,7 @@
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
 that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
-``hidden`` (a hidden layer of that width: more compute a step), ``extra_passes`` (forward and
+``hidden`` (two hidden layers of that width: more compute a step), ``extra_passes`` (forward and
 backward passes a step beyond the first, outside DDP's all-reduce: a compute straggler),
 ``join`` (each epoch inside DDP's ``Join``: ranks with fewer batches shadow the others'
 all-reduces), ``times`` (a folder: a rank that raises writes there how long its exception took to leave the
@@ -59,9 +59,11 @@ def main(settings: dict[str, object]) -> None:
     data = DataLoader(Slow(batches * 8, float(mine("latency_ms", 0.0))), batch_size=8)  # type: ignore[arg-type]
     torch.manual_seed(0)
     hidden = int(settings.get("hidden", 0))  # type: ignore[call-overload]
-    model: nn.Module = (
-        nn.Sequential(nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, 4)) if hidden else nn.Linear(16, 4)
-    )
+    model: nn.Module = nn.Linear(16, 4)
+    if hidden:  # two hidden layers: a forward of about a millisecond at 1024
+        model = nn.Sequential(
+            nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 4)
+        )
     extra = int(mine("extra_passes", 0))  # type: ignore[call-overload]
     if settings.get("ddp", False):
         model = nn.parallel.DistributedDataParallel(model)

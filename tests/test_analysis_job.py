@@ -176,11 +176,11 @@ def test_ranks_that_closed_different_epochs_are_compared_per_epoch() -> None:
     assert uneven_steps([*ranks[:1], RankWork(1, 56, 0.6, {"compute": 0.6}, epochs=3)]) is None  # within 10%
 
 
-def compute_straggling_job(forward_1_ms: float) -> list[RankWork]:
+def compute_straggling_job(forward_1_ms: float, forward_0_ms: float = 1.0) -> list[RankWork]:
     """Both ranks' compute reads 9 ms a step (rank 0 waits inside its backward); rank 1's forward
-    takes ``forward_1_ms`` against rank 0's 1 ms."""
+    takes ``forward_1_ms`` against rank 0's ``forward_0_ms``."""
     return [
-        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=forward_0_ms / 1e3),
         work(1, data_ms=1.0, compute_ms=9.0, forward_s=forward_1_ms / 1e3),
     ]
 
@@ -203,6 +203,7 @@ def test_a_compute_straggler_is_found_by_its_forward() -> None:
 
 def test_forwards_alike_or_untimed_name_no_compute_straggler() -> None:
     assert find_pace(compute_straggling_job(1.4)) is None  # within the noise of alike ranks
+    assert find_pace(compute_straggling_job(0.5, forward_0_ms=0.25)) is None  # 2x, but 0.25 ms: noise
     untimed = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.002)]
     assert find_pace(untimed) is None
 

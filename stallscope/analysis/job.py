@@ -48,6 +48,9 @@ MIN_STRAGGLER_SHARE = 0.20
 #: compute to be called slow: alike ranks of a healthy job on the loaded 2-core development
 #: machine once differed by 30% (forwards of 0.3 ms, scaled by a compute 20 times as long)
 MIN_FORWARD_EXCESS = 0.50
+#: ... and by this much a step (seconds): the CPU time of forwards of a fraction of a millisecond
+#: differed by 1.7x between alike ranks of a healthy job there (0.3 ms against 0.2 ms)
+MIN_FORWARD_EXCESS_S = 0.001
 
 #: the ranks ran uneven shares of the data when one ran fewer than this share of another's steps
 #: (in the same epochs): the ones with fewer wait for the others (DDP's ``Join``), which is not a
@@ -161,8 +164,8 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     with the forward). Its extra work per step is ``k * (forward_s - median of the others')``.
     A rank ``o``'s wait is what its compute holds beyond its own ``k * forward_o``; the job then
     steps at the larger of the slow rank's step less its extra and the others' own work. It sets
-    the pace when its forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and its extra
-    work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
+    the pace when its forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and by
+    ``MIN_FORWARD_EXCESS_S``, and its extra work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
     if len(active) < 2 or uneven_steps(active) is not None:
         return None
@@ -174,7 +177,7 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     slow = max(forward, key=lambda k: (forward[k], -k))
     others = [k for k in forward if k != slow]
     typical = statistics.median(forward[k] for k in others)
-    if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical:
+    if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical or forward[slow] - typical < MIN_FORWARD_EXCESS_S:
         return None
     scale = max(1.0, compute[slow] / forward[slow])
     extra = scale * (forward[slow] - typical)
