@@ -92,6 +92,9 @@ PAYLOAD_VERSION = 1
 #: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
 MAX_JOB_EPOCHS = 500
 
+#: most epochs another rank closed beyond rank 0's own that rank 0 takes when its run ends early
+MAX_TAKEN_AHEAD = 8
+
 #: rank 0 takes the ranks' summaries of an epoch at most this many epoch ends later, unless
 #: something needs the job's numbers for it sooner (``Job.close_epoch``)
 MAX_DEFERRED = 1
@@ -669,6 +672,28 @@ class Job:
         self._on_host = max(1, sum(host == mine for host in hosts))
         return self._on_host
 
+    def _take_ahead(self) -> None:
+        """Rank 0, whose run ends early: the epochs other ranks closed beyond its own (it was
+        behind them), taken from the store with one look each, so their rows count them."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        start = max((epoch.index for epoch in self.epochs), default=-1) + 1
+        try:
+            for r in range(1, self.info.world_size):
+                for index in range(start, start + MAX_TAKEN_AHEAD):
+                    key = exchange.key(r, f"epoch{index}")
+                    if not exchange.store.check([key]):
+                        break
+                    payload = exchange._take(key)
+                    if payload is None or "epoch" not in payload:
+                        break
+                    self._take(payload)
+                    if "run" not in payload:
+                        self._since.setdefault(r, []).append(_span(payload, "epoch"))
+        except Exception as exc:
+            self._note(f"the ranks' last summaries could not be read ({type(exc).__name__}: {exc})")
+
     def stop_waiting(self, ending: str) -> None:
         """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
         takes what the ranks sent and waits for none of them (they may be blocked in a collective
@@ -743,6 +768,8 @@ class Job:
             )
         if self.leader:
             self.settle()
+            if self.ending is not None:
+                self._take_ahead()
         got = self._exchange("final", None, report)
         if not self.leader:
             return report, ()
