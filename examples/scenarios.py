@@ -46,6 +46,8 @@ DISTRIBUTED: list[str] = [
     "ddp_straggler",
     "lightning_ddp_straggler",
     "transformers_ddp_straggler",
+    "ddp_compute_straggler",
+    "lightning_ddp_compute_straggler",
 ]
 
 #: real tiny `transformers.Trainer` runs (a GPT-2 built from a config)

@@ -4,20 +4,28 @@
 / ``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
-that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup).
+that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
+``hidden`` (two hidden layers of that width: more compute a step), ``extra_passes`` (forward and
+backward passes a step beyond the first, outside DDP's all-reduce: a compute straggler),
+``join`` (each epoch inside DDP's ``Join``: ranks with fewer batches shadow the others'
+all-reduces), ``times`` (a folder: a rank that raises writes there how long its exception took to leave the
+scope, ``rank-<R>.s``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.join import Join
 from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope import StallScope
@@ -50,23 +58,41 @@ def main(settings: dict[str, object]) -> None:
     epochs = int(mine("epochs", 2))  # type: ignore[call-overload]
     data = DataLoader(Slow(batches * 8, float(mine("latency_ms", 0.0))), batch_size=8)  # type: ignore[arg-type]
     torch.manual_seed(0)
+    hidden = int(settings.get("hidden", 0))  # type: ignore[call-overload]
     model: nn.Module = nn.Linear(16, 4)
+    if hidden:  # two hidden layers: a forward of about a millisecond at 1024
+        model = nn.Sequential(
+            nn.Linear(16, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 4)
+        )
+    extra = int(mine("extra_passes", 0))  # type: ignore[call-overload]
     if settings.get("ddp", False):
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     raise_at = settings.get("raise_at")
     die_at = settings.get("die_at")
-    with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
-        for epoch in range(epochs):
-            for step, (x, y) in enumerate(scope.iter(data)):
-                if raise_at == [rank, epoch, step]:
-                    raise RuntimeError("planted failure")
-                if die_at == [rank, epoch, step]:
-                    os._exit(3)
-                with scope.phase("compute"):
-                    opt.zero_grad()
-                    nn.functional.cross_entropy(model(x), y).backward()
-                    opt.step()
+    raised = 0.0
+    try:
+        with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
+            for epoch in range(epochs):
+                joined = Join([model]) if settings.get("join") else contextlib.nullcontext()
+                with joined:
+                    for step, (x, y) in enumerate(scope.iter(data)):
+                        if raise_at == [rank, epoch, step]:
+                            raised = time.perf_counter()
+                            raise RuntimeError("planted failure")
+                        if die_at == [rank, epoch, step]:
+                            os._exit(3)
+                        with scope.phase("compute"):
+                            opt.zero_grad()
+                            for _ in range(extra):  # gradients accumulated without an all-reduce
+                                with model.no_sync():  # type: ignore[operator]
+                                    nn.functional.cross_entropy(model(x), y).backward()
+                            nn.functional.cross_entropy(model(x), y).backward()
+                            opt.step()
+    except RuntimeError:
+        if raised and settings.get("times"):
+            Path(str(settings["times"]), f"rank-{rank}.s").write_text(f"{time.perf_counter() - raised:.3f}")
+        raise
     dist.destroy_process_group()
 
 

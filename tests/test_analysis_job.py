@@ -11,7 +11,14 @@ from collections.abc import Callable
 import pytest
 
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, common_findings, diagnose_job, find_pace
+from stallscope.analysis.job import (
+    RankWork,
+    common_findings,
+    diagnose_job,
+    find_pace,
+    uneven_steps,
+    unseen_wait_note,
+)
 
 MakeFinding = Callable[..., Finding]
 
@@ -99,8 +106,11 @@ def test_the_slow_phase_can_be_any_phase() -> None:
     assert (pace.rank, pace.phase) == (1, "other")
 
 
-def test_uneven_steps_are_compared_per_step() -> None:
-    ranks = [work(0, data_ms=0.5, compute_ms=12.0, steps=50), work(1, data_ms=8.5, compute_ms=4.0, steps=200)]
+def test_ranks_of_different_epochs_are_compared_per_step() -> None:
+    ranks = [
+        work(0, data_ms=0.5, compute_ms=12.0, steps=50, epochs=1),
+        work(1, data_ms=8.5, compute_ms=4.0, steps=200, epochs=4),
+    ]
     pace = find_pace(ranks)
     assert pace is not None
     assert pace.rank == 1
@@ -138,3 +148,90 @@ def test_a_gap_below_a_fifth_of_the_step_is_noise_not_a_straggler() -> None:
     pace = find_pace([work(0, data_ms=0.0, compute_ms=13.0), work(1, data_ms=3.0, compute_ms=10.0)])
     assert pace is not None
     assert pace.rank == 1
+
+
+def test_uneven_shards_are_no_straggler() -> None:
+    """Rank 1 ran half the steps and waited for rank 0 at its shard's end (DDP's Join): per step
+    it looks twice as slow, but the ranks ran uneven shares of the data."""
+    ranks = [
+        work(0, data_ms=1.0, compute_ms=9.0, steps=60),
+        work(1, data_ms=1.0, compute_ms=9.0, other_ms=10.0, steps=30),
+    ]
+    assert find_pace(ranks) is None
+    assert diagnose_job(ranks) == []
+    assert uneven_steps(ranks) is not None
+    assert str(uneven_steps(ranks)).startswith("rank 1 ran 30 steps, rank 0 60: uneven shards")
+
+
+def test_ranks_that_closed_different_epochs_are_compared_per_epoch() -> None:
+    ranks = [
+        RankWork(0, 60, 0.6, {"compute": 0.6}, epochs=3),
+        RankWork(1, 20, 0.2, {"compute": 0.2}, epochs=1),  # it died after its first epoch
+    ]
+    assert uneven_steps(ranks) is None
+    # its latest summary is older than rank 0's, and it runs half the steps an epoch
+    late = [ranks[0], RankWork(1, 10, 0.2, {"compute": 0.2}, epochs=1)]
+    assert str(uneven_steps(late)).startswith("rank 1 ran 10 steps an epoch, rank 0 20: uneven shards")
+    assert find_pace(late) is None
+    assert uneven_steps([*ranks[:1], RankWork(1, 56, 0.6, {"compute": 0.6}, epochs=3)]) is None  # within 10%
+
+
+def compute_straggling_job(forward_1_ms: float, forward_0_ms: float = 1.0) -> list[RankWork]:
+    """Both ranks' compute reads 9 ms a step (rank 0 waits inside its backward); rank 1's forward
+    takes ``forward_1_ms`` against rank 0's ``forward_0_ms``."""
+    return [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=forward_0_ms / 1e3),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=forward_1_ms / 1e3),
+    ]
+
+
+def test_a_compute_straggler_is_found_by_its_forward() -> None:
+    pace = find_pace(compute_straggling_job(2.0))
+    assert pace is not None
+    assert (pace.rank, pace.phase) == (1, "compute")
+    # rank 1's compute scales with its forward (9 ms for 2 ms): its extra work is 4.5 ms a step
+    assert pace.excess_s == pytest.approx(0.0045)
+    assert pace.wait_s[0] == pytest.approx(0.0045)
+    assert pace.speedup(pace.excess_s) == pytest.approx(10.0 / 5.5)
+    (top,) = diagnose_job(compute_straggling_job(2.0))
+    assert top.id == "dist.straggler"
+    assert (top.evidence["rank"], top.evidence["phase"]) == (1, "compute")
+    assert top.evidence["forward_ms"] == {"0": 1.0, "1": 2.0}
+    assert "forward takes 2.0x" in top.title
+    assert "uneven shapes or sequence lengths" in top.fix
+
+
+def test_forwards_alike_or_untimed_name_no_compute_straggler() -> None:
+    assert find_pace(compute_straggling_job(1.4)) is None  # within the noise of alike ranks
+    assert find_pace(compute_straggling_job(0.5, forward_0_ms=0.25)) is None  # 2x, but 0.25 ms: noise
+    untimed = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.002)]
+    assert find_pace(untimed) is None
+
+
+def test_extra_host_work_on_one_rank_is_told_as_host_code() -> None:
+    ranks = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=4.0, other_ms=5.0)]
+    (top,) = diagnose_job(ranks)
+    assert (top.evidence["rank"], top.evidence["phase"]) == (1, "other")
+    assert "host code" in top.fix
+    assert "storage" not in top.fix
+
+
+def test_a_wait_no_rank_can_be_named_for_is_said_not_hidden() -> None:
+    # forward passes timed and alike, but rank 0's compute holds 4 ms more than its forward explains
+    timed = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(1, data_ms=1.5, compute_ms=5.0, forward_s=0.001),
+    ]
+    assert find_pace(timed) is None
+    note = unseen_wait_note(timed)
+    assert note is not None
+    assert note.startswith("the ranks wait for each other about 20% of the step, and StallScope cannot tell which rank")
+    # no forward timed (no DDP module): the compute share bounds the wait
+    untimed = [work(0, data_ms=1.0, compute_ms=9.0), work(1, data_ms=1.0, compute_ms=9.0)]
+    assert str(unseen_wait_note(untimed)).startswith("the ranks may wait for each other inside compute (up to 90%")
+    alike = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.001),
+    ]
+    assert unseen_wait_note(alike) is None
+    assert unseen_wait_note(compute_straggling_job(2.0)) is None  # a pace-setter is named instead

@@ -128,6 +128,26 @@ def test_lightning_ddp_straggler_names_rank_1_and_its_data(tmp_path: Path, capfd
 
 
 @pytest.mark.scenario
+def test_lightning_ddp_compute_straggler_names_rank_1_and_its_compute(tmp_path: Path) -> None:
+    """Rank 1's ``training_step`` runs the model four times; StallScope finds the DDP module
+    Lightning made and times each ``training_step`` through it."""
+    module = example("lightning_ddp_compute_straggler")
+    report = read_report(module, tmp_path)
+    top = report["findings"][0]
+    assert (top["id"], top["evidence"]["rank"], top["evidence"]["phase"]) == (module.EXPECTED, 1, "compute")
+    assert top["suggestion"] == {"rank": 1}
+    assert top["est_speedup"] > 1.2
+    forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
+    assert forward[0]["calls"] == forward[1]["calls"] == module.SMALL["batches"]  # a training_step each
+    assert forward[1]["per_step"] > 1.3 * forward[0]["per_step"]
+
+
+def read_report(module: ModuleType, tmp_path: Path) -> dict[str, Any]:
+    module.run(report_dir=str(tmp_path), console=False, timeout_s=JOB_TIMEOUT_S, **module.SMALL)
+    return read(tmp_path / "report.json")
+
+
+@pytest.mark.scenario
 def test_a_healthy_two_rank_job_has_no_straggler(tmp_path: Path) -> None:
     module = example("ddp_straggler")
     module.run(report_dir=str(tmp_path), console=False, slow_rank=-1, **module.SMALL)
@@ -142,13 +162,77 @@ def test_a_healthy_two_rank_job_has_no_straggler(tmp_path: Path) -> None:
 
 def test_a_rank_that_raises_mid_epoch_hangs_nothing(tmp_path: Path) -> None:
     codes = launch(
-        {"report_dirs": str(tmp_path), "epochs": 3, "raise_at": [1, 1, 3], "console": False}, tmp_path / "logs"
+        {"report_dirs": str(tmp_path), "epochs": 3, "raise_at": [1, 1, 3], "console": True}, tmp_path / "logs"
     )
     assert codes == [0, 1]
     report = read(tmp_path / "report.json")
     assert report["complete"] is True
     assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 3), (1, 2)]
     assert any("rank 1: the run ended with an exception (RuntimeError: planted failure)" in n for n in report["notes"])
+    # the run's panel says so in its first line, not only in a note at its end
+    panel = next(line for line in (tmp_path / "logs" / "0.log").read_text().splitlines() if "run (3 epochs)" in line)
+    assert "run (3 epochs) · rank 1: the run ended with an exception (RuntimeError: planted failure)" in panel
+
+
+def test_a_crash_on_rank_0_waits_for_no_rank(tmp_path: Path) -> None:
+    """Rank 0 raises while rank 1 is blocked in DDP's all-reduce waiting for it: rank 0 writes what
+    it has and re-raises at once (it waited for rank 1's final summary until its deadline)."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "epochs": 3,
+        "raise_at": [0, 1, 3],
+        "ddp": True,
+        "gather_timeout_s": 60.0,
+        "times": str(tmp_path),
+        "console": False,
+    }
+    codes = launch(settings, tmp_path / "logs")
+    assert codes[0] == 1
+    # far below the deadline it once waited out, whatever the machine's load
+    assert float((tmp_path / "rank-0.s").read_text()) < 30.0
+    report = read(tmp_path / "report.json")
+    assert "the run ended with an exception (RuntimeError: planted failure)" in report["notes"]
+    assert any(
+        "rank 0's run ended early: the other ranks' final summaries were not waited for" in n for n in report["notes"]
+    )
+    assert not any("sent no summary" in n for n in report["notes"]), report["notes"]
+    assert [(r["rank"], r["epochs"]) for r in report["ranks"]] == [(0, 2), (1, 1)]  # rank 0 closes its last one
+
+
+def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed-like (exits without cleanup) after two epochs; torchrun then SIGTERMs
+    rank 0, which is waiting for rank 1's summary: rank 0 writes the job's report (not complete)
+    and dies of the signal as it would bare; rank 1's row counts the two epochs it closed."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "epochs": 5,
+        "batches": 20,
+        "latency_ms": 0.5,
+        "die_at": [1, 2, 3],
+        "gather_timeout_s": 60.0,
+        "console": False,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(WORKER),
+        json.dumps(settings),
+    ]
+    assert run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], tmp_path / "logs") != [0]
+    log = (tmp_path / "logs" / "0.log").read_text()
+    assert "exitcode  : -15" in log, log  # rank 0 died of the SIGTERM, as bare
+    report = read(tmp_path / "report.json")
+    assert report["complete"] is False
+    assert "the run was stopped by SIGTERM" in report["notes"]
+    assert [(r["rank"], r["steps"], r["epochs"]) for r in report["ranks"]][1] == (1, 40, 2)
+    assert (tmp_path / "ranks" / "rank-0.json").exists()
 
 
 def test_a_rank_that_dies_is_waited_for_once_then_noted(tmp_path: Path) -> None:
@@ -171,12 +255,66 @@ def test_uneven_batches_and_epochs_are_reported_per_rank(tmp_path: Path) -> None
     assert any("different numbers of epochs (rank 0 2, rank 1 3)" in n for n in report["notes"])
 
 
+@pytest.mark.scenario
+def test_a_compute_straggler_is_named_with_its_forward(tmp_path: Path) -> None:
+    """Rank 1 runs three more forward and backward passes a step (outside the all-reduce); rank 0
+    waits for it inside backward, so both ranks' compute looks alike. Their forward passes,
+    timed by hooks StallScope puts on the DDP module itself, tell them apart."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "batches": 30,
+        "epochs": 2,
+        "hidden": 1024,
+        "extra_passes": [0, 3],
+        "ddp": True,
+        "console": False,
+    }
+    assert launch(settings, tmp_path / "logs") == [0, 0]
+    report = read(tmp_path / "report.json")
+    top = report["findings"][0]
+    assert top["id"] == "dist.straggler", report["findings"]
+    assert (top["evidence"]["rank"], top["evidence"]["phase"]) == (1, "compute")
+    assert top["suggestion"] == {"rank": 1}
+    assert top["est_speedup"] > 1.2
+    assert "forward" in top["title"]
+    assert "uneven shapes" in top["fix"]
+    forward = {r["rank"]: r["forward_ms"] for r in report["ranks"]}
+    assert forward[1]["calls"] == 4 * forward[0]["calls"] == 4 * 60
+    assert forward[1]["per_step"] > 1.3 * forward[0]["per_step"]
+    assert forward[0]["source"] == "cpu_time"
+
+
+def test_uneven_shards_under_join_are_said_as_such_not_a_straggler(tmp_path: Path) -> None:
+    """Rank 1 has half rank 0's batches; DDP's ``Join`` lets it shadow rank 0's all-reduces while
+    rank 0 goes on. Rank 1, the lighter one, waits: per step it looks slow, but it is no straggler."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "batches": [12, 6],
+        "epochs": 2,
+        "latency_ms": 0.5,
+        "ddp": True,
+        "join": True,
+        "console": True,
+    }
+    assert launch(settings, tmp_path / "logs") == [0, 0]
+    report = read(tmp_path / "report.json")
+    assert [(r["rank"], r["steps"], r["epochs"]) for r in report["ranks"]] == [(0, 24, 2), (1, 12, 2)]
+    assert [f for f in report["findings"] if "rank" in f["evidence"]] == []
+    for epoch in report["epochs"]:
+        assert [f for f in epoch["findings"] if "rank" in f["evidence"]] == []
+    assert any(n.startswith("rank 1 ran 12 steps, rank 0 24: uneven shards") for n in report["notes"])
+    log = (tmp_path / "logs" / "0.log").read_text()
+    assert "rank  host" in log
+    assert " steps  steps/s " in log  # the rank table has a steps column
+
+
 def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
     """``torchrun --nnodes 2 --node-rank {0,1}``, one rank per "node", each node its own folder."""
     port = free_port()
     cmds = []
     for node in (0, 1):
-        settings = {"report_dirs": [str(tmp_path / "node0"), str(tmp_path / "node1")], "console": False}
+        # DDP keeps the ranks in step (each has said where it runs by the other's first epoch end)
+        settings = {"report_dirs": [str(tmp_path / "node0"), str(tmp_path / "node1")], "ddp": True, "console": False}
         cmd = [
             sys.executable,
             "-m",
@@ -198,5 +336,14 @@ def test_two_nodes_without_a_shared_file_system(tmp_path: Path) -> None:
     assert run_all(cmds, tmp_path / "logs") == [0, 0]
     files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.json"))
     assert files == ["node0/ranks/rank-0.json", "node0/report.json", "node1/ranks/rank-1.json"]
+    # two nodes, one machine: each row says its node and the same machine, and each rank's
+    # diagnosis shares that machine's cores with the other node's rank
+    report = read(tmp_path / "node0" / "report.json")
+    rows = report["ranks"]
+    assert [(r["rank"], r["node_rank"]) for r in rows] == [(0, 0), (1, 1)]
+    assert rows[0]["host_id"] == rows[1]["host_id"]
+    assert rows[0]["host_id"].startswith(rows[0]["host"] + "/")
+    cores = report["run"]["usable_cores"]
+    assert [r["cores"] for r in rows] == [max(1, cores // 2)] * 2
     report = read(tmp_path / "node0" / "report.json")
     assert [(r["rank"], r["steps"]) for r in report["ranks"]] == [(0, 16), (1, 16)]

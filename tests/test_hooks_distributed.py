@@ -18,8 +18,8 @@ import pytest
 from stallscope import StallScope
 from stallscope.config import ScopeConfig
 from stallscope.hooks import distributed, session
-from stallscope.hooks.distributed import Exchange, Job, RankInfo, rank_info
-from stallscope.report.schema import Report
+from stallscope.hooks.distributed import Exchange, Job, RankInfo, load_notes_once, rank_info
+from stallscope.report.schema import RankEntry, Report
 
 
 class DictStore:
@@ -501,3 +501,36 @@ def test_a_ranks_notes_are_in_scope_report_mid_run(
         assert mid_run is not None
         assert not mid_run.complete
         assert "rank 1: hello from rank 1" in mid_run.notes
+
+
+def test_a_load_note_is_said_once_per_machine() -> None:
+    """Four ranks on one machine each saw the machine's load: the job's report says it once."""
+    note = "other processes kept 1.6 of the machine's 2 cores busy during the run: ..."
+    ranks = [
+        RankEntry(r, "vm", 10, 1.0, 10.0, 0.1, {"compute": 1.0}, host_id="vm/a" if r < 4 else "vm/b") for r in range(5)
+    ]
+    notes = [note, *(f"rank {r}: {note}" for r in range(1, 5)), "rank 2: something else"]
+    assert load_notes_once(notes, ranks) == (note, f"rank 4: {note}", "rank 2: something else")
+
+
+def test_sibling_ranks_are_the_jobs_load_not_other_processes() -> None:
+    """Two ranks on one 2-core machine: each one's sampler counted the other among the "other
+    processes". The job's report counts them as the job's, and says once that they (with their
+    workers) oversubscribe the machine."""
+    job = Job(RankInfo(0, 2, 0), "vm", None, host_id=lambda: "vm/a")
+    job.cores = 1
+    job.load = {"own": 1.2, "others": 1.5, "machine": 2.0, "wall_s": 10.0}
+    job._take({"v": 1, "rank": 1, "load": {"own": 1.0, "others": 1.6, "machine": 2, "wall_s": 10.0}})
+    ranks = [RankEntry(r, "vm", 10, 1.0, 10.0, 0.1, {"compute": 1.0}, host_id="vm/a") for r in range(2)]
+    note = "other processes kept 1.5 of the machine's 2 cores busy during the run: ..."
+    notes = job.load_notes([note, f"rank 1: {note}", "something else"], ranks)
+    assert notes == (
+        "something else",
+        "the job's 2 ranks on rank 0's machine and their workers kept 2.2 of its 2 cores busy on average: "
+        "they oversubscribe it (each rank's diagnosis counts on 1 cores)",
+    )
+    # a machine truly busy with others still says so, once, the job's own ranks aside
+    job.load = {"own": 0.5, "others": 2.5, "machine": 4.0, "wall_s": 10.0}
+    job._loads[1] = {"own": 0.4, "others": 2.6, "machine": 4.0, "wall_s": 10.0}
+    (said,) = job.load_notes([note, f"rank 1: {note}"], ranks)
+    assert said.startswith("other processes kept 2.1 of rank 0's machine's 4 cores busy")

@@ -126,9 +126,9 @@ def entries() -> list[RankEntry]:
 
 def test_the_rank_table_as_text() -> None:
     assert format_ranks(entries()) == [
-        "rank  host    steps/s  idle  data  compute  largest phase",
-        "0     node-a     50.0    8%    2%      92%  compute 92%",
-        "1     node-b     48.5   61%   60%      38%  data 60%",
+        "rank  host    steps  steps/s  idle  data  compute  largest phase",
+        "0     node-a    100     50.0    8%    2%      92%  compute 92%",
+        "1     node-b    100     48.5   61%   60%      38%  data 60%",
     ]
 
 

@@ -15,8 +15,10 @@ The model
     median. Fixing it lowers ``own_s`` and the job steps at the larger of that and the next
     rank's ``own``: that ratio is the job's predicted speedup.
 
-    A rank that is slow in its compute itself (a slower GPU) cannot be told from one that waits
-    with this model: both show the same ``compute`` per step. Those jobs get no straggler finding.
+    A rank that is slow in its compute itself (more work a step, a slower GPU) cannot be told from
+    one that waits with this model: both show the same ``compute`` per step. Its forward passes can
+    (``signals/forward.py``: no collective in them): ``_compute_pace``. Ranks that ran uneven
+    shares of the steps in the same epochs (DDP's ``Join``) name no pace-setter (``uneven_steps``).
 
 What is emitted
     When the pace-setter's own diagnosis has a finding for the slow phase (``data.workers`` for
@@ -41,6 +43,19 @@ from stallscope.timeline.phases import COMPUTE
 #: a rank sets the pace when its own work per step exceeds every other rank's by this share of
 #: the job's step
 MIN_STRAGGLER_SHARE = 0.20
+
+#: a rank's forward pass per step must exceed the other ranks' median by this share for its
+#: compute to be called slow: alike ranks of a healthy job on the loaded 2-core development
+#: machine once differed by 30% (forwards of 0.3 ms, scaled by a compute 20 times as long)
+MIN_FORWARD_EXCESS = 0.50
+#: ... and by this much a step (seconds): the CPU time of forwards of a fraction of a millisecond
+#: differed by 1.7x between alike ranks of a healthy job there (0.3 ms against 0.2 ms)
+MIN_FORWARD_EXCESS_S = 0.001
+
+#: the ranks ran uneven shares of the data when one ran fewer than this share of another's steps
+#: (in the same epochs): the ones with fewer wait for the others (DDP's ``Join``), which is not a
+#: straggler
+EVEN_STEPS_SHARE = 0.9
 
 #: the findings that name the cause of a slow phase, by phase
 CAUSES_BY_PHASE: Mapping[str, tuple[str, ...]] = {
@@ -72,6 +87,34 @@ class RankWork:
     #: the rank's own diagnosis of the span, best first
     findings: tuple[Finding, ...] = ()
     host: str = ""
+    #: epochs the rank closed in the span (0: not counted, as for an epoch)
+    epochs: int = 0
+    #: seconds of forward pass per step (``signals/forward.py``); None when not timed
+    forward_s: float | None = None
+
+
+def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
+    """The note for ranks that ran different numbers of steps per epoch (uneven shards), or
+    None. Over a run, steps are compared per epoch the rank closed: a rank that died after two
+    epochs, or whose latest summary is older than the others', ran as many steps an epoch."""
+    active = [r for r in ranks if r.wall_s > 0]
+    if len(active) < 2:
+        return None
+    per_epoch = all(r.epochs > 0 for r in active) and len({r.epochs for r in active}) > 1
+
+    def steps(r: RankWork) -> float:
+        return r.steps / r.epochs if per_epoch else float(r.steps)
+
+    fewest = min(active, key=lambda r: (steps(r), r.rank))
+    most = max(active, key=lambda r: (steps(r), -r.rank))
+    if steps(most) <= 0 or steps(fewest) >= EVEN_STEPS_SHARE * steps(most):
+        return None
+    unit = " an epoch" if per_epoch else ""
+    return (
+        f"rank {fewest.rank} ran {steps(fewest):.0f} steps{unit}, rank {most.rank} {steps(most):.0f}: uneven shards, "
+        "and the ranks with fewer steps wait for the others (DDP's Join); a DistributedSampler (drop_last=True "
+        "for an exact split) or data balanced across the ranks gives each the same steps"
+    )
 
 
 @dataclass(frozen=True)
@@ -90,6 +133,8 @@ class Pace:
     #: each rank's own work and time waiting for the others, per step
     own_s: Mapping[int, float] = field(default_factory=dict)
     wait_s: Mapping[int, float] = field(default_factory=dict)
+    #: each rank's forward pass per step, where timed (a compute straggler's evidence)
+    forward_s: Mapping[int, float] = field(default_factory=dict)
 
     def speedup(self, saved_per_step_s: float) -> float:
         """The job's speedup when the pace-setter's step shrinks by ``saved_per_step_s``."""
@@ -104,10 +149,63 @@ def _per_step(work: RankWork) -> dict[str, float]:
 
 
 def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
-    """The rank whose own work sets the job's pace and its slow phase; None when the ranks are
-    alike (within ``MIN_STRAGGLER_SHARE`` of the job's step) or fewer than two ranks ran steps."""
+    """The rank that sets the job's pace and its slow phase (``_phase_pace``), or, when the ranks'
+    phases look alike, the rank whose own compute is slower (``_compute_pace``: its forward
+    passes); None when neither stands out."""
+    return _phase_pace(ranks) or _compute_pace(ranks)
+
+
+def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
+    """A compute straggler, from the ranks' forward passes (no collective in them, unlike the
+    backward, where the fast ranks wait for the slow one inside ``compute``).
+
+    The slowest forward's rank ``s`` waits least, so its ``compute`` is its own work, and its
+    compute scales with its forward: ``k = compute_s / forward_s`` (backward and optimizer along
+    with the forward). Its extra work per step is ``k * (forward_s - median of the others')``.
+    A rank ``o``'s wait is what its compute holds beyond its own ``k * forward_o``; the job then
+    steps at the larger of the slow rank's step less its extra and the others' own work. It sets
+    the pace when its forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and by
+    ``MIN_FORWARD_EXCESS_S``, and its extra work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
-    if len(active) < 2:
+    if len(active) < 2 or uneven_steps(active) is not None:
+        return None
+    if any(r.forward_s is None or r.forward_s <= 0 for r in active):
+        return None
+    forward = {r.rank: float(r.forward_s or 0.0) for r in active}
+    compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
+    step = {r.rank: r.wall_s / r.steps for r in active}
+    slow = max(forward, key=lambda k: (forward[k], -k))
+    others = [k for k in forward if k != slow]
+    typical = statistics.median(forward[k] for k in others)
+    if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical or forward[slow] - typical < MIN_FORWARD_EXCESS_S:
+        return None
+    scale = max(1.0, compute[slow] / forward[slow])
+    extra = scale * (forward[slow] - typical)
+    wait = {k: max(0.0, compute[k] - scale * forward[k]) for k in others}
+    wait[slow] = 0.0
+    own = {k: max(0.0, step[k] - wait[k]) for k in forward}
+    job_step = step[slow]
+    if job_step <= 0 or extra < MIN_STRAGGLER_SHARE * job_step:
+        return None
+    return Pace(
+        rank=slow,
+        phase=COMPUTE,
+        job_step_s=job_step,
+        others_step_s=max(own[k] for k in others),
+        excess_s=extra,
+        own_s=own,
+        wait_s=wait,
+        forward_s=forward,
+    )
+
+
+def _phase_pace(ranks: Sequence[RankWork]) -> Pace | None:
+    """The rank whose own work sets the job's pace and its slow phase; None when the ranks are
+    alike (within ``MIN_STRAGGLER_SHARE`` of the job's step), fewer than two ranks ran steps, or
+    the ranks ran uneven shares of the steps (``uneven_steps``: per step, a rank that waits for
+    the others at its shard's end looks slow)."""
+    active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
+    if len(active) < 2 or uneven_steps(active) is not None:
         return None
     phases = {r.rank: _per_step(r) for r in active}
     step = {r.rank: r.wall_s / r.steps for r in active}
@@ -135,6 +233,44 @@ def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
         excess_s=excess[phase],
         own_s=own,
         wait_s=wait,
+    )
+
+
+#: the job's compute share (or its ranks' estimated wait) above which a job with no pace-setter
+#: is said to wait where StallScope cannot see who for
+UNSEEN_WAIT_SHARE = 0.15
+UNTIMED_COMPUTE_SHARE = 0.50
+
+
+def unseen_wait_note(ranks: Sequence[RankWork]) -> str | None:
+    """A note for a job whose ranks wait for each other where no rank can be named (no
+    pace-setter): with forward passes timed, the ranks' wait estimated as their compute beyond
+    the least-waiting rank's compute-to-forward ratio; without (no DDP module), the compute share
+    as an upper bound. None when the job names a pace-setter or the share is small."""
+    active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
+    if len(active) < 2 or find_pace(active) is not None or uneven_steps(active) is not None:
+        return None
+    compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
+    step = {r.rank: r.wall_s / r.steps for r in active}
+    if all(r.forward_s for r in active):
+        scale = min(compute[r.rank] / float(r.forward_s or 1.0) for r in active)
+        waits = [max(0.0, compute[r.rank] - scale * float(r.forward_s or 0.0)) / step[r.rank] for r in active]
+        share = statistics.mean(waits)
+        if share < UNSEEN_WAIT_SHARE:
+            return None
+        return (
+            f"the ranks wait for each other about {share:.0%} of the step, and StallScope cannot tell which rank is "
+            "slow (the slow one changes from step to step, or its extra work lies outside its forward pass)"
+        )
+    if any(r.forward_s for r in active):
+        return None
+    share = statistics.mean(compute[k] / step[k] for k in compute)
+    if share < UNTIMED_COMPUTE_SHARE:
+        return None
+    return (
+        f"the ranks may wait for each other inside compute (up to {share:.0%} of the step): with no DDP module's "
+        "forward pass to time, StallScope cannot tell a rank's own compute from its wait for the others, nor "
+        "which rank is slow"
     )
 
 

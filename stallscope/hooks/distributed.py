@@ -15,6 +15,11 @@ report, on the report writer's budget (``Session._close_job_epoch``), in full at
 No file is written by two processes, and nothing assumes the ranks share a file system: the
 summaries travel over the job's own ``torch.distributed`` rendezvous store.
 
+Besides its summaries a rank sends its forward passes (``signals/forward.py``: a compute
+straggler's evidence), its node rank, its machine's identity (``HostId``; the ranks on one machine
+share its cores: ``Job.ranks_on_host``) and its load (``Job.load_notes``). A run that ends with
+its own exception, or a SIGTERM (``TermGuard``), waits for no other rank (``Job.stop_waiting``).
+
 Why the store, not a collective
     The job's process group already has a key-value store (the ``TCPStore`` its ranks met at),
     reachable from every rank on every node. A rank posts its summary with one ``set`` and goes on;
@@ -41,16 +46,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from stallscope._threads import start_quiet
+from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
-from stallscope.analysis.job import RankWork, diagnose_job
-from stallscope.report.job import job_summary, rank_entry
+from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
+from stallscope.report.job import fractions_of, job_summary, rank_entry
 from stallscope.report.schema import (
     EpochReport,
     RankEntry,
@@ -61,6 +71,7 @@ from stallscope.report.schema import (
     summary_from_dict,
     summary_to_dict,
 )
+from stallscope.signals.host_sampler import HostSummary
 
 #: seconds rank 0 waits at an epoch end for a rank's summary before it notes the rank as missing
 GATHER_TIMEOUT_S = 10.0
@@ -80,6 +91,9 @@ PAYLOAD_VERSION = 1
 
 #: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
 MAX_JOB_EPOCHS = 500
+
+#: most epochs another rank closed beyond rank 0's own that rank 0 takes when its run ends early
+MAX_TAKEN_AHEAD = 8
 
 #: rank 0 takes the ranks' summaries of an epoch at most this many epoch ends later, unless
 #: something needs the job's numbers for it sooner (``Job.close_epoch``)
@@ -107,6 +121,8 @@ class RankInfo:
     local_rank: int | None = None
     #: ranks on this host (torchrun's ``LOCAL_WORLD_SIZE``); None when the launcher did not say
     local_world_size: int | None = None
+    #: the node's rank (torchrun's ``GROUP_RANK``, Lightning's ``NODE_RANK``); None when not said
+    node_rank: int | None = None
 
 
 def _env_int(name: str) -> int | None:
@@ -136,7 +152,38 @@ def rank_info() -> RankInfo | None:
         world_size=world,
         local_rank=_env_int("LOCAL_RANK"),
         local_world_size=local_world if local_world and local_world <= world else None,
+        node_rank=_env_int("GROUP_RANK") if _env_int("GROUP_RANK") is not None else _env_int("NODE_RANK"),
     )
+
+
+#: files that tell machines apart (a host name may repeat: containers, cloned VMs)
+MACHINE_ID_FILES = ("/proc/sys/kernel/random/boot_id", "/etc/machine-id")
+#: the longest job whose ranks' machines each rank reads once (``Job.ranks_on_host``)
+MAX_HOST_LOOKUP_RANKS = 256
+
+
+class HostId:
+    """This machine's identity, ``<hostname>/<boot id>`` (else the machine id, else the host name
+    alone), read once on a thread of its own (a file under /proc is never read on the training
+    thread); ``value`` is None until it is read."""
+
+    def __init__(self, name: str, files: tuple[str, ...] = MACHINE_ID_FILES) -> None:
+        self.name = name
+        self.files = files
+        self.value: str | None = None
+        thread = threading.Thread(target=self.read, name="stallscope-host-id", daemon=True)
+        start_quiet(thread)
+
+    def read(self) -> None:
+        for path in self.files:
+            try:
+                text = Path(path).read_text(encoding="ascii", errors="replace").strip()
+            except OSError:
+                continue
+            if text:
+                self.value = f"{self.name}/{text[:36]}"
+                return
+        self.value = self.name
 
 
 def _dist() -> Any:
@@ -277,11 +324,36 @@ class Exchange:
 
 
 def _payload(
-    info: RankInfo, host: str, *, name: str, epoch: EpochReport | None, report: Report | None, run_every: int
+    info: RankInfo,
+    host: str,
+    *,
+    name: str,
+    epoch: EpochReport | None,
+    report: Report | None,
+    run_every: int,
+    ending: str | None = None,
+    forward: Mapping[str, Any] | None = None,
+    host_id: str | None = None,
+    cores: int | None = None,
+    load: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
-    given (every ``run_every``-th epoch, and at the end of the run)."""
+    given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
+    early (an exception), in its final payload; ``forward``: its forward passes in the epoch and
+    the run (``{"epoch": ..., "run": ...}``, each as ``ForwardStats.to_dict``), where timed."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
+    if info.node_rank is not None:
+        out["node"] = info.node_rank
+    if host_id:
+        out["host_id"] = host_id
+    if cores:
+        out["cores"] = cores
+    if load:
+        out["load"] = dict(load)
+    if ending is not None:
+        out["ending"] = ending
+    if forward:
+        out["forward"] = dict(forward)
     if report is not None:
         out["run_at"] = epoch.index if epoch is not None else None  # None: the end of the run
         out["epochs"] = len(report.epochs)
@@ -308,6 +380,11 @@ class _Span:
     summary: Summary
     findings: tuple[Finding, ...]
     epochs: int = 0
+    #: its forward passes in the span (``ForwardStats.to_dict``); empty when not timed
+    forward: Mapping[str, Any] = field(default_factory=dict)
+    node_rank: int | None = None
+    host_id: str = ""
+    cores: int | None = None
 
     def work(self) -> RankWork:
         s = self.summary
@@ -319,18 +396,54 @@ class _Span:
             phase_seconds=seconds,
             findings=self.findings,
             host=self.host,
+            epochs=self.epochs,
+            forward_s=_per_step_s(self.forward, s.steps),
         )
+
+    def entry(self) -> RankEntry:
+        return rank_entry(
+            self.rank,
+            self.host,
+            self.summary,
+            self.epochs,
+            forward=self.forward,
+            node_rank=self.node_rank,
+            host_id=self.host_id,
+            cores=self.cores,
+        )
+
+
+def _per_step_s(forward: Mapping[str, Any], steps: int) -> float | None:
+    """Seconds of forward per step: the typical pass (p50) times the passes per step, which a
+    few passes slowed by something else (a page fault, a frequency dip) do not move; the mean
+    where the median is not given."""
+    numbers = {k: forward.get(k) for k in ("per_step", "p50", "calls")}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in numbers.values()):
+        value = numbers["per_step"]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+        return float(value) / 1e3 if ok else None  # type: ignore[arg-type]
+    if steps <= 0:
+        return None
+    return float(numbers["p50"]) * float(numbers["calls"]) / steps / 1e3  # type: ignore[arg-type]
 
 
 def _span(payload: Mapping[str, Any], part: str) -> _Span:
     data = payload[part]
     where = f"rank {payload.get('rank')} {part}"
+    forward = payload.get("forward")
+    forward = forward.get(part) if isinstance(forward, Mapping) else None
+    node = payload.get("node")
+    cores = payload.get("cores")
     return _Span(
         rank=int(payload["rank"]),
         host=str(payload.get("host", "")),
         summary=summary_from_dict(data["summary"], where),
         findings=tuple(finding_from_dict(f, where) for f in data.get("findings", [])),
         epochs=int(payload.get("epochs", 0)),
+        forward=dict(forward) if isinstance(forward, Mapping) else {},
+        node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
+        host_id=str(payload.get("host_id") or ""),
+        cores=cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None,
     )
 
 
@@ -352,9 +465,23 @@ class Job:
         *,
         min_saving: float = 0.02,
         note: Callable[[str], None] = lambda text: None,
+        host_id: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.info = info
         self.host = host
+        #: this machine's identity once read (``HostId``)
+        self.host_id = host_id
+        #: ranks of the job on this machine, once every rank said where it runs
+        self._on_host: int | None = None
+        self._host_posted = False
+        #: the cores this rank's own diagnosis counts on (its machine's, shared among the job's
+        #: ranks on it); the session sets it at each epoch end
+        self.cores: int | None = None
+        #: this rank's load over its run so far (``note_load``): its process tree's busy cores,
+        #: the machine's other processes' (its sibling ranks among them) and the machine's cores
+        self.load: dict[str, float] = {}
+        #: rank 0: each other rank's, as it last said
+        self._loads: dict[int, dict[str, float]] = {}
         self.exchange = exchange
         self.min_saving = min_saving
         self._note = note
@@ -366,8 +493,12 @@ class Job:
         self._latest_at: dict[int, int | None] = {}
         #: the job's epochs so far (rank 0)
         self.epochs: list[EpochReport] = []
-        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``)
-        self._pending: list[EpochReport] = []
+        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``), each
+        #: with its forward passes
+        self._pending: list[tuple[EpochReport, dict[str, Any]]] = []
+        #: this rank's forward passes (``signals/forward.py``) in its latest epoch and its run so
+        #: far, as ``{"epoch": ..., "run": ...}``; the session sets it before each exchange
+        self.forward: dict[str, Any] = {}
         #: rank 0: the job's latest epoch and its rank rows, by index
         self._recent: dict[int, tuple[EpochReport, tuple[RankEntry, ...]]] = {}
         #: this rank's run-level summary goes out every ``run_every``-th epoch (``note_run_cost``)
@@ -375,6 +506,12 @@ class Job:
         #: seconds spent posting and collecting (for the gather's cost), and how many exchanges
         self.gather_s = 0.0
         self._gathered = 0
+        #: how this rank's run ended early (``finish``), and, on rank 0, how the others' did
+        self.ending: str | None = None
+        self.endings: dict[int, str] = {}
+        #: rank 0: each rank's epochs taken after its latest run summary (a rank that dies before
+        #: its next run summary still counts them: ``_job_spans``)
+        self._since: dict[int, list[_Span]] = {}
 
     @property
     def leader(self) -> bool:
@@ -429,7 +566,17 @@ class Job:
             if not self.leader:
                 self._gathered += 1
                 payload = _payload(
-                    self.info, self.host, name=name, epoch=epoch, report=report, run_every=self.run_every
+                    self.info,
+                    self.host,
+                    name=name,
+                    epoch=epoch,
+                    report=report,
+                    run_every=self.run_every,
+                    ending=self.ending if name == "final" else None,
+                    forward={k: v for k, v in self.forward.items() if k == "run" or epoch is not None},
+                    host_id=self.host_id(),
+                    cores=self.cores,
+                    load=self.load if report is not None else None,
                 )
                 exchange.post(name, payload)
                 return {}
@@ -437,7 +584,7 @@ class Job:
             before = set(exchange.late)
             got = exchange.collect(name)
             where = "the end of the run" if name == "final" else f"the end of epoch {name.removeprefix('epoch')}"
-            for r in sorted(exchange.late - before):
+            for r in sorted(exchange.late - before if self.ending is None else ()):
                 self._note(
                     f"rank {r} sent no summary within {exchange.timeout_s:g} s at {where} (it may have died "
                     "or be behind); it is not waited for again, and the job's numbers use its latest summary"
@@ -460,35 +607,141 @@ class Job:
         if not self.leader:
             self._exchange(f"epoch{epoch.index}", epoch, report)
             return
-        self._pending.append(epoch)
+        self._pending.append((epoch, dict(self.forward.get("epoch") or {})))
         while len(self._pending) > MAX_DEFERRED:
-            self._gather(self._pending.pop(0))
+            self._gather(*self._pending.pop(0))
+
+    def note_load(self, host: HostSummary | None) -> None:
+        """This rank's run so far, as the host sampler saw it (None: not sampled)."""
+        if host is None or host.others_cores is None or not host.machine_cores:
+            return
+        self.load = {
+            "own": round(host.main_cores + host.workers_cores, 3),
+            "others": round(host.others_cores, 3),
+            "machine": float(host.machine_cores),
+            "wall_s": round(host.wall_s, 3),
+        }
+
+    def load_notes(self, notes: Sequence[str], ranks: Sequence[RankEntry]) -> tuple[str, ...]:
+        """Rank 0: the job's notes with the ranks' notes on other processes' load made one per
+        machine, and, on rank 0's machine, the job's own ranks (and their workers) counted as the
+        job's: each rank's sampler counted its sibling ranks among the "other processes"."""
+        notes = load_notes_once(notes, ranks)
+        own = self.load
+        mine = {e.rank for e in ranks if e.host_id and e.host_id == (self.host_id() or "")} | {0}
+        loads = [own, *(self._loads[r] for r in sorted(mine - {0}) if r in self._loads)]
+        if not own or len(loads) < 2 or len(loads) < len(mine):
+            return notes
+        machine = own["machine"]
+        job_cores = sum(load["own"] for load in loads)
+        others = max(0.0, own["others"] - sum(load["own"] for load in loads[1:]))
+        kept = [text for text in notes if not (text.startswith(LOAD_NOTE) or _RANK_LOAD_NOTE.match(text))]
+        if own["wall_s"] >= MIN_SAMPLED_S and others >= OTHERS_SHARE * machine:
+            kept.append(
+                f"{LOAD_NOTE}{others:.1f} of rank 0's machine's {machine:.0f} cores busy during the run, the job's "
+                "own ranks and their workers aside: the timings are disturbed"
+            )
+        if job_cores > machine:
+            kept.append(
+                f"the job's {len(loads)} ranks on rank 0's machine and their workers kept {job_cores:.1f} of its "
+                f"{machine:.0f} cores busy on average: they oversubscribe it (each rank's diagnosis counts on "
+                f"{self.cores or 1} cores)"
+            )
+        return tuple(kept)
+
+    def ranks_on_host(self) -> int | None:
+        """Ranks of the job on this machine, whatever their node rank (two "nodes" may share one
+        machine): each rank posts its ``HostId`` once, and this counts the ranks that posted the
+        same, once all have (one look per call until then); None until then, or for a job too
+        large to look up."""
+        if self._on_host is not None:
+            return self._on_host
+        exchange, mine = self.exchange, self.host_id()
+        if exchange is None or mine is None or self.info.world_size > MAX_HOST_LOOKUP_RANKS:
+            return None
+        try:
+            if not self._host_posted:
+                exchange.store.set(exchange.key(self.info.rank, "host"), mine.encode())
+                self._host_posted = True
+            keys = [exchange.key(r, "host") for r in range(self.info.world_size)]
+            if not exchange.store.check(keys):
+                return None
+            hosts = [bytes(exchange.store.get(key)).decode(errors="replace") for key in keys]
+        except Exception:
+            return None
+        self._on_host = max(1, sum(host == mine for host in hosts))
+        return self._on_host
+
+    def _take_ahead(self) -> None:
+        """Rank 0, whose run ends early: the epochs other ranks closed beyond its own (it was
+        behind them), taken from the store with one look each, so their rows count them."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        start = max((epoch.index for epoch in self.epochs), default=-1) + 1
+        try:
+            for r in range(1, self.info.world_size):
+                for index in range(start, start + MAX_TAKEN_AHEAD):
+                    key = exchange.key(r, f"epoch{index}")
+                    if not exchange.store.check([key]):
+                        break
+                    payload = exchange._take(key)
+                    if payload is None or "epoch" not in payload:
+                        break
+                    self._take(payload)
+                    if "run" not in payload:
+                        self._since.setdefault(r, []).append(_span(payload, "epoch"))
+        except Exception as exc:
+            self._note(f"the ranks' last summaries could not be read ({type(exc).__name__}: {exc})")
+
+    def stop_waiting(self, ending: str) -> None:
+        """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
+        takes what the ranks sent and waits for none of them (they may be blocked in a collective
+        waiting for it); the first reason given is the one said."""
+        if self.ending is None:
+            self.ending = ending
+        if self.exchange is not None:
+            self.exchange.timeout_s = 0.0  # one look at what is there, no wait
 
     def settle(self) -> None:
         """Rank 0: take the ranks' summaries of every epoch still waiting for them (waiting for
         them, within the exchange's deadline)."""
         while self._pending:
-            self._gather(self._pending.pop(0))
+            self._gather(*self._pending.pop(0))
 
     def job_epoch(self, index: int) -> tuple[EpochReport, tuple[RankEntry, ...]] | None:
         """Rank 0: the job's epoch ``index`` and its rank rows (the ranks' summaries taken first
         when they are still waiting); None when it is no longer at hand."""
-        if any(epoch.index <= index for epoch in self._pending):
+        if any(epoch.index <= index for epoch, _ in self._pending):
             self.settle()
         if index in self._recent:
             return self._recent[index]
         made = next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
         return (made, ()) if made is not None else None
 
-    def _gather(self, epoch: EpochReport) -> None:
-        """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``."""
+    def _gather(self, epoch: EpochReport, forward: Mapping[str, Any]) -> None:
+        """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``
+        (``forward``: rank 0's forward passes in it)."""
         got = self._exchange(f"epoch{epoch.index}", epoch, None)
-        spans = [_Span(0, self.host, epoch.summary, epoch.findings)]
+        spans = [
+            _Span(
+                0,
+                self.host,
+                epoch.summary,
+                epoch.findings,
+                forward=forward,
+                node_rank=self.info.node_rank,
+                host_id=self.host_id() or "",
+                cores=self.cores,
+            )
+        ]
         for r, payload in sorted(got.items()):
             try:
                 self._take(payload)
                 if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
                     spans.append(_span(payload, "epoch"))
+                    if "run" not in payload:  # its latest run summary does not have it yet
+                        self._since.setdefault(r, []).append(spans[-1])
                 elif payload.get("name") == "final":
                     self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
             except Exception as exc:
@@ -499,13 +752,24 @@ class Job:
         if len(self.epochs) > MAX_JOB_EPOCHS:
             del self.epochs[10]
         self._note_missing()
-        self._recent = {epoch.index: (job_epoch, tuple(rank_entry(s.rank, s.host, s.summary) for s in spans))}
+        self._recent = {epoch.index: (job_epoch, tuple(s.entry() for s in spans))}
 
-    def finish(self, report: Report) -> tuple[Report, tuple[RankEntry, ...]]:
+    def finish(self, report: Report, *, ending: str | None = None) -> tuple[Report, tuple[RankEntry, ...]]:
         """The run is over: post the final summary (ranks other than 0) or collect the others'
-        final ones and build the job's report (rank 0)."""
+        final ones and build the job's report (rank 0). ``ending``: how this rank's run ended
+        early (an exception): rank 0 then waits for no one (the others may be blocked in a
+        collective waiting for it), takes what the ranks sent so far and says so."""
+        if ending is not None:
+            self.stop_waiting(ending)
+        if self.leader and self.ending is not None:
+            self._note(
+                "rank 0's run ended early: the other ranks' final summaries were not waited for; their rows are "
+                "what they had sent"
+            )
         if self.leader:
             self.settle()
+            if self.ending is not None:
+                self._take_ahead()
         got = self._exchange("final", None, report)
         if not self.leader:
             return report, ()
@@ -515,10 +779,14 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         self._note_missing()
-        spans = _job_spans(report, self.host, self._latest)
+        spans = _job_spans(report, self._own_span_of, self._latest, self._since)
         if len({s.epochs for s in spans}) > 1:
             counts = ", ".join(f"rank {s.rank} {s.epochs}" for s in spans)
             self._note(f"the ranks closed different numbers of epochs ({counts})")
+        works = [s.work() for s in spans]
+        for text in (uneven_steps(works), unseen_wait_note(works)):
+            if text is not None:
+                self._note(text)
         job = job_report(report, spans, tuple(self.epochs), min_saving=self.min_saving)
         return job, job.ranks
 
@@ -526,14 +794,36 @@ class Job:
         """Rank 0: the job's report given rank 0's own, as of now: the other ranks' latest
         run-level summaries and the job's epochs are taken now; the report is made (on any
         thread) when called."""
-        latest, host = dict(self._latest), self.host
+        latest, own_span = dict(self._latest), self._own_span_of
+        since = {r: list(spans) for r, spans in self._since.items()}
         epochs = tuple(self.epochs)
         min_saving = self.min_saving
 
         def make(own: Report) -> Report:
-            return job_report(own, _job_spans(own, host, latest), epochs, min_saving=min_saving)
+            return job_report(own, _job_spans(own, own_span, latest, since), epochs, min_saving=min_saving)
 
         return make
+
+    @property
+    def _own_span_of(self) -> Callable[[Report], _Span]:
+        """Rank 0's run as a span, given its report (its forward passes and node as of now)."""
+        host, forward, node = self.host, dict(self.forward.get("run") or {}), self.info.node_rank
+        host_id, cores = self.host_id() or "", self.cores
+
+        def own_span(own: Report) -> _Span:
+            return _Span(
+                0,
+                host,
+                own.summary,
+                own.findings,
+                len(own.epochs),
+                forward=forward,
+                node_rank=node,
+                host_id=host_id,
+                cores=cores,
+            )
+
+        return own_span
 
     def _take(self, payload: Mapping[str, Any]) -> None:
         """A rank's payload: what it says of itself, and its run-level summary when it has one."""
@@ -541,10 +831,19 @@ class Job:
         every = payload.get("every")
         if isinstance(every, int) and every >= 1:
             self._every[rank] = every
+        load = payload.get("load")
+        if isinstance(load, Mapping) and all(
+            isinstance(load.get(k), (int, float)) for k in ("own", "others", "machine", "wall_s")
+        ):
+            self._loads[rank] = {k: float(load[k]) for k in ("own", "others", "machine", "wall_s")}
+        ending = payload.get("ending")
+        if isinstance(ending, str) and ending:
+            self.endings[rank] = ending
         if "run" not in payload:
             return
         span = _span(payload, "run")
         self._latest[span.rank] = span
+        self._since.pop(span.rank, None)
         at = payload.get("run_at")
         self._latest_at[span.rank] = at if isinstance(at, int) else None
         for text in payload.get("notes", []):
@@ -569,16 +868,48 @@ def _diagnose(spans: list[_Span], min_saving: float) -> tuple[Finding, ...]:
     return tuple(diagnose_job([s.work() for s in spans], min_saving=min_saving))
 
 
-def _job_spans(own: Report, host: str, latest: Mapping[int, _Span]) -> list[_Span]:
-    """Rank 0's own run and the other ranks' latest run summaries, in rank order."""
-    own_span = _Span(0, host, own.summary, own.findings, len(own.epochs))
-    return [own_span, *(latest[r] for r in sorted(latest) if r != 0)]
+def _job_spans(
+    own: Report,
+    own_span: Callable[[Report], _Span],
+    latest: Mapping[int, _Span],
+    since: Mapping[int, Sequence[_Span]] | None = None,
+) -> list[_Span]:
+    """Rank 0's own run and the other ranks' latest run summaries, in rank order; each with the
+    epochs rank 0 took from that rank after it (``since``: a rank that died between two run
+    summaries still has the epochs it closed counted)."""
+    since = since or {}
+    return [own_span(own), *(_extended(latest[r], since.get(r, ())) for r in sorted(latest) if r != 0)]
+
+
+def _extended(span: _Span, epochs: Sequence[_Span]) -> _Span:
+    """A rank's run summary with the epochs it closed after it added: steps, wall time, seconds
+    per phase and idle time (the step-time statistics stay the run summary's)."""
+    if not epochs:
+        return span
+    parts = [span.summary, *(e.summary for e in epochs)]
+    wall = sum(p.wall_s for p in parts)
+    steps = sum(p.steps for p in parts)
+    seconds: dict[str, float] = {}
+    for p in parts:
+        for name, share in p.phase_fractions.items():
+            seconds[name] = seconds.get(name, 0.0) + share * p.wall_s
+    idle = sum(p.gpu_idle_fraction * p.wall_s for p in parts) / wall if wall > 0 else span.summary.gpu_idle_fraction
+    summary = replace(
+        span.summary,
+        wall_s=round(wall, 6),
+        steps=steps,
+        steps_per_s=round(steps / wall, 4) if wall > 0 else 0.0,
+        gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
+        phase_fractions=fractions_of(seconds, wall),
+        phase_seconds={name: round(s, 6) for name, s in seconds.items()},
+    )
+    return replace(span, summary=summary, epochs=span.epochs + len(epochs))
 
 
 def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...], *, min_saving: float) -> Report:
     """Rank 0's report for the job: its own run information and notes, the ranks' summaries
     together, the job's epochs and findings, a row per rank."""
-    ranks = tuple(rank_entry(s.rank, s.host, s.summary, s.epochs) for s in spans)
+    ranks = tuple(s.entry() for s in spans)
     return replace(
         own,
         summary=job_summary([s.summary for s in spans]),
@@ -588,7 +919,30 @@ def job_report(own: Report, spans: list[_Span], epochs: tuple[EpochReport, ...],
     )
 
 
-def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Job | None:
+#: how a note on other processes' load begins (``analysis/disturbance.py``), and a rank's of it
+LOAD_NOTE = "other processes kept "
+_RANK_LOAD_NOTE = re.compile(r"rank (\d+): " + re.escape(LOAD_NOTE))
+
+
+def load_notes_once(notes: Sequence[str], ranks: Sequence[RankEntry]) -> tuple[str, ...]:
+    """``notes`` with the notes on other processes' load kept once per machine: ranks of one
+    machine see the same load (each other's too), and the run panel said it once per rank. Rank
+    0's own note (unprefixed) stands for its machine, else the first rank's that has one."""
+    machine = {e.rank: e.host_id or e.host for e in ranks}
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in notes:
+        found = _RANK_LOAD_NOTE.match(text)
+        rank = int(found.group(1)) if found else 0 if text.startswith(LOAD_NOTE) else None
+        if rank is not None and rank in machine:
+            if machine[rank] in seen:
+                continue
+            seen.add(machine[rank])
+        out.append(text)
+    return tuple(out)
+
+
+def join_job(host: str, *, min_saving: float, note: Callable[[str], None], host_id: HostId | None = None) -> Job | None:
     """This process's part in a distributed job, or None when it runs alone."""
     global _runs_joined
     info = rank_info()
@@ -603,4 +957,80 @@ def join_job(host: str, *, min_saving: float, note: Callable[[str], None]) -> Jo
     if store is not None:
         _runs_joined += 1
         exchange = Exchange(store, prefix=f"{KEY_PREFIX}/run{_runs_joined}", rank=info.rank, world_size=info.world_size)
-    return Job(info, host, exchange, min_saving=min_saving, note=note)
+    machine = host_id if host_id is not None else HostId(host)
+    return Job(info, host, exchange, min_saving=min_saving, note=note, host_id=lambda: machine.value)
+
+
+#: seconds a rank's SIGTERM handler gives the report of what ran before the process dies
+TERM_WRITE_S = 5.0
+
+
+class TermGuard:
+    """A rank's SIGTERM: the report of what ran is written (``complete: false``), then the process
+    dies of the signal as it would have without StallScope.
+
+    A launcher ends the job's other ranks with SIGTERM when one rank fails (``torchrun`` sends it
+    within about a second, and SIGKILL 30 s later). With the default disposition a rank dies at
+    once and its report is lost. So a rank whose SIGTERM has the default disposition (a handler of
+    the user's is left alone) gets this one, on the main thread only:
+
+    * outside the run's end (``finishing`` false) it hands ``write`` (made on the main thread, as
+      what only the training thread may read is read there) to a new thread and waits for it at
+      most ``TERM_WRITE_S``: a lock the interrupted code holds delays the write, never the death;
+      then the default disposition is back and the signal sent again, so the process ends exactly
+      as bare (killed by SIGTERM);
+    * during the run's end (``finish`` in progress) it only says so (``pending``): the end waits
+      for no other rank from then on (``stop_waiting``), writes, and calls ``reraise``.
+    """
+
+    def __init__(self, write: Callable[[], Callable[[], None]], stop_waiting: Callable[[], None]) -> None:
+        self._write = write
+        self._stop_waiting = stop_waiting
+        self.finishing = False
+        self.pending = False
+        self._installed = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        except (ValueError, OSError):
+            return
+
+    def uninstall(self) -> None:
+        """The default disposition back, when this guard's handler is still the one in place."""
+        if not self._installed:
+            return
+        self._installed = False
+        try:
+            if signal.getsignal(signal.SIGTERM) == self._handle:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+    def reraise(self) -> None:
+        """Die of SIGTERM as bare (after the run's end wrote its report), if one came."""
+        if not self.pending:
+            return
+        self.uninstall()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.pending = True
+        if self.finishing:
+            self._stop_waiting()
+            return
+        self.uninstall()  # a second SIGTERM kills at once
+        try:
+            finish = self._write()
+            thread = threading.Thread(target=finish, name="stallscope-term", daemon=True)
+            thread.start()
+            thread.join(TERM_WRITE_S)
+        except Exception:
+            pass
+        finally:
+            self.reraise()

@@ -63,7 +63,7 @@ from rich.console import Console
 from stallscope._exceptions import from_signal_handler
 from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
-from stallscope.hooks.session import Session, ending_note
+from stallscope.hooks.session import Session
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import LoaderReader
 from stallscope.timeline import recorder
@@ -997,7 +997,7 @@ class _FitRun:
                     self.epoch_end(None)
         finally:
             if exception is not None:
-                self.session.note(ending_note(exception, "fit"))
+                self.session.end_with(exception, "fit")
             self.scope.close()
             self.closed = True
             self._loaders.forget()  # the train loader is not held after the fit

@@ -26,7 +26,7 @@ from stallscope.analysis.context import DataSource
 from stallscope.config import ScopeConfig
 from stallscope.hooks.environment import batch_bytes, count_tensors
 from stallscope.hooks.lightning import LightningCallbacks
-from stallscope.hooks.session import Session, ending_note
+from stallscope.hooks.session import Session
 from stallscope.hooks.transformers import TransformersCallbacks
 from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
@@ -278,7 +278,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         if self._forked:  # a child forked inside the block is not the run: nothing to write
             return
         if exc is not None:  # the note never raises: never replace the user's exception
-            self._session.note(ending_note(exc))
+            self._session.end_with(exc)
         elif exc_type is not None:
             self._session.note(f"the run was interrupted ({exc_type.__name__})")
         self.close()

@@ -36,10 +36,10 @@ from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.numbers import count
 from stallscope.config import ScopeConfig
-from stallscope.hooks.distributed import Job, data_parallel_devices, join_job
+from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
-from stallscope.report.io import REPORT_NAME
+from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.lock import FolderLock
 from stallscope.report.render import print_diagnosis
 from stallscope.report.safe import plain
@@ -47,6 +47,7 @@ from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report,
 from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
+from stallscope.signals.forward import ForwardProbe, timer_for
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import memory_risk_note
 from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
@@ -105,6 +106,15 @@ class Later(Generic[T]):
         """The value if it was made already, else None (makes nothing, waits for nothing)."""
         return self._value
 
+
+#: rank 0 of a job prints the panel of an epoch shorter than this (seconds) at the next epoch end,
+#: when the other ranks' summaries of it are in: printed at once, it waits for them (about 2 ms a
+#: short epoch on a loaded 2-core machine, 1% of a 200 ms epoch); a longer epoch's panel is
+#: printed at once (the wait is then a small share, and an hour-long epoch's panel is not late)
+HOLD_PANEL_S = 2.0
+
+#: the note (and the final panel's first words) of a rank stopped by SIGTERM
+SIGTERM_ENDING = "the run was stopped by SIGTERM"
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
@@ -224,6 +234,14 @@ class Session:
         self.tail: Summary | None = None
         #: this rank's part in a distributed job (``hooks/distributed.py``); None when alone
         self.job: Job | None = None
+        #: a rank's SIGTERM handler, which writes the report of what ran (``TermGuard``)
+        self._term: TermGuard | None = None
+        #: rank 0: the panel of the job's last short epoch, printed at the next epoch end
+        self._held_panel: tuple[int, Later[tuple[EpochReport, tuple[RankEntry, ...]]], SpanSnapshot] | None = None
+        #: a rank's forward passes, timed apart from the collectives (``signals/forward.py``), and
+        #: the epoch count when it started looking for the job's DDP module
+        self._forward: ForwardProbe | None = None
+        self._forward_since = 0
         #: GPUs an ``nn.DataParallel`` in the model drives (``note_model``); None when none seen
         self.data_parallel_devices: int | None = None
         #: ranks of the job on this host, where the framework says (Lightning: processes per node)
@@ -232,6 +250,9 @@ class Session:
         #: together at a report write, a few dozen short epochs cost less than one at a time
         self.epochs: list[Later[EpochReport]] = []
         self.notes: list[str] = []
+        #: how this process's run ended early (``end_with``: an exception, ``sys.exit``, an
+        #: interrupt); None while it goes on or when it ended normally
+        self.ending: str | None = None
         #: the latest report: the last epoch end's, then the final one
         self._latest: Later[Report] | None = None
         self._writer = self._new_writer(config.report_dir / REPORT_NAME) if config.report_dir is not None else None
@@ -293,6 +314,68 @@ class Session:
         if self.job is not None and report_dir is not None and self._rank_writer is None:
             # this rank's own file, on the same budget as report.json
             self._rank_writer = self._new_writer(self.job.rank_path(report_dir))
+        if self.job is not None and self._term is None:
+            self._term = TermGuard(self._write_on_term, self._stop_waiting)
+            self._term.install()
+        if self.job is not None and self._forward is None:
+            probe = ForwardProbe(timer_for)
+            if probe.start():
+                self._forward, self._forward_since = probe, self._epoch_index
+
+    def _note_forward(self, steps: int) -> None:
+        """An epoch of ``steps`` ended: the job gets this rank's forward passes in it and in the
+        run so far. A first epoch without a DDP module ends the search (its global hook costs
+        every module call a little)."""
+        probe, job = self._forward, self.job
+        if probe is None or job is None:
+            return
+        timer = probe.timer
+        if timer is None:
+            if self._epoch_index > self._forward_since:  # a whole epoch looked
+                probe.give_up()
+            return
+        epoch, run = timer.take_epoch(), timer.run()
+        job.forward = {
+            name: stats.to_dict(n)
+            for name, stats, n in (("epoch", epoch, steps), ("run", run, self._steps_ended))
+            if stats is not None
+        }
+
+    def _stop_waiting(self, ending: str = SIGTERM_ENDING) -> None:
+        """A SIGTERM came while the run ends: say so, and wait for no other rank from now on."""
+        self.note(ending)
+        if self.ending is None:
+            self.ending = ending
+        if self.job is not None:
+            self.job.stop_waiting(self.ending)
+
+    def _write_on_term(self) -> Callable[[], None]:
+        """A SIGTERM came mid-run (``TermGuard``): the report of what ran, read now (on the
+        training thread), made and written (``complete: false``, both files on rank 0) by the
+        function returned, on another thread; no other rank is waited for."""
+        self._stop_waiting()
+        own = self._report_job(complete=False)
+
+        def write(writer: ReportWriter | None, report: Report) -> None:
+            # straight to the file (atomically, as the writer does), not through the writer: the
+            # interrupted training thread may hold the writer's lock in a write of its own
+            if writer is not None:
+                write_report(report, writer.path)
+
+        def finish() -> None:
+            report = own.get()
+            job = self.job
+            if job is None:
+                return
+            if not job.leader:
+                job.finish(report)  # the final summary, for rank 0 to take
+                write(self._rank_writer, report)
+                return
+            write(self._rank_writer, report)
+            job_report, _ = job.finish(report)
+            write(self._writer, dataclasses.replace(job_report, notes=tuple(self.notes)))
+
+        return finish
 
     def _new_writer(self, path: Path) -> ReportWriter:
         """A writer of the run's reports to ``path`` (``report.json``, or a rank's own file)."""
@@ -308,6 +391,14 @@ class Session:
         """Add a note to the report (once per distinct text)."""
         if text not in self.notes:
             self.notes.append(text)
+
+    def end_with(self, exc: BaseException, what: str = "run") -> None:
+        """The run (``what``: ``run``, ``fit``) ends with ``exc``: noted, and said first in the
+        final panel. A rank of a distributed job waits for no other rank after it (``finish``)."""
+        text = ending_note(exc, what)
+        self.note(text)
+        if self.ending is None:
+            self.ending = text
 
     def note_loader(
         self,
@@ -526,6 +617,8 @@ class Session:
         sent its run's; each rank writes its own ``ranks/rank-<R>.json`` on the same budget."""
         job = self.job
         assert job is not None
+        self._note_forward(span.steps)
+        job.cores = self.rank_cores
         own: Later[Report] | None = None
         if not job.leader:
             report: Report | None = None
@@ -561,9 +654,27 @@ class Session:
             return made if made is not None else (epoch.get(), ())
 
         made: Later[tuple[EpochReport, tuple[RankEntry, ...]]] = Later(shown)
+        held, self._held_panel = self._held_panel, None
+        if held is not None:  # the previous epoch's: its ranks' summaries were taken above, no wait
+            self._print_job_epoch(*held)
         if span.steps > 0:
-            self._print_epoch(index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]))
+            if span.wall_ns < HOLD_PANEL_S * 1e9 and self._console is not None:
+                self._held_panel = (index, made, span)
+            else:
+                self._print_job_epoch(index, made, span)
         return Later(lambda: made.get()[0])
+
+    def _print_job_epoch(
+        self, index: int, made: Later[tuple[EpochReport, tuple[RankEntry, ...]]], span: SpanSnapshot
+    ) -> None:
+        """Rank 0: the job's epoch panel (waiting for the ranks' summaries when not in yet)."""
+        self._print_epoch(index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]))
+
+    def _print_held_panel(self) -> None:
+        """The job's last short epoch's panel, held for the next epoch end, at the run's end."""
+        held, self._held_panel = self._held_panel, None
+        if held is not None:
+            self._print_job_epoch(*held)
 
     def _write_own_later(self, own: Later[Report]) -> None:
         """This rank's own file, on its writer's budget."""
@@ -625,7 +736,19 @@ class Session:
         return now - self._last_panel >= wait_ns
 
     def finish(self, *, print_run: bool) -> Report:
-        """The run is over: build, print (when asked) and write the final report."""
+        """The run is over: build, print (when asked) and write the final report. A rank that got
+        SIGTERM meanwhile dies of it after the write (``TermGuard``)."""
+        term = self._term
+        if term is None:
+            return self._finish(print_run=print_run)
+        term.finishing = True
+        try:
+            return self._finish(print_run=print_run)
+        finally:
+            term.uninstall()
+            term.reraise()
+
+    def _finish(self, *, print_run: bool) -> Report:
         self._settle()
         if self._folder_lock is not None:
             self._claim_folder()
@@ -635,6 +758,8 @@ class Session:
         self.timeline.pause()
         self.signals.stop()
         self.saves.close()
+        if self._forward is not None:
+            self._forward.stop()  # the user's model keeps no hook of ours
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
                 writer.close()  # no mid-run report is written after this
@@ -648,10 +773,12 @@ class Session:
         if self.job is not None:
             if self.job.leader:
                 self._write_own(report)
-            report, ranks = self.job.finish(report)
-            report = dataclasses.replace(report, notes=tuple(self.notes))
+            self.job.cores = self.rank_cores  # every rank has said where it runs by now
+            report, ranks = self.job.finish(report, ending=self.ending)
+            report = dataclasses.replace(report, notes=self.job.load_notes(self.notes, ranks))
         self._latest = Later(None, report)
         self._final_made = True
+        self._print_held_panel()
         if print_run or no_steps:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
@@ -661,6 +788,9 @@ class Session:
             title = "run (no steps)" if no_steps else f"run ({count(self._epoch_index, 'epoch')})"
             if self.source == "callable" and self._epoch_index == 1:
                 title = "run"  # a loop with no epochs: none named
+            ending = self._ending_line()
+            if ending:  # first: the numbers below are of a run that did not end as planned
+                title = f"{title} · {ending}"
             self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._final_written = True
@@ -698,6 +828,17 @@ class Session:
             self._final_made = True
         self.write()
         self._final_written = True
+
+    def _ending_line(self) -> str | None:
+        """How the run ended early, for the final panel's first line: this process's exception,
+        or (rank 0 of a job) the first other rank's, with how many more ended so."""
+        if self.ending is not None:
+            return self.ending
+        if self.job is None or not self.job.leader or not self.job.endings:
+            return None
+        ranks = sorted(self.job.endings)
+        more = f" (and {len(ranks) - 1} more ranks)" if len(ranks) > 1 else ""
+        return f"rank {ranks[0]}: {self.job.endings[ranks[0]]}{more}"
 
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""
@@ -827,8 +968,10 @@ class Session:
     def rank_cores(self) -> int:
         """The cores this process's loading can count on: the host's usable cores shared among
         the job's ranks on this host (each rank runs its own workers and compute on them)."""
-        local = self.job.info.local_world_size if self.job is not None else None
-        local = local or (self.local_ranks if self.job is not None else None) or 1
+        job = self.job
+        local = job.ranks_on_host() if job is not None else None  # every rank on this machine
+        local = local or (job.info.local_world_size if job is not None else None)
+        local = local or (self.local_ranks if job is not None else None) or 1
         return max(1, self.host.usable_cores // local)
 
     def summarize(self, span: SpanStats, signals: Signals | None = None) -> Summary:
@@ -848,6 +991,8 @@ class Session:
         self.start_clock()  # a run that never reached its first step: an empty report, not an error
         snapshot = self.timeline.run_snapshot()
         signals = self.signals.run_window()
+        if self.job is not None:  # what this rank's process tree and the machine's others kept busy
+            self.job.note_load(signals.host)
         for text in self.signals.notes():
             self.note(text)
         if (foreign := self.timeline.foreign_thread) and foreign != self._foreign_noted:

@@ -52,7 +52,7 @@ from rich.console import Console
 from stallscope._exceptions import from_signal_handler
 from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
-from stallscope.hooks.session import Session, ending_note
+from stallscope.hooks.session import Session
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import LoaderReader
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, LOGGING, VALIDATION
@@ -456,7 +456,7 @@ class _TrainRun:
                     self.epoch_end(headline=exception is None)
         finally:
             if exception is not None:
-                self.session.note(ending_note(exception, "train()"))
+                self.session.end_with(exception, "train()")
             self.scope.close()
             self.closed = True
             self._loaders.forget()

@@ -14,12 +14,24 @@ The job's summary reads like one run's:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from stallscope.report.schema import IDLE_SOURCES, RankEntry, Summary
 
 
-def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankEntry:
-    """One row of ``ranks[]``: a rank's summary of the run."""
+def rank_entry(
+    rank: int,
+    host: str,
+    summary: Summary,
+    epochs: int = 0,
+    *,
+    forward: Mapping[str, Any] | None = None,
+    node_rank: int | None = None,
+    host_id: str = "",
+    cores: int | None = None,
+) -> RankEntry:
+    """One row of ``ranks[]``: a rank's summary of the run (``forward``: its forward passes, where
+    timed; ``node_rank``, ``host_id``: where it ran; ``cores``: the cores its diagnosis counted on)."""
     return RankEntry(
         rank=rank,
         host=host,
@@ -31,10 +43,15 @@ def rank_entry(rank: int, host: str, summary: Summary, epochs: int = 0) -> RankE
         data_wait_s=dict(summary.data_wait_s),
         phase_seconds=dict(summary.phase_seconds),
         epochs=epochs,
+        forward_ms=dict(forward or {}),
+        node_rank=node_rank,
+        host_id=host_id,
+        cores=cores,
     )
 
 
-def _fractions(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+def fractions_of(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
+    """Seconds per phase as fractions of ``wall``, rounded so that they sum to 1."""
     if wall <= 0 or not seconds:
         return dict.fromkeys(seconds, 0.0)
     rounded = {name: round(min(1.0, max(0.0, s / wall)), 6) for name, s in seconds.items()}
@@ -77,7 +94,7 @@ def job_summary(summaries: Sequence[Summary]) -> Summary:
         steps_per_s=round(steps / longest.wall_s, 4) if longest.wall_s > 0 else 0.0,
         gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
         idle_source=source if source in IDLE_SOURCES else "host_phases",
-        phase_fractions=_fractions(seconds, total_wall),
+        phase_fractions=fractions_of(seconds, total_wall),
         phase_seconds={name: round(s / len(summaries), 6) for name, s in seconds.items()},
         step_time_s=dict(slowest.step_time_s),
         data_wait_s=dict(slowest.data_wait_s),

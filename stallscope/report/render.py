@@ -47,15 +47,17 @@ def gain_text(f: Finding) -> str:
 
 
 #: columns of the per-rank table of a distributed job (SPEC §3a)
-RANK_COLUMNS = ("rank", "host", "steps/s", "idle", "data", "compute", "largest phase")
+RANK_COLUMNS = ("rank", "host", "steps", "steps/s", "idle", "data", "compute", "largest phase")
+#: the columns of numbers (right-justified)
+_RANK_NUMBERS = range(2, 7)
 
 #: most ranks listed in the table; a larger job shows the slowest ones
 _MAX_RANKS = 16
 
 
 def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
-    """The per-rank table's rows as text: rank, host, steps/s, idle, data %, compute %, and the
-    rank's largest phase. Jobs of more than 16 ranks list the 16 slowest (fewest steps/s)."""
+    """The per-rank table's rows as text: rank, host, steps, steps/s, idle, data %, compute %, and
+    the rank's largest phase. Jobs of more than 16 ranks list the 16 slowest (fewest steps/s)."""
     shown = list(ranks)
     if len(shown) > _MAX_RANKS:
         shown = sorted(sorted(shown, key=lambda e: e.steps_per_s)[:_MAX_RANKS], key=lambda e: e.rank)
@@ -67,6 +69,7 @@ def rank_rows(ranks: Sequence[RankEntry]) -> list[tuple[str, ...]]:
             (
                 str(e.rank),
                 plain(e.host),
+                str(e.steps),
                 f"{e.steps_per_s:.1f}",
                 f"{e.gpu_idle_fraction:.0%}",
                 f"{fractions.get('data', 0.0):.0%}",
@@ -81,7 +84,7 @@ def render_ranks(ranks: Sequence[RankEntry]) -> Table:
     """The per-rank table as a rich table."""
     table = Table(box=None, padding=(0, 1), show_edge=False)
     for i, name in enumerate(RANK_COLUMNS):
-        table.add_column(name, justify="right" if 2 <= i <= 5 else "left", no_wrap=True)
+        table.add_column(name, justify="right" if i in _RANK_NUMBERS else "left", no_wrap=True)
     for row in rank_rows(ranks):
         table.add_row(*row)
     return table
@@ -93,7 +96,8 @@ def format_ranks(ranks: Sequence[RankEntry]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(RANK_COLUMNS))]
     return [
         "  ".join(
-            cell.rjust(w) if 2 <= i <= 5 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            cell.rjust(w) if i in _RANK_NUMBERS else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
         for row in rows
     ]
@@ -153,7 +157,8 @@ def render_panel(
         parts.append(Text(f"No fix predicted to save {min_saving:.0%} or more of wall time.", style="green"))
     for note in notes:
         parts.append(Text(f"note: {plain(note)}", style="dim"))
-    return Panel(Group(*parts), title=f"StallScope · {title}", title_align="left", expand=False)
+    # the title may quote the user's text (an exception's message): not rich markup
+    return Panel(Group(*parts), title=Text(f"StallScope · {plain(title)}"), title_align="left", expand=False)
 
 
 def format_text(
@@ -167,7 +172,7 @@ def format_text(
     ranks: Sequence[RankEntry] = (),
 ) -> str:
     """The same diagnosis as plain lines, for logs and non-terminals."""
-    lines = [f"StallScope · {title}: {_headline(summary, device)}", "  where the time went:"]
+    lines = [f"StallScope · {plain(title)}: {_headline(summary, device)}", "  where the time went:"]
     for name, share in _phases_by_share(summary):
         filled = round(share * _BAR)
         lines.append(f"    {plain(name):<12} {'#' * filled}{'.' * (_BAR - filled)} {share:6.1%}")

@@ -113,6 +113,15 @@ class RankEntry:
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
     #: train epochs this rank closed
     epochs: int = 0
+    #: its forward passes (``signals/forward.py``; empty when none was timed): ``per_step`` (ms of
+    #: forward per step), ``calls``, one pass's ``p10`` / ``p50`` / ``p90`` (ms), ``source``
+    forward_ms: Mapping[str, Any] = field(default_factory=dict)
+    #: the node (torchrun's ``GROUP_RANK``) and the machine (hostname and boot id) it ran on
+    node_rank: int | None = None
+    host_id: str = ""
+    #: the cores its own diagnosis counted on: its machine's usable cores shared among every rank
+    #: of the job on that machine (whatever their node)
+    cores: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +281,7 @@ def summary_to_dict(s: Summary) -> dict[str, Any]:
 
 
 def rank_to_dict(e: RankEntry) -> dict[str, Any]:
-    return _clean(  # type: ignore[no-any-return]
+    out: dict[str, Any] = _clean(
         {
             "rank": e.rank,
             "host": e.host,
@@ -284,8 +293,16 @@ def rank_to_dict(e: RankEntry) -> dict[str, Any]:
             "phase_seconds": dict(e.phase_seconds),
             "data_wait_s": dict(e.data_wait_s),
             "epochs": e.epochs,
+            "forward_ms": dict(e.forward_ms) or None,
+            "node_rank": e.node_rank,
+            "host_id": e.host_id or None,
+            "cores": e.cores,
         }
     )
+    for key in ("forward_ms", "node_rank", "host_id", "cores"):  # absent where not known
+        if out[key] is None:
+            del out[key]
+    return out
 
 
 def report_to_dict(r: Report) -> dict[str, Any]:
@@ -481,6 +498,8 @@ def rank_from_dict(d: Any, where: str) -> RankEntry:
         raise ReportError(f"{where} is not an object")
     fractions = _phase_fractions(d, where)
     epochs = d.get("epochs", 0)
+    node = d.get("node_rank")
+    cores = d.get("cores")
     return RankEntry(
         rank=_count(d, "rank", where),
         host=str(d.get("host", "")),
@@ -492,6 +511,10 @@ def rank_from_dict(d: Any, where: str) -> RankEntry:
         data_wait_s=_opt_map(d, "data_wait_s", where) or {},
         phase_seconds=_opt_map(d, "phase_seconds", where) or {},
         epochs=epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else 0,
+        forward_ms=_opt_map(d, "forward_ms", where) or {},
+        node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
+        host_id=str(d.get("host_id") or ""),
+        cores=cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None,
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stallscope.analysis.finding import Finding
+from stallscope.timeline.phases import COMPUTE
 
 if TYPE_CHECKING:
     from stallscope.analysis.job import Pace
@@ -57,24 +58,73 @@ def _pace_evidence(pace: Pace) -> dict[str, float | int]:
 
 def straggler_finding(pace: Pace) -> Finding:
     """``dist.straggler``: the pace-setter and its slow phase, when no finding of its own names a
-    fix; the prediction assumes the phase comes down to the other ranks' level."""
+    fix; the prediction assumes the phase comes down to the other ranks' level (for its compute:
+    its extra work removed)."""
     speedup = pace.speedup(pace.excess_s)
     saving = 1.0 - 1.0 / speedup
-    excess_ms = pace.excess_s * 1e3
+    evidence: dict[str, object] = {"rank": pace.rank, "phase": pace.phase, **_pace_evidence(pace)}
+    if pace.forward_s:
+        evidence["forward_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.forward_s.items())}
+        evidence["forward_spread_ms"] = round((max(pace.forward_s.values()) - min(pace.forward_s.values())) * 1e3, 3)
     return Finding(
         id=ID,
-        title=(
-            f"Rank {pace.rank} sets the job's pace: its {pace.phase} takes {excess_ms:.1f} ms a step more "
-            "than the other ranks'"
-        ),
+        title=_title(pace),
         est_saving_fraction=round(min(1.0, max(0.0, saving)), 4),
         est_speedup=round(speedup, 3),
         confidence="medium",
-        evidence={"rank": pace.rank, "phase": pace.phase, **_pace_evidence(pace)},
-        fix=(
-            f"Find why {pace.phase} is slower on rank {pace.rank} than on the others (its data shard, its "
-            "host's load or storage, its share of the work) and even it out; the other ranks wait for it "
-            "in every step's collective."
-        ),
+        evidence=evidence,
+        fix=_fix(pace),
         suggestion={"rank": pace.rank},
+    )
+
+
+def _others_forward_s(pace: Pace) -> float:
+    others = [v for k, v in pace.forward_s.items() if k != pace.rank]
+    return statistics.median(others) if others else 0.0
+
+
+def _title(pace: Pace) -> str:
+    if pace.phase == COMPUTE and pace.forward_s:
+        mine, others = pace.forward_s[pace.rank], _others_forward_s(pace)
+        ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
+        return (
+            f"Rank {pace.rank} sets the job's pace: its forward takes {ratio}({mine * 1e3:.1f} ms a step against "
+            f"{others * 1e3:.1f} ms), and the others wait for it"
+        )
+    return (
+        f"Rank {pace.rank} sets the job's pace: its {pace.phase} takes {pace.excess_s * 1e3:.1f} ms a step more "
+        "than the other ranks'"
+    )
+
+
+#: why a phase is slower on one rank, by phase, in the fix text
+_CAUSES = {
+    "data": "its data shard, its storage or its loader",
+    "h2d": "its batches' size or its host memory (pinned or not)",
+    "checkpoint": "saves that only it makes",
+    "logging": "logging that only it does (rank-0-only metrics, prints)",
+    "validation": "validation that only it runs",
+}
+
+_WAIT = "the other ranks wait for it in every step's collective."
+
+
+def _fix(pace: Pace) -> str:
+    rank, phase = pace.rank, pace.phase
+    if phase == COMPUTE:
+        return (
+            f"Rank {rank} has more compute per step than the others: look for uneven shapes or sequence "
+            f"lengths across the ranks (bucket or pad them alike), work that only rank {rank} does inside the "
+            "step (an extra forward or backward, a metric), or a slower or shared device on that rank (its clocks, "
+            f"other processes on it), and even it out; {_WAIT}"
+        )
+    if phase in _CAUSES:
+        return (
+            f"Find why {phase} is slower on rank {rank} than on the others ({_CAUSES[phase]}) and even it out; {_WAIT}"
+        )
+    # ``other`` (time outside the marked phases) or a phase of the user's own: host code
+    return (
+        f"Rank {rank} spends {pace.excess_s * 1e3:.1f} ms a step more than the others in host code ({phase}): code "
+        f"that only it runs in the step (under a rank check), or a busier host; move that work out of the step or "
+        f"spread it across the ranks; {_WAIT}"
     )

@@ -1,0 +1,243 @@
+"""Each training step's forward pass, timed apart from the collectives (SPEC §3a).
+
+Ranks of a DDP job meet in the gradient all-reduce inside backward: a rank that gets there first
+waits for the last one, inside its ``compute`` phase. So a rank whose own compute is slower (more
+work per step, a slower device) shows the same ``compute`` per step as the ranks waiting for it.
+The forward pass meets no collective (``SyncBatchNorm`` aside): its time is the rank's own work,
+and ranks of even work spend about the same in it. ``analysis/job.py`` compares it across ranks.
+
+Finding the forward pass without the user's help
+    ``torch.nn.modules.module.register_module_forward_pre_hook`` (public) sees every module call
+    until the first call of a ``DistributedDataParallel``; then hooks go on the module it wraps
+    alone (DDP's own forward may broadcast buffers, a collective) and the global one is removed.
+    A run whose first epoch ends without one removes it then, so a model without DDP pays for it
+    during one epoch at most. Lightning's ``ddp`` strategy wraps the
+    LightningModule in DDP and calls it for each ``training_step``: the same hooks see it.
+    Only forwards in training mode count (Lightning's validation goes through DDP too, after
+    ``eval()``); two forwards in one step count as that step's forward time together.
+
+Timing
+    On the CPU, the calling thread's CPU time (injected: ``time.thread_time_ns``): a forward's own
+    work, which other processes on a busy machine do not inflate (wall time did, by 2x, on a loaded
+    2-core machine, where alike ranks then looked uneven), nor the process's other threads (the
+    process's CPU time counted gloo's and StallScope's threads, which blurred forwards of 0.1 ms).
+    With several intra-op threads the training thread does its share of each forward, so ranks of
+    the same settings still compare. On CUDA, a pair of events recorded on the current stream at
+    the forward's start and end; they are read at epoch ends once complete (``query``), never
+    waited for: nothing synchronises. Events still pending at an epoch end count in the next one.
+    The event factory is injected (``tests/test_signals_forward.py`` drives fakes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+#: most forward durations kept per span for the percentiles (the mean counts them all)
+MAX_SAMPLES = 2048
+#: most forwards whose CUDA events wait to be read (later ones are not timed until some are)
+MAX_PENDING = 4096
+
+
+class Event(Protocol):
+    """The part of ``torch.cuda.Event`` the timer uses."""
+
+    def record(self) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def elapsed_time(self, end: Any) -> float: ...
+
+
+@dataclass(frozen=True)
+class ForwardStats:
+    """A span's forward passes: how many, their total time, and the spread of one pass."""
+
+    calls: int
+    total_s: float
+    #: one pass's duration: p10, p50, p90 (seconds), over the kept samples
+    p10_s: float
+    p50_s: float
+    p90_s: float
+    #: ``cpu_time`` (the training thread's CPU time) or ``cuda_events`` (device time)
+    source: str
+
+    def to_dict(self, steps: int) -> dict[str, float | int | str]:
+        """As ``ranks[].forward_ms`` holds it: per step (``steps`` of the span) and per pass."""
+        return {
+            "per_step": round(self.total_s / steps * 1e3, 4) if steps > 0 else 0.0,
+            "calls": self.calls,
+            "p10": round(self.p10_s * 1e3, 4),
+            "p50": round(self.p50_s * 1e3, 4),
+            "p90": round(self.p90_s * 1e3, 4),
+            "source": self.source,
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else 0.0
+
+
+class _Span:
+    """Durations summed and sampled over one span."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.total_s = 0.0
+        self.samples: deque[float] = deque(maxlen=MAX_SAMPLES)
+
+    def add(self, seconds: float) -> None:
+        self.calls += 1
+        self.total_s += seconds
+        self.samples.append(seconds)
+
+    def stats(self, source: str) -> ForwardStats | None:
+        if self.calls == 0:
+            return None
+        ordered = sorted(self.samples)
+        return ForwardStats(
+            calls=self.calls,
+            total_s=self.total_s,
+            p10_s=_quantile(ordered, 0.1),
+            p50_s=_quantile(ordered, 0.5),
+            p90_s=_quantile(ordered, 0.9),
+            source=source,
+        )
+
+
+class ForwardTimer:
+    """Times a module's forward passes (``begin`` / ``end``, called by its hooks): CPU time with
+    ``clock``, or device time with ``event`` (a factory of CUDA events) when given."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], int] = time.thread_time_ns,
+        event: Callable[[], Event] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._event = event
+        self.source = "cuda_events" if event is not None else "cpu_time"
+        self._started: int | None = None
+        self._start_event: Event | None = None
+        self._pending: deque[tuple[Event, Event]] = deque()
+        self._epoch = _Span()
+        self._run = _Span()
+
+    def begin(self) -> None:
+        if self._event is None:
+            self._started = self._clock()
+        elif len(self._pending) < MAX_PENDING:
+            self._start_event = self._event()
+            self._start_event.record()
+
+    def end(self) -> None:
+        if self._event is None:
+            started, self._started = self._started, None
+            if started is not None:
+                self._add((self._clock() - started) / 1e9)
+            return
+        start, self._start_event = self._start_event, None
+        if start is not None:
+            end = self._event()
+            end.record()
+            self._pending.append((start, end))
+
+    def _add(self, seconds: float) -> None:
+        if seconds >= 0:
+            self._epoch.add(seconds)
+            self._run.add(seconds)
+
+    def _resolve(self) -> None:
+        """The CUDA forwards whose end event completed, in order (never waits)."""
+        while self._pending and self._pending[0][1].query():
+            start, end = self._pending.popleft()
+            self._add(start.elapsed_time(end) / 1e3)
+
+    def take_epoch(self) -> ForwardStats | None:
+        """The forwards since the last epoch end (None when none was timed)."""
+        self._resolve()
+        stats = self._epoch.stats(self.source)
+        self._epoch = _Span()
+        return stats
+
+    def run(self) -> ForwardStats | None:
+        """The run's forwards so far."""
+        self._resolve()
+        return self._run.stats(self.source)
+
+
+class ForwardProbe:
+    """Finds the job's ``DistributedDataParallel`` module at its first call and times its forward
+    passes in training mode (``ForwardTimer``). ``stop`` removes every hook."""
+
+    def __init__(self, timer_for: Callable[[Any], ForwardTimer]) -> None:
+        #: makes the timer for the module found (CUDA events when its parameters are on CUDA)
+        self._timer_for = timer_for
+        self.timer: ForwardTimer | None = None
+        self._global: Any = None
+        self._handles: list[Any] = []
+
+    def start(self) -> bool:
+        """Watch for the first DDP call; False when torch is not imported (nothing to watch)."""
+        if "torch" not in sys.modules or self._global is not None or self.timer is not None:
+            return False
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        self._global = register_module_forward_pre_hook(self._first_call)
+        return True
+
+    def _first_call(self, module: Any, args: Any) -> None:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self.timer is not None or not isinstance(module, DistributedDataParallel):
+            return
+        self.give_up()
+        # the wrapped module: DDP's own forward may broadcast buffers first (a collective);
+        # hooked now, its call inside this one is already timed
+        inner = getattr(module, "module", module)
+        self.timer = self._timer_for(inner)
+        self._handles = [
+            inner.register_forward_pre_hook(self._begin),
+            inner.register_forward_hook(self._end),
+        ]
+
+    def _begin(self, module: Any, args: Any) -> None:
+        if module.training and self.timer is not None:
+            self.timer.begin()
+
+    def _end(self, module: Any, args: Any, output: Any) -> None:
+        if module.training and self.timer is not None:
+            self.timer.end()
+
+    def give_up(self) -> None:
+        """Stop looking for a DDP module (the first epoch ended without one, or one was found)."""
+        handle, self._global = self._global, None
+        if handle is not None:
+            handle.remove()
+
+    def stop(self) -> None:
+        self.give_up()
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def timer_for(module: Any, *, clock: Callable[[], int] = time.thread_time_ns) -> ForwardTimer:
+    """A timer for ``module``'s forward: CUDA events when its parameters are on a CUDA device."""
+    try:
+        param = next(module.parameters(), None)
+        if param is not None and param.is_cuda:
+            import torch
+
+            def event() -> Event:
+                return cast("Event", torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
+
+            return ForwardTimer(clock=clock, event=event)
+    except Exception:
+        pass
+    return ForwardTimer(clock=clock)

@@ -1,0 +1,144 @@
+"""Forward passes timed apart from the collectives (``signals/forward.py``): the timer on a fake
+clock and on fake CUDA events (never waited for), and the probe that finds a DDP module itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from stallscope.signals.forward import MAX_PENDING, ForwardProbe, ForwardTimer, timer_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_the_timer_sums_each_epochs_forwards_on_its_clock() -> None:
+    clock = Clock()
+    timer = ForwardTimer(clock=clock)
+    for ms in (2, 4, 6):
+        timer.begin()
+        clock.now += ms * 1_000_000
+        timer.end()
+    epoch = timer.take_epoch()
+    assert epoch is not None
+    assert (epoch.calls, epoch.total_s, epoch.p50_s, epoch.source) == (3, pytest.approx(0.012), 0.004, "cpu_time")
+    assert epoch.to_dict(steps=2)["per_step"] == pytest.approx(6.0)  # ms of forward per step
+    assert timer.take_epoch() is None  # a new epoch: none yet
+    timer.begin()
+    clock.now += 1_000_000
+    timer.end()
+    run = timer.run()
+    assert run is not None
+    assert (run.calls, run.total_s) == (4, pytest.approx(0.013))
+    timer.end()  # an end without a begin counts nothing
+    assert timer.run().calls == 4  # type: ignore[union-attr]
+
+
+class FakeEvent:
+    """A CUDA event: recorded at a time the test sets, complete once the test says so."""
+
+    now_ms = 0.0
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.done = False
+
+    def record(self) -> None:
+        self.at = FakeEvent.now_ms
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.done, "elapsed_time of an event not complete would synchronise"
+        assert end.done, "elapsed_time of an event not complete would synchronise"
+        assert self.at is not None
+        assert end.at is not None
+        return end.at - self.at
+
+
+def test_cuda_events_are_read_only_once_complete_and_never_waited_for() -> None:
+    made: list[FakeEvent] = []
+
+    def event() -> FakeEvent:
+        made.append(FakeEvent())
+        return made[-1]
+
+    timer = ForwardTimer(event=event)
+    assert timer.source == "cuda_events"
+    for ms in (3.0, 5.0):
+        timer.begin()
+        FakeEvent.now_ms += ms
+        timer.end()
+    made[0].done = made[1].done = True  # the first forward ran on the device; the second not yet
+    epoch = timer.take_epoch()
+    assert epoch is not None
+    assert (epoch.calls, epoch.total_s) == (1, pytest.approx(0.003))
+    made[2].done = made[3].done = True
+    later = timer.take_epoch()  # the pending one counts in the next epoch
+    assert later is not None
+    assert (later.calls, later.total_s) == (1, pytest.approx(0.005))
+
+
+def test_cuda_events_pending_are_bounded() -> None:
+    timer = ForwardTimer(event=FakeEvent)
+    for _ in range(MAX_PENDING + 10):
+        timer.begin()
+        timer.end()
+    assert len(timer._pending) == MAX_PENDING
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[None]:
+    """A process group of one rank (gloo), for a real DDP module."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=30))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_probe_finds_the_ddp_module_and_times_its_training_forwards(group: None) -> None:
+    model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+    other = nn.Linear(4, 4)
+    probe = ForwardProbe(timer_for)
+    assert probe.start()
+    other(torch.zeros(1, 4))  # not DDP: not hooked
+    assert probe.timer is None
+    for _ in range(3):
+        model(torch.zeros(2, 4)).sum().backward()
+    assert probe.timer is not None
+    model.eval()
+    model(torch.zeros(2, 4))  # validation: not counted
+    stats = probe.timer.take_epoch()
+    assert stats is not None
+    assert stats.calls == 3
+    assert stats.source == "cpu_time"  # parameters on the CPU
+    probe.stop()
+    model.train()
+    model(torch.zeros(2, 4))
+    assert probe.timer.take_epoch() is None  # no hook of ours left on the user's model
+    assert not model.module._forward_hooks
+    assert not model.module._forward_pre_hooks
+
+
+def test_a_probe_that_gives_up_leaves_no_global_hook() -> None:
+    from torch.nn.modules import module as torch_module
+
+    before = len(torch_module._global_forward_pre_hooks)
+    probe = ForwardProbe(timer_for)
+    assert probe.start()
+    assert len(torch_module._global_forward_pre_hooks) == before + 1
+    probe.give_up()
+    assert len(torch_module._global_forward_pre_hooks) == before
