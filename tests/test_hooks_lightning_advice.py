@@ -13,7 +13,6 @@ import inspect
 import queue
 import sys
 import threading
-from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import pytest
 import torch
 from conftest import FakeClock
+from test_hooks_lightning import NAMESPACES, Costs, Samples, import_pl
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from stallscope import StallScope
 from stallscope.analysis.rules import logging_frequency
@@ -33,16 +33,12 @@ from stallscope.report.schema import Report
 #: Lightning 2.6 builds torch's ``LeafSpec``, which torch 2.13 deprecates; harmless here
 pytestmark = pytest.mark.filterwarnings(r"ignore:.isinstance.treespec, LeafSpec.. is deprecated:FutureWarning")
 
-NAMESPACES = ["lightning", "pytorch_lightning"]
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-
-
-def import_pl(namespace: str) -> ModuleType:
-    return importlib.import_module("lightning.pytorch" if namespace == "lightning" else "pytorch_lightning")
 
 
 @pytest.fixture(params=NAMESPACES)
 def pl(request: pytest.FixtureRequest) -> ModuleType:
+    """The Lightning package under test (``lightning.pytorch`` or ``pytorch_lightning``)."""
     return import_pl(request.param)
 
 
@@ -51,36 +47,6 @@ def clock(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, cpu_clock: FakeCloc
     """Every fit's session reads ``clock`` (and ``cpu_clock``) instead of real time."""
     monkeypatch.setattr(lightning_hooks, "Session", functools.partial(Session, clock=clock, cpu_clock=cpu_clock))
     return clock
-
-
-class Costs:
-    """Milliseconds each planted cost advances ``clock`` by."""
-
-    def __init__(self, clock: FakeClock | None = None, **ms: float) -> None:
-        self.clock = clock
-        self.ms = ms
-        self.counts: Counter[str] = Counter()
-
-    def spend(self, what: str) -> None:
-        self.counts[what] += 1
-        if self.clock is not None:
-            self.clock.advance_ms(self.ms.get(what, 0.0))
-
-
-class Samples(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, n: int, costs: Costs, what: str = "sample") -> None:
-        gen = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 8, generator=gen)
-        self.y = torch.randint(0, 2, (n,), generator=gen)
-        self.costs = costs
-        self.what = what
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.costs.spend(self.what)
-        return self.x[i], self.y[i]
 
 
 class Stream(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
