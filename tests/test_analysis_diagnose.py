@@ -40,3 +40,13 @@ def test_a_short_span_names_only_what_it_lacks() -> None:
     both = too_short(_span(5, 100))
     assert both is not None
     assert "5 steps, fewer than 30 and 0.1 s, under 1 s" in both
+
+
+def test_a_short_runs_time_reads_in_plain_numbers() -> None:
+    """A run of 45 us reads "0.045 ms", never "4.5e-05 s"."""
+    from stallscope.analysis.diagnose import too_short_for
+
+    text = too_short_for(3, 45e-6)
+    assert text is not None
+    assert "0.045 ms, under 1 s" in text
+    assert "e-" not in text

@@ -8,6 +8,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.disturbance import disturbed, lowered
 from stallscope.analysis.finding import Finding
+from stallscope.analysis.numbers import fmt_ms
 from stallscope.analysis.rules import ALL_RULES, Rule
 from stallscope.analysis.transformers_words import in_trainer_words
 from stallscope.timeline.stats import SpanStats
@@ -31,7 +32,9 @@ def too_short_for(steps: int, wall_s: float) -> str | None:
     if steps < MIN_JUDGED_STEPS:
         lacking.append(f"{steps} steps, fewer than {MIN_JUDGED_STEPS}")
     if wall_s < MIN_JUDGED_WALL_S:
-        lacking.append(f"{wall_s:.2g} s, under {MIN_JUDGED_WALL_S:g} s")
+        # plain numbers: "0.47 s", "0.045 ms" (never "4.5e-05 s")
+        took = f"{wall_s:.2g} s" if wall_s >= 1e-3 else fmt_ms(wall_s)
+        lacking.append(f"{took}, under {MIN_JUDGED_WALL_S:g} s")
     return f"too short to judge ({' and '.join(lacking)}): every finding is low confidence"
 
 
