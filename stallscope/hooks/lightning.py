@@ -50,7 +50,6 @@ Epochs, reports, loggers
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
 import sys
@@ -58,12 +57,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-
 from stallscope._exceptions import from_signal_handler
 from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
-from stallscope.hooks.session import Session
+from stallscope.hooks.session import Session, console_for_rank
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import LoaderReader
 from stallscope.timeline import recorder
@@ -1048,21 +1045,7 @@ def _session_for(scope: StallScope, trainer: Any) -> tuple[Session, io.StringIO 
     """A fresh ``lightning`` session for one fit. Printing goes to a buffer that ``flush_console``
     routes; ranks other than 0 print nothing (and write only ``<report_dir>/ranks/rank-<R>.json``)."""
     config = scope._config
-    rank = getattr(trainer, "global_rank", 0)
-    buffer: io.StringIO | None = None
-    if isinstance(rank, int) and rank > 0:  # the session writes its file (``hooks/distributed.py``)
-        config = dataclasses.replace(config, console=False)
-    elif config.console is True:
-        real = Console()
-        buffer = io.StringIO()
-        console = Console(
-            file=buffer,
-            force_terminal=real.is_terminal,
-            force_jupyter=False,
-            color_system="auto" if real.is_terminal else None,
-            width=real.width,
-        )
-        config = dataclasses.replace(config, console=console)
+    config, buffer = console_for_rank(config, getattr(trainer, "global_rank", 0))
     session = Session(config, framework="lightning")
     precision = getattr(trainer, "precision", None)
     if precision is not None:

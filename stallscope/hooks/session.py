@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import os
 import sys
 import threading
@@ -161,6 +162,26 @@ def _foreign_thread_note(ident: int) -> str:
         f"phases entered on another thread than the training thread ({name}) were not counted: "
         "only the training thread's phases make up its steps"
     )
+
+
+def console_for_rank(config: ScopeConfig, rank: object) -> tuple[ScopeConfig, io.StringIO | None]:
+    """A framework hook's config for this process: no console on a rank other than 0 (the
+    session writes its file, ``hooks/distributed.py``); the default console printed into a buffer
+    (as the terminal would show it), which the hook hands to the framework's own printing."""
+    if isinstance(rank, int) and rank > 0:
+        return dataclasses.replace(config, console=False), None
+    if config.console is not True:
+        return config, None
+    real = Console()
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        force_terminal=real.is_terminal,
+        force_jupyter=False,
+        color_system="auto" if real.is_terminal else None,
+        width=real.width,
+    )
+    return dataclasses.replace(config, console=console), buffer
 
 
 class _Facts(NamedTuple):

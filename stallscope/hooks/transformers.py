@@ -38,7 +38,6 @@ Epochs, reports, loggers
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import io
 import math
@@ -47,12 +46,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-
 from stallscope._exceptions import from_signal_handler
 from stallscope.analysis.context import RunShape
 from stallscope.hooks.environment import batch_bytes, count_tensors
-from stallscope.hooks.session import Session
+from stallscope.hooks.session import Session, console_for_rank
 from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import LoaderReader
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, LOGGING, VALIDATION
@@ -486,21 +483,7 @@ def _session_for(scope: StallScope, args: Any) -> tuple[Session, io.StringIO | N
     """A fresh ``transformers`` session for one ``train()``: printing goes to a buffer that
     ``flush_console`` routes; processes other than the main one print nothing."""
     config = scope._config
-    buffer: io.StringIO | None = None
-    rank = getattr(args, "process_index", 0)
-    if isinstance(rank, int) and rank > 0:
-        config = dataclasses.replace(config, console=False)
-    elif config.console is True:
-        real = Console()
-        buffer = io.StringIO()
-        console = Console(
-            file=buffer,
-            force_terminal=real.is_terminal,
-            force_jupyter=False,
-            color_system="auto" if real.is_terminal else None,
-            width=real.width,
-        )
-        config = dataclasses.replace(config, console=console)
+    config, buffer = console_for_rank(config, getattr(args, "process_index", 0))
     session = Session(config, framework="transformers")
     if getattr(args, "bf16", False):
         session.precision = "bf16-mixed"
