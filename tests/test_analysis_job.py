@@ -201,6 +201,40 @@ def test_a_compute_straggler_is_found_by_its_forward() -> None:
     assert "uneven shapes or sequence lengths" in top.fix
 
 
+def test_a_compute_stragglers_extra_work_is_its_own_work_beyond_the_others_where_measured() -> None:
+    """Steps of 9 ms, most of it the all-reduce: the ranks' own work is 2 ms (rank 0) and 4 ms
+    (rank 1) a step. The compute-to-forward scale would bill the collective to rank 1's forward
+    (4.5 ms of extra work); its own work beyond rank 0's is 2 ms."""
+    ranks = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001, cycle_s=0.002),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.002, cycle_s=0.004),
+    ]
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert (pace.rank, pace.phase) == (1, "compute")
+    assert pace.excess_s == pytest.approx(0.002)
+    assert pace.wait_s[0] == pytest.approx(0.002)
+    assert pace.speedup(pace.excess_s) == pytest.approx(10.0 / 8.0)
+    (top,) = diagnose_job(ranks)
+    assert top.est_speedup == pytest.approx(1.25)
+    assert top.evidence["own_work_ms"] == {"0": 2.0, "1": 4.0}
+    # a rank without the measure: the scale it was before, for every rank
+    ranks[0] = work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001)
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert pace.excess_s == pytest.approx(0.0045)
+
+
+def test_own_work_alike_is_too_little_extra_for_a_straggler() -> None:
+    """The forwards differ (rank 1 runs a cheap second pass), but its own work a step does not:
+    no straggler to name, rather than a guess scaled from the forward."""
+    ranks = [
+        work(0, data_ms=1.0, compute_ms=9.0, forward_s=0.001, cycle_s=0.0050),
+        work(1, data_ms=1.0, compute_ms=9.0, forward_s=0.002, cycle_s=0.0055),
+    ]
+    assert find_pace(ranks) is None
+
+
 def test_forwards_alike_or_untimed_name_no_compute_straggler() -> None:
     assert find_pace(compute_straggling_job(1.4)) is None  # within the noise of alike ranks
     assert find_pace(compute_straggling_job(0.5, forward_0_ms=0.25)) is None  # 2x, but 0.25 ms: noise

@@ -44,6 +44,39 @@ def test_the_timer_sums_each_epochs_forwards_on_its_clock() -> None:
     assert timer.run().calls == 4  # type: ignore[union-attr]
 
 
+def test_the_cycle_is_the_training_threads_work_from_one_forward_to_the_next() -> None:
+    """Forwards of 1 ms CPU (2 ms wall: a busy machine) every 5 ms of CPU; an evaluation
+    between two of them and an epoch's end break the cycle, and a 60 ms cycle (a save) is an
+    outlier left out."""
+    cpu, wall = Clock(), Clock()
+    timer = ForwardTimer(clock=cpu, wall=wall)
+
+    def step(ms: int) -> None:
+        timer.begin()
+        cpu.now += 1_000_000
+        wall.now += 2_000_000
+        timer.end()
+        cpu.now += (ms - 1) * 1_000_000
+        wall.now += (ms - 1) * 1_000_000
+
+    for _ in range(3):
+        step(5)
+    timer.break_cycle()  # an evaluation: its forwards are not a step's
+    cpu.now += 500_000_000
+    for ms in (5, 60, 5):
+        step(ms)
+    epoch = timer.take_epoch()
+    assert epoch is not None
+    # cycles 5, 5 | 5, 60, 5 (the evaluation's is not one): 60 ms is over 4x the median
+    assert epoch.cycle_s == pytest.approx(0.005)
+    assert epoch.stretch == pytest.approx(2.0)
+    assert epoch.to_dict(steps=6)["cycle_per_step"] == pytest.approx(5.0)
+    assert epoch.to_dict(steps=3)["cycle_per_step"] == pytest.approx(10.0)  # two forwards a step
+    step(5)  # an epoch's end broke the cycle: one forward is no cycle yet
+    assert timer.take_epoch().cycle_s is None  # type: ignore[union-attr]
+    assert timer.run().cycle_s == pytest.approx(0.005)  # type: ignore[union-attr]
+
+
 class FakeEvent:
     """A CUDA event: recorded at a time the test sets, complete once the test says so."""
 
@@ -120,11 +153,14 @@ def test_the_probe_finds_the_ddp_module_and_times_its_training_forwards(group: N
         model(torch.zeros(2, 4)).sum().backward()
     assert probe.timer is not None
     model.eval()
-    model(torch.zeros(2, 4))  # validation: not counted
+    model(torch.zeros(2, 4))  # validation: not counted, and the cycle running through it neither
+    model.train()
+    model(torch.zeros(2, 4)).sum().backward()
     stats = probe.timer.take_epoch()
     assert stats is not None
-    assert stats.calls == 3
+    assert stats.calls == 4
     assert stats.source == "cpu_time"  # parameters on the CPU
+    assert len(probe.timer._run.cycles) == 2  # the first three forwards' two cycles
     probe.stop()
     model.train()
     model(torch.zeros(2, 4))

@@ -91,6 +91,9 @@ class RankWork:
     epochs: int = 0
     #: seconds of forward pass per step (``signals/forward.py``); None when not timed
     forward_s: float | None = None
+    #: the training thread's own work per step, CPU seconds from one forward to the next
+    #: (``signals/forward.py``, CPU runs); None when not measured
+    cycle_s: float | None = None
 
 
 def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
@@ -135,6 +138,8 @@ class Pace:
     wait_s: Mapping[int, float] = field(default_factory=dict)
     #: each rank's forward pass per step, where timed (a compute straggler's evidence)
     forward_s: Mapping[int, float] = field(default_factory=dict)
+    #: each rank's own work per step (``RankWork.cycle_s``), where every rank's was measured
+    cycle_s: Mapping[int, float] = field(default_factory=dict)
 
     def speedup(self, saved_per_step_s: float) -> float:
         """The job's speedup when the pace-setter's step shrinks by ``saved_per_step_s``."""
@@ -159,13 +164,17 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     """A compute straggler, from the ranks' forward passes (no collective in them, unlike the
     backward, where the fast ranks wait for the slow one inside ``compute``).
 
-    The slowest forward's rank ``s`` waits least, so its ``compute`` is its own work, and its
-    compute scales with its forward: ``k = compute_s / forward_s`` (backward and optimizer along
-    with the forward). Its extra work per step is ``k * (forward_s - median of the others')``.
-    A rank ``o``'s wait is what its compute holds beyond its own ``k * forward_o``; the job then
-    steps at the larger of the slow rank's step less its extra and the others' own work. It sets
-    the pace when its forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and by
-    ``MIN_FORWARD_EXCESS_S``, and its extra work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
+    The slowest forward's rank ``s`` is the candidate. Its extra work per step is, where every
+    rank's training thread was clocked from one forward to the next (``RankWork.cycle_s``, CPU
+    runs), its own work beyond the others' median: the forward, backward, optimizer and anything
+    else the rank does alone, and not the all-reduce's time, which every rank spends. Otherwise
+    (CUDA) its compute is taken to scale with its forward, ``k = compute_s / forward_s``, and the
+    extra is ``k * (forward_s - median of the others')``: a bound that counts the collective's
+    time as work when the all-reduce is a large part of the step. A rank ``o``'s wait is the
+    slow rank's extra beyond its own (its compute at most); the job then steps at the larger of
+    the slow rank's step less its extra and the others' own work. It sets the pace when its
+    forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``,
+    and its extra work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
     if len(active) < 2 or uneven_steps(active) is not None:
         return None
@@ -179,9 +188,16 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     typical = statistics.median(forward[k] for k in others)
     if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical or forward[slow] - typical < MIN_FORWARD_EXCESS_S:
         return None
-    scale = max(1.0, compute[slow] / forward[slow])
-    extra = scale * (forward[slow] - typical)
-    wait = {k: max(0.0, compute[k] - scale * forward[k]) for k in others}
+    cycles = {r.rank: r.cycle_s for r in active}
+    cycle: dict[int, float] = {}
+    if all(c is not None and c > 0 for c in cycles.values()):
+        cycle = {k: float(c or 0.0) for k, c in cycles.items()}
+        extra = min(compute[slow], max(0.0, cycle[slow] - statistics.median(cycle[k] for k in others)))
+        wait = {k: min(compute[k], max(0.0, cycle[slow] - cycle[k])) for k in others}
+    else:
+        scale = max(1.0, compute[slow] / forward[slow])
+        extra = scale * (forward[slow] - typical)
+        wait = {k: max(0.0, compute[k] - scale * forward[k]) for k in others}
     wait[slow] = 0.0
     own = {k: max(0.0, step[k] - wait[k]) for k in forward}
     job_step = step[slow]
@@ -196,6 +212,7 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
         own_s=own,
         wait_s=wait,
         forward_s=forward,
+        cycle_s=cycle,
     )
 
 

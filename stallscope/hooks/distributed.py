@@ -398,6 +398,7 @@ class _Span:
             host=self.host,
             epochs=self.epochs,
             forward_s=_per_step_s(self.forward, s.steps),
+            cycle_s=_cycle_per_step_s(self.forward),
         )
 
     def entry(self) -> RankEntry:
@@ -411,6 +412,16 @@ class _Span:
             host_id=self.host_id,
             cores=self.cores,
         )
+
+
+def _cycle_per_step_s(forward: Mapping[str, Any]) -> float | None:
+    """Seconds of the training thread's own work per step (``ForwardStats.cycle_s``) in wall
+    time on this rank's machine as busy as it was (its CPU time times the forwards' ``stretch``),
+    or None."""
+    value, stretch = forward.get("cycle_per_step"), forward.get("stretch", 1.0)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (value, stretch)):
+        return None
+    return float(value) * max(1.0, float(stretch)) / 1e3  # type: ignore[arg-type]
 
 
 def _per_step_s(forward: Mapping[str, Any], steps: int) -> float | None:

@@ -26,6 +26,21 @@ Timing
     the forward's start and end; they are read at epoch ends once complete (``query``), never
     waited for: nothing synchronises. Events still pending at an epoch end count in the next one.
     The event factory is injected (``tests/test_signals_forward.py`` drives fakes).
+
+The training thread's own work a step (CPU clock only)
+    The forward is a cut that every rank's work goes through, but it is not all of a rank's own
+    work: the backward, the optimizer, a metric or a second pass outside the DDP module are too,
+    and on a small model the step's time may go mostly to the all-reduce, which is not a rank's
+    own work at all. On the CPU the same clock read at each forward's start gives the training
+    thread's CPU time from one forward to the next (a *cycle*): its own work in between, the
+    forward, backward and optimizer included, and not its waits, which block in the collective
+    without using the CPU (gloo and NCCL wait on a condition, they do not spin). Cycles that run
+    through an epoch's end or a validation (an evaluation-mode forward) are not counted; of the
+    rest, those over ``CYCLE_OUTLIER`` times the median (a checkpoint saved, a first step's
+    warm-up) are left out of the per-step figure. ``analysis/job.py`` takes a compute
+    straggler's extra work from it. A busy machine stretches work in wall time beyond its CPU
+    time: each forward is also timed on the wall clock (``wall``), and the ratio of the two
+    (``stretch``, 1 on a quiet machine) turns the cycle into the wall time it takes there.
 """
 
 from __future__ import annotations
@@ -41,6 +56,8 @@ from typing import Any, Protocol, cast
 MAX_SAMPLES = 2048
 #: most forwards whose CUDA events wait to be read (later ones are not timed until some are)
 MAX_PENDING = 4096
+#: a cycle over this many times the median cycle is left out of the per-step figure
+CYCLE_OUTLIER = 4.0
 
 
 class Event(Protocol):
@@ -65,10 +82,17 @@ class ForwardStats:
     p90_s: float
     #: ``cpu_time`` (the training thread's CPU time) or ``cuda_events`` (device time)
     source: str
+    #: the training thread's CPU time from one forward's start to the next (module docstring),
+    #: the mean of the cycles counted, outliers left out; None where not measured (CUDA, or
+    #: fewer than two forwards in a row)
+    cycle_s: float | None = None
+    #: the forwards' wall time over their CPU time (at least 1); None where not measured
+    stretch: float | None = None
 
     def to_dict(self, steps: int) -> dict[str, float | int | str]:
-        """As ``ranks[].forward_ms`` holds it: per step (``steps`` of the span) and per pass."""
-        return {
+        """As ``ranks[].forward_ms`` holds it: per step (``steps`` of the span) and per pass;
+        ``cycle_per_step``: the training thread's own work a step (CPU time), where measured."""
+        out: dict[str, float | int | str] = {
             "per_step": round(self.total_s / steps * 1e3, 4) if steps > 0 else 0.0,
             "calls": self.calls,
             "p10": round(self.p10_s * 1e3, 4),
@@ -76,24 +100,42 @@ class ForwardStats:
             "p90": round(self.p90_s * 1e3, 4),
             "source": self.source,
         }
+        if self.cycle_s is not None and steps > 0:
+            out["cycle_per_step"] = round(self.cycle_s * self.calls / steps * 1e3, 4)
+        if self.stretch is not None:
+            out["stretch"] = round(self.stretch, 4)
+        return out
 
 
 def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
+def _typical_cycle(cycles: deque[float]) -> float | None:
+    """The mean cycle, those over ``CYCLE_OUTLIER`` times the median left out."""
+    if not cycles:
+        return None
+    bound = CYCLE_OUTLIER * _quantile(sorted(cycles), 0.5)
+    kept = [c for c in cycles if c <= bound]
+    return sum(kept) / len(kept) if kept else None
+
+
 class _Span:
-    """Durations summed and sampled over one span."""
+    """Durations summed and sampled over one span, and its cycles (sampled)."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.total_s = 0.0
         self.samples: deque[float] = deque(maxlen=MAX_SAMPLES)
+        self.cycles: deque[float] = deque(maxlen=MAX_SAMPLES)
+        #: the forwards' wall time, where the CPU clock timed them
+        self.wall_s = 0.0
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, wall_s: float = 0.0) -> None:
         self.calls += 1
         self.total_s += seconds
         self.samples.append(seconds)
+        self.wall_s += wall_s
 
     def stats(self, source: str) -> ForwardStats | None:
         if self.calls == 0:
@@ -106,6 +148,8 @@ class _Span:
             p50_s=_quantile(ordered, 0.5),
             p90_s=_quantile(ordered, 0.9),
             source=source,
+            cycle_s=_typical_cycle(self.cycles),
+            stretch=max(1.0, self.wall_s / self.total_s) if self.wall_s > 0 and self.total_s > 0 else None,
         )
 
 
@@ -117,12 +161,17 @@ class ForwardTimer:
         self,
         *,
         clock: Callable[[], int] = time.thread_time_ns,
+        wall: Callable[[], int] = time.perf_counter_ns,
         event: Callable[[], Event] | None = None,
     ) -> None:
         self._clock = clock
+        self._wall = wall
+        self._wall_started = 0
         self._event = event
         self.source = "cuda_events" if event is not None else "cpu_time"
         self._started: int | None = None
+        #: the clock at the latest forward's start, for the cycle (None: the next start begins one)
+        self._cycle_from: int | None = None
         self._start_event: Event | None = None
         self._pending: deque[tuple[Event, Event]] = deque()
         self._epoch = _Span()
@@ -130,7 +179,13 @@ class ForwardTimer:
 
     def begin(self) -> None:
         if self._event is None:
-            self._started = self._clock()
+            now = self._started = self._clock()
+            self._wall_started = self._wall()
+            if self._cycle_from is not None and now >= self._cycle_from:
+                cycle = (now - self._cycle_from) / 1e9
+                self._epoch.cycles.append(cycle)
+                self._run.cycles.append(cycle)
+            self._cycle_from = now
         elif len(self._pending) < MAX_PENDING:
             self._start_event = self._event()
             self._start_event.record()
@@ -139,7 +194,7 @@ class ForwardTimer:
         if self._event is None:
             started, self._started = self._started, None
             if started is not None:
-                self._add((self._clock() - started) / 1e9)
+                self._add((self._clock() - started) / 1e9, (self._wall() - self._wall_started) / 1e9)
             return
         start, self._start_event = self._start_event, None
         if start is not None:
@@ -147,10 +202,15 @@ class ForwardTimer:
             end.record()
             self._pending.append((start, end))
 
-    def _add(self, seconds: float) -> None:
+    def break_cycle(self) -> None:
+        """Work that is not a training step's follows (an evaluation, an epoch's end): the cycle
+        running now is not counted."""
+        self._cycle_from = None
+
+    def _add(self, seconds: float, wall_s: float = 0.0) -> None:
         if seconds >= 0:
-            self._epoch.add(seconds)
-            self._run.add(seconds)
+            self._epoch.add(seconds, max(0.0, wall_s))
+            self._run.add(seconds, max(0.0, wall_s))
 
     def _resolve(self) -> None:
         """The CUDA forwards whose end event completed, in order (never waits)."""
@@ -163,6 +223,7 @@ class ForwardTimer:
         self._resolve()
         stats = self._epoch.stats(self.source)
         self._epoch = _Span()
+        self._cycle_from = None
         return stats
 
     def run(self) -> ForwardStats | None:
@@ -207,8 +268,11 @@ class ForwardProbe:
         ]
 
     def _begin(self, module: Any, args: Any) -> None:
-        if module.training and self.timer is not None:
-            self.timer.begin()
+        if self.timer is not None:
+            if module.training:
+                self.timer.begin()
+            else:
+                self.timer.break_cycle()
 
     def _end(self, module: Any, args: Any, output: Any) -> None:
         if module.training and self.timer is not None:

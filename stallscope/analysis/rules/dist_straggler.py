@@ -66,6 +66,8 @@ def straggler_finding(pace: Pace) -> Finding:
     if pace.forward_s:
         evidence["forward_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.forward_s.items())}
         evidence["forward_spread_ms"] = round((max(pace.forward_s.values()) - min(pace.forward_s.values())) * 1e3, 3)
+    if pace.cycle_s:  # the training thread's own work per step, which the prediction takes
+        evidence["own_work_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.cycle_s.items())}
     return Finding(
         id=ID,
         title=_title(pace),
