@@ -134,7 +134,7 @@ def test_one_line_train_records_every_phase_and_step(tmp_path: Path) -> None:
 
 def test_the_data_wait_counts_every_micro_batch(tmp_path: Path) -> None:
     """A collator that sleeps 40 ms a batch, 2 micro-batches a step: the data total holds all 8
-    sleeps, and agrees within 10% with the same Trainer's train loader timed by hand (``next()``
+    sleeps, and agrees within 25% with the same Trainer's train loader timed by hand (``next()``
     after ``next()``, Accelerate's look-ahead included). Sleeps are not CPU work: a busy host
     stretches both sides alike."""
 
@@ -158,7 +158,10 @@ def test_the_data_wait_counts_every_micro_batch(tmp_path: Path) -> None:
             break
         finally:
             reference_s += time.perf_counter() - start
-    assert data_s == pytest.approx(reference_s, rel=0.10)
+    # a count of one micro-batch a step would be half the reference; the rest is the CPU work
+    # beside the sleeps, which a machine busy with other processes stretches differently in the two
+    # passes (seen: 0.42 s against 0.36 s at a load of 10 on 2 cores)
+    assert data_s == pytest.approx(reference_s, rel=0.25)
 
 
 def test_headline_numbers_go_through_the_trainers_log(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import pytest
 
+from stallscope.analysis.diagnose import MIN_JUDGED_STEPS
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -123,16 +125,18 @@ def test_in_memory_data_without_workers_gets_one_index_per_batch(tmp_path: Path)
 
 
 def test_a_toy_loop_is_too_short_to_judge_and_says_nothing_contradictory(tmp_path: Path) -> None:
-    """50 steps of in-memory data: every finding low confidence, no "0.0 ms", and "CPU-bound" only
-    with busy cores."""
+    """20 steps of in-memory data (fewer than the 30 a run needs to be judged, however long they
+    take on a busy machine): every finding low confidence, no "0.0 ms", and "CPU-bound" only with
+    busy cores."""
     import io
 
     from rich.console import Console
 
     module = _load("in_memory_inline")
     out = io.StringIO()
-    report = module.run(report_dir=str(tmp_path), console=Console(file=out, width=100), epochs=1, rows=64 * 50)
+    report = module.run(report_dir=str(tmp_path), console=Console(file=out, width=100), epochs=1, rows=64 * 20)
     text = out.getvalue()
+    assert report.summary.steps < MIN_JUDGED_STEPS
     assert "too short to judge" in text
     assert all(f.confidence == "low" for f in report.findings)
     assert "0.0 ms" not in text

@@ -163,3 +163,35 @@ def test_written_bytes_sees_this_process_write(tmp_path: Path) -> None:
     after = written_bytes()
     assert after is not None
     assert after - before >= 100_000
+
+
+def test_a_read_that_comes_back_late_costs_one_saves_bytes_and_one_that_never_does_costs_one_wait() -> None:
+    """The reader's first read is held past the deadline (a thread a busy machine runs late): that
+    save's bytes are unknown, and so are the next while it is out, without waiting; once it is
+    back, reads go on. A read that never comes back is waited for once."""
+    import threading
+
+    release = threading.Event()
+    calls: list[int] = []
+
+    def read() -> int | None:
+        calls.append(1)
+        if len(calls) == 1:
+            release.wait()
+        return 100 * len(calls)
+
+    reader = saves_module._Reader(read)
+    first = reader.ask()  # waits READ_DEADLINE_S, then goes on
+    assert (first.done, reader.slow) == (False, True)
+    assert reader.ask().value is None  # still out: not asked, not waited for
+    release.set()
+    assert first.event.wait(5.0)
+    second = reader.ask()
+    assert (second.done, second.value, reader.slow) == (True, 200, False)
+    reader.stop()
+
+    wedged = saves_module._Reader(threading.Event().wait)  # type: ignore[arg-type]
+    assert wedged.ask().done is False
+    for _ in range(3):
+        assert wedged.ask().value is None
+    assert wedged.slow

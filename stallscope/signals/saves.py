@@ -111,7 +111,8 @@ MAX_PENDING_READS = 256
 
 
 #: how long a save's begin or end waits for its read of ``/proc/self/io``, seconds (a read takes
-#: some microseconds; once one misses this, the saves' bytes are not read again: unknown)
+#: some microseconds; once one misses this, the saves' bytes are not read again until that read
+#: is done: unknown)
 READ_DEADLINE_S = 0.05
 
 
@@ -131,24 +132,30 @@ class _Reader:
     good, and none is made on the training thread (SPEC §6). The asking thread waits for the
     answer at most ``READ_DEADLINE_S`` (the wait releases the GIL, so the read is made at once,
     and the bytes stay those of the save); a read that misses it marks the reader slow, and it is
-    not asked again."""
+    not asked again until that read is done: a read that blocks for good costs one wait, a thread
+    that a busy machine scheduled late costs that save's bytes."""
 
     def __init__(self, read: Callable[[], int | None]) -> None:
         self._read = read
         self._queue: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.slow = False
+        #: the read that missed its deadline (``slow``), until it is done
+        self._late: _Read | None = None
 
     def ask(self) -> _Read:
         if self.slow:
-            return _Read(None, done=True)  # unknown: the bytes of this save are not read
+            late = self._late
+            if late is None or not late.event.is_set():
+                return _Read(None, done=True)  # unknown: the bytes of this save are not read
+            self.slow, self._late = False, None  # the late read came back: the reader is free
         slot = _Read()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="stallscope-save-bytes", daemon=True)
             start_quiet(self._thread)
         self._queue.put(slot)
         if not slot.event.wait(READ_DEADLINE_S):
-            self.slow = True
+            self.slow, self._late = True, slot
         return slot
 
     def stop(self) -> None:
