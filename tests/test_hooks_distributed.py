@@ -534,3 +534,32 @@ def test_sibling_ranks_are_the_jobs_load_not_other_processes() -> None:
     job._loads[1] = {"own": 0.4, "others": 2.6, "machine": 4.0, "wall_s": 10.0}
     (said,) = job.load_notes([note, f"rank 1: {note}"], ranks)
     assert said.startswith("other processes kept 2.1 of rank 0's machine's 4 cores busy")
+
+
+def test_a_ranks_siblings_on_its_machine_are_the_jobs_not_other_processes() -> None:
+    """Two ranks on a 2-core machine, each with one core busy: the sampler of each sees the other
+    as "other processes" (one core of two, a disturbed run); the rank's diagnosis counts it as the
+    job's. Processes beyond the job still count."""
+    from types import SimpleNamespace
+
+    from signal_fakes import host
+
+    from stallscope.analysis.disturbance import disturbed
+
+    def rank(on_host: int | None, local_world: int | None) -> Any:
+        job = SimpleNamespace(
+            ranks_on_host=lambda: on_host, info=SimpleNamespace(local_world_size=local_world)
+        )
+        return SimpleNamespace(job=job)
+
+    quiet = host(wall_s=10.0, main_cpu_s=9.0, workers_cpu_s=1.0, cores=2, others_cores=1.0, machine_cores=2)
+    assert disturbed(quiet)  # as the sampler saw it
+    for shape in (rank(2, 2), rank(None, 2)):  # the store told, or torchrun's LOCAL_WORLD_SIZE
+        mine = session.Session._without_siblings(shape, quiet)
+        assert mine is not None
+        assert mine.others_cores == pytest.approx(0.0)
+        assert not disturbed(mine)
+    busy = replace(quiet, others_cores=2.0)  # the sibling and a core of other work
+    assert session.Session._without_siblings(rank(2, 2), busy).others_cores == pytest.approx(1.0)  # type: ignore[union-attr]
+    assert session.Session._without_siblings(rank(1, 2), quiet) is quiet  # two nodes, two machines
+    assert session.Session._without_siblings(SimpleNamespace(job=None), quiet) is quiet

@@ -50,7 +50,7 @@ from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
 from stallscope.signals.forward import ForwardProbe, timer_for
 from stallscope.signals.host import HostInfo, host_info
-from stallscope.signals.host_sampler import memory_risk_note
+from stallscope.signals.host_sampler import HostSummary, memory_risk_note
 from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
 from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
@@ -968,7 +968,7 @@ class Session:
             in_process_batch_s=f.in_process_batch_s,
             compute_threads=compute_threads(on_cuda=self.signals.on_cuda),
             nvml=signals.nvml,
-            host_signals=signals.host,
+            host_signals=self._without_siblings(signals.host),
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
             precision=f.precision,
@@ -984,6 +984,20 @@ class Session:
             val_loader=f.val_loader,
             val_starts=f.val_starts,
         )
+
+    def _without_siblings(self, host: HostSummary | None) -> HostSummary | None:
+        """``host`` with the job's other ranks on this machine taken out of its "other processes"
+        (the sampler sees only this rank's process tree as the run's): each of them counted as
+        busy as this rank and its workers, as ranks of one job are. Rank 0 replaces the job's note
+        on the machine's load with the ranks' own figures (``JobSession.load_notes``)."""
+        job = self.job
+        if job is None or host is None or host.others_cores is None:
+            return host
+        local = job.ranks_on_host() or job.info.local_world_size or 1
+        if local <= 1:
+            return host
+        siblings = (local - 1) * (host.main_cores + host.workers_cores)
+        return dataclasses.replace(host, others_cores=max(0.0, host.others_cores - siblings))
 
     @property
     def rank_cores(self) -> int:
@@ -1022,7 +1036,8 @@ class Session:
         risk = memory_risk_note(signals.host)
         if risk is not None:
             self.note(risk)
-        busy = disturbance_note(signals.host) if complete else None  # the numbers move until the end
+        # the numbers move until the end
+        busy = disturbance_note(self._without_siblings(signals.host)) if complete else None
         if busy is not None:
             self.note(busy)
         run = self._run_info()
