@@ -392,9 +392,10 @@ class Session:
                 job.finish(report)  # the final summary, for rank 0 to take
                 write(self._rank_writer, report)
                 return
-            write(self._rank_writer, report)
+            # the job's report first: what the user reads, should the time the handler gives run out
             job_report, _ = job.finish(report)
             write(self._writer, dataclasses.replace(job_report, notes=tuple(self.notes)))
+            write(self._rank_writer, report)
 
         return finish
 
