@@ -639,6 +639,16 @@ class Session:
                 self._keep_epoch(index, snapshot, signals)
             del closed[0]
 
+    def top_saving(self, epoch: EpochReport) -> float:
+        """The headline's ``top_saving_fraction`` at ``epoch``'s end: its best fix's saving, or, for
+        an epoch too short to be diagnosed alone, the latest diagnosis's (0.0 before the first)."""
+        findings = epoch.findings
+        if epoch.diagnosed_with is None and epoch.covers_epochs is None and not findings:
+            group = self._closed_group
+            if group is not None and group.view is not None and group.last != epoch.index:
+                findings = group.view.get()[1]
+        return findings[0].est_saving_fraction if findings else 0.0
+
     @property
     def epochs_ended(self) -> int:
         """Epochs ended so far, empty ones aside (each epoch's index is its place in this count)."""
