@@ -534,3 +534,51 @@ def test_sibling_ranks_are_the_jobs_load_not_other_processes() -> None:
     job._loads[1] = {"own": 0.4, "others": 2.6, "machine": 4.0, "wall_s": 10.0}
     (said,) = job.load_notes([note, f"rank 1: {note}"], ranks)
     assert said.startswith("other processes kept 2.1 of rank 0's machine's 4 cores busy")
+
+
+def test_a_jobs_short_epochs_are_diagnosed_in_groups_and_name_the_slow_rank(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 epochs of 30 steps of 1 ms compute on each rank, rank 1 waiting 2 ms a step for its
+    data: every epoch keeps the job's summary (what the gather needs), and the job is diagnosed
+    per group of epochs long enough together (34 epochs of 30 ms: 1.02 s), at each group's last
+    epoch, with the cause on rank 1 ranked first; the run's end diagnoses the epochs left."""
+    clock = _fake_clocked_ranks(monkeypatch)
+
+    def train_steps(report_dir: Path, wait_ms: float) -> Report | None:
+        with StallScope(report_dir, console=False) as scope:
+            for _ in range(100):
+                for _batch in scope.iter(_Waits(30, clock, wait_ms)):
+                    with scope.phase("compute"):
+                        clock.advance_ms(1)
+        return scope.report
+
+    two_ranks(1)
+    train_steps(tmp_path / "node1", wait_ms=2.0)
+    two_ranks(0)
+    job = train_steps(tmp_path / "node0", wait_ms=0.0)
+    assert job is not None
+    assert len(job.epochs) == 100
+    assert {e.summary.steps for e in job.epochs} == {30}
+    closing = [e for e in job.epochs if e.diagnosed_with is None]
+    assert [(e.index, e.covers_epochs) for e in closing] == [(33, (0, 33)), (67, (34, 67)), (99, (68, 99))]
+    for e in job.epochs:
+        if e.diagnosed_with is not None:
+            assert not e.findings
+            assert e.diagnosed_with == next(c.index for c in closing if c.index >= e.index)
+    for e in closing[:2]:  # long enough to judge: rank 1's data first
+        assert e.findings, e
+        assert e.findings[0].evidence.get("rank") == 1, e.findings[0]
+    assert job.findings[0].evidence.get("rank") == 1
+
+
+class _Waits:
+    """``n`` items, each after ``wait_ms`` on the fake clock."""
+
+    def __init__(self, n: int, clock: Any, wait_ms: float) -> None:
+        self.n, self.clock, self.wait_ms = n, clock, wait_ms
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            self.clock.advance_ms(self.wait_ms)
+            yield i

@@ -20,7 +20,7 @@ from stallscope.hooks import session as session_module
 from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.schema import Report, report_to_dict
+from stallscope.report.schema import Report, report_from_dict, report_to_dict
 from stallscope.signals.collector import SignalCollector
 from stallscope.signals.saves import SaveMeter
 from stallscope.timeline.recorder import FOLD_AT, Timeline
@@ -1359,3 +1359,65 @@ def test_a_pass_that_yields_nothing_leaves_the_first_batch_to_count_for_the_next
         for _ in scope.iter(data):
             pass
         assert scope._session.batch_tensors == 3
+
+
+def _epochs_of(report_dir: Path, clock: FakeClock, epochs: int, steps: int, *, compute_ms: float) -> Report | None:
+    """``epochs`` epochs of ``steps`` steps of ``compute_ms`` compute and 2 ms of logging each
+    (a planted cause: ``logging.frequency``)."""
+    with StallScope(report_dir, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(epochs):
+            for _ in scope.iter(range(steps)):
+                with scope.phase("compute"):
+                    clock.advance_ms(compute_ms)
+                with scope.phase("logging"):
+                    clock.advance_ms(2)
+    return scope.report
+
+
+def test_a_hundred_short_epochs_keep_every_summary_and_are_diagnosed_in_groups(
+    tmp_path: Path, clocked: FakeClock
+) -> None:
+    """100 epochs of 30 steps of 1 ms compute and 2 ms logging (90 ms each): each too short to
+    judge. Every epoch has its own summary; the epochs are diagnosed 12 at a time (1.08 s
+    together), the findings on the last of each group with ``covers_epochs``, the planted cause
+    first; every other epoch has no findings and says where they are; the run's end diagnoses
+    the 4 epochs left. The run's findings are the run's, as always."""
+    report = _epochs_of(tmp_path, clocked, 100, 30, compute_ms=1)
+    assert report is not None
+    data = _read(tmp_path)
+    epochs = data["epochs"]
+    assert [e["index"] for e in epochs] == list(range(100))
+    assert all(e["summary"]["steps"] == 30 and e["summary"]["wall_s"] == pytest.approx(0.09) for e in epochs)
+    closing = [e["index"] for e in epochs if "diagnosed_with" not in e]
+    assert closing == [*range(11, 96, 12), 99]
+    first = 0
+    for last in closing:
+        e = epochs[last]
+        assert e.get("covers_epochs") == [first, last]
+        assert e["findings"][0]["id"] == "logging.frequency"
+        for short in epochs[first:last]:
+            assert short["diagnosed_with"] == last
+            assert short["findings"] == []
+            assert "covers_epochs" not in short
+        first = last + 1
+    assert epochs[-1]["findings"][0]["confidence"] == "low"  # 4 epochs, 0.36 s: too short to judge
+    assert data["findings"][0]["id"] == "logging.frequency"
+    assert report_from_dict(data).epochs[11].covers_epochs == (0, 11)  # the validator reads it back
+
+
+def test_epochs_long_enough_to_judge_are_diagnosed_each_alone_as_before(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Epochs of 400 steps of 3 ms (1.2 s): each long enough, each closes its own group: the
+    report is the one made with no grouping at all (every epoch judged alone)."""
+    monkeypatch.setattr(session_module, "SignalCollector", functools.partial(SignalCollector, host=False))
+    _epochs_of(tmp_path / "grouped", clocked, 4, 400, compute_ms=1)
+    grouped = _read(tmp_path / "grouped")
+    monkeypatch.setattr(session_module, "MIN_JUDGED_STEPS", 0)
+    monkeypatch.setattr(session_module, "MIN_JUDGED_WALL_S", 0.0)
+    _epochs_of(tmp_path / "alone", clocked, 4, 400, compute_ms=1)
+    alone = _read(tmp_path / "alone")
+    assert all("covers_epochs" not in e and "diagnosed_with" not in e for e in grouped["epochs"])
+    assert all(e["findings"][0]["id"] == "logging.frequency" for e in grouped["epochs"])
+    for key in ("epochs", "summary", "findings"):
+        assert grouped[key] == alone[key], key
