@@ -607,7 +607,7 @@ class Session:
         if self._writer is not None and self._writer.wants_report(now):
             return False
         at = (now, self._cpu_clock())
-        token = (self._epoch_index, None, signals.mark_windows(host=False))
+        token = (self._epoch_index, None, signals.mark_windows(host=False) if signals.epoch_windows else None)
         # counted first: an exception a signal handler raises from here on loses no marked epoch
         self._epoch_index += 1
         self._ended_at = now
@@ -624,7 +624,7 @@ class Session:
         closed = timeline.closed_epochs()
         while closed:
             token, snapshot, _ = closed[0]
-            index, facts, mark = cast("tuple[int, _Facts | None, WindowMark]", token)
+            index, facts, mark = cast("tuple[int, _Facts | None, WindowMark | None]", token)
             signals = self.signals.marked_signals(mark)
             group = snapshot.group
             if group is not None:  # (not expected: ``_wait`` leaves an epoch that may close one)

@@ -287,6 +287,12 @@ class SignalCollector:
         confirmed that the run works there (``_confirm_cuda``, at a ``close_window``)."""
         return self.cuda_device is None or self._cuda_confirmed
 
+    @property
+    def epoch_windows(self) -> bool:
+        """Whether an epoch has windows of its own to close besides the host's (NVML's, the CUDA
+        events', the CUDA device's memory): without, ``mark_windows(host=False)`` marks nothing."""
+        return self.nvml is not None or self.timer is not None or self.cuda_device is not None
+
     def mark_windows(self, *, host: bool = True) -> WindowMark:
         """``close_window`` for an epoch whose close waits: each window is closed now, cheaply
         (NVML's samples set aside, not summarised; the CUDA events' totals; the host's window;
@@ -300,8 +306,10 @@ class SignalCollector:
         cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
         return WindowMark(nvml, host_summary, cuda, self._refresh_device())
 
-    def marked_signals(self, mark: WindowMark) -> Signals:
-        """The ``Signals`` of the windows ``mark_windows`` closed."""
+    def marked_signals(self, mark: WindowMark | None) -> Signals:
+        """The ``Signals`` of the windows ``mark_windows`` closed (None: nothing was marked)."""
+        if mark is None:
+            return _NO_SIGNALS
         nvml_sampler, window = self.nvml, mark.nvml
         nvml = None
         if nvml_sampler is not None and window is not None:
