@@ -5,14 +5,15 @@ meets analysis, and it runs only at epoch ends and at the end of the run.
 
 An epoch end costs about the same however short the epoch, so the parts of it that need not
 happen every epoch happen in proportion to the run (docs/overhead.md, "Many short epochs"):
-every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
-only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when that many
-seconds passed since the previous one), and its report is handed to a
+every epoch is summarised (``epochs[]`` has them all) and diagnosed, alone when it is long
+enough to judge, else with the next ones as a group (``_Group``: SPEC §3); a diagnosis's panel
+is printed only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when
+that many seconds passed since the previous one), and the report is handed to a
 ``ReportWriter``, which writes it at once or, while writes would take more than 0.25% of the run,
-a little later (and while one waits, later epoch ends skip taking theirs). An epoch end with
-neither due only marks the epoch's end and reads what must be read then; the epoch is closed with
-a few others at a later epoch end (``Session._wait``). The final report and panel are always
-written in full.
+a little later (and while one waits, later epoch ends skip taking theirs). The end of an epoch
+too short to be diagnosed, with no write due, only marks the epoch's end; the epoch is closed
+with a few others at a later epoch end (``Session._wait``). The final report and panel are
+always written in full.
 """
 
 from __future__ import annotations
@@ -586,7 +587,7 @@ class Session:
         ``MAX_WAITING - 1`` others, at the next epoch end that has something to do, or when the
         report is asked for. Between training steps an epoch end costs what it touches, so a few
         dozen short epochs closed at once cost less than each at its end. Only an epoch shorter
-        than ``WAIT_UNDER_NS``; not the first one (its panel is printed), nor a distributed
+        than ``WAIT_UNDER_NS``; not the first one (a job is looked for there), nor a distributed
         job's (the ranks exchange each epoch), nor one on CUDA before an epoch confirmed that
         the run works there (``SignalCollector.windows_wait``), nor one that may close its group of
         epochs (``_Group``: its findings are made, and its panel printed, at its end). So the
