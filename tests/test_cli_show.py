@@ -53,3 +53,27 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"stallscope {__version__}"
+
+
+def test_show_epochs_prints_a_group_of_short_epochs_as_one_panel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Epochs 0-2 diagnosed together (epoch 2 holds the findings, ``covers_epochs``), epoch 3
+    alone: two epoch panels, "epochs 0–2" with the three epochs' steps and time together."""
+    run = make_report(0.5, findings=[data_workers()])
+    summary = make_report(0.6).summary
+    epochs = (
+        EpochReport(index=0, summary=summary, diagnosed_with=2),
+        EpochReport(index=1, summary=summary, diagnosed_with=2),
+        EpochReport(index=2, summary=summary, findings=(data_workers(0.6),), covers_epochs=(0, 2)),
+        EpochReport(index=3, summary=make_report(0.2).summary),
+    )
+    path = write(tmp_path, "run", replace(run, epochs=epochs))
+    assert main(["show", path, "--epochs"]) == 0
+    out = capsys.readouterr().out
+    titles = [line.split(":")[0] for line in out.splitlines() if line.startswith("StallScope · ")]
+    assert titles == ["StallScope · epochs 0–2", "StallScope · epoch 3", "StallScope · run (4 epochs)"]
+    group = out[: out.index("StallScope · epoch 3")]
+    assert f"{3 * summary.steps} steps in {3 * summary.wall_s:.2f} s" in group
+    assert "training idle 60%" in group
+    assert "saves 60% of wall time" in group

@@ -547,9 +547,7 @@ def test_a_ranks_siblings_on_its_machine_are_the_jobs_not_other_processes() -> N
     from stallscope.analysis.disturbance import disturbed
 
     def rank(on_host: int | None, local_world: int | None) -> Any:
-        job = SimpleNamespace(
-            ranks_on_host=lambda: on_host, info=SimpleNamespace(local_world_size=local_world)
-        )
+        job = SimpleNamespace(ranks_on_host=lambda: on_host, info=SimpleNamespace(local_world_size=local_world))
         return SimpleNamespace(job=job)
 
     quiet = host(wall_s=10.0, main_cpu_s=9.0, workers_cpu_s=1.0, cores=2, others_cores=1.0, machine_cores=2)
@@ -563,3 +561,51 @@ def test_a_ranks_siblings_on_its_machine_are_the_jobs_not_other_processes() -> N
     assert session.Session._without_siblings(rank(2, 2), busy).others_cores == pytest.approx(1.0)  # type: ignore[union-attr]
     assert session.Session._without_siblings(rank(1, 2), quiet) is quiet  # two nodes, two machines
     assert session.Session._without_siblings(SimpleNamespace(job=None), quiet) is quiet
+
+
+def test_a_jobs_short_epochs_are_diagnosed_in_groups_and_name_the_slow_rank(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 epochs of 30 steps of 1 ms compute on each rank, rank 1 waiting 2 ms a step for its
+    data: every epoch keeps the job's summary (what the gather needs), and the job is diagnosed
+    per group of epochs long enough together (34 epochs of 30 ms: 1.02 s), at each group's last
+    epoch, with the cause on rank 1 ranked first; the run's end diagnoses the epochs left."""
+    clock = _fake_clocked_ranks(monkeypatch)
+
+    def train_steps(report_dir: Path, wait_ms: float) -> Report | None:
+        with StallScope(report_dir, console=False) as scope:
+            for _ in range(100):
+                for _batch in scope.iter(_Waits(30, clock, wait_ms)):
+                    with scope.phase("compute"):
+                        clock.advance_ms(1)
+        return scope.report
+
+    two_ranks(1)
+    train_steps(tmp_path / "node1", wait_ms=2.0)
+    two_ranks(0)
+    job = train_steps(tmp_path / "node0", wait_ms=0.0)
+    assert job is not None
+    assert len(job.epochs) == 100
+    assert {e.summary.steps for e in job.epochs} == {30}
+    closing = [e for e in job.epochs if e.diagnosed_with is None]
+    assert [(e.index, e.covers_epochs) for e in closing] == [(33, (0, 33)), (67, (34, 67)), (99, (68, 99))]
+    for e in job.epochs:
+        if e.diagnosed_with is not None:
+            assert not e.findings
+            assert e.diagnosed_with == next(c.index for c in closing if c.index >= e.index)
+    for e in closing[:2]:  # long enough to judge: rank 1's data first
+        assert e.findings, e
+        assert e.findings[0].evidence.get("rank") == 1, e.findings[0]
+    assert job.findings[0].evidence.get("rank") == 1
+
+
+class _Waits:
+    """``n`` items, each after ``wait_ms`` on the fake clock."""
+
+    def __init__(self, n: int, clock: Any, wait_ms: float) -> None:
+        self.n, self.clock, self.wait_ms = n, clock, wait_ms
+
+    def __iter__(self) -> Any:
+        for i in range(self.n):
+            self.clock.advance_ms(self.wait_ms)
+            yield i

@@ -665,8 +665,10 @@ def test_simple_profiler_output_is_unchanged(tmp_path: Path) -> None:
 
 
 def test_prints_each_epoch_and_writes_reports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With ``print_interval_s=0`` every epoch's panel is printed; with no wait between writes
-    (``max_interval_s=0``) every epoch's report is on disk when the next callback's epoch end runs."""
+    """With ``print_interval_s=0`` every diagnosis's panel is printed: these epochs are too short
+    to judge, so they are diagnosed together at the fit's end, in its panel; with no wait between
+    writes (``max_interval_s=0``) every epoch's report is on disk when the next callback's epoch
+    end runs."""
     from stallscope.hooks import session as session_module
 
     monkeypatch.setattr(session_module, "ReportWriter", functools.partial(ReportWriter, max_interval_s=0.0))
@@ -684,13 +686,29 @@ def test_prints_each_epoch_and_writes_reports(tmp_path: Path, monkeypatch: pytes
     tr = trainer(pl, tmp_path, [scope, ReadsReport()], max_epochs=2)
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     text = out.file.getvalue()
-    assert "StallScope · epoch 0" in text
-    assert "StallScope · epoch 1" in text
+    assert "StallScope · epoch" not in text
     assert "StallScope · run (2 epochs)" in text
     assert seen == [(0, False, 1), (1, False, 2)]
     final = on_disk(tmp_path)
     assert final["complete"] is True
     assert final["run"]["framework"] == "lightning"
+    assert [(e.get("diagnosed_with"), e.get("covers_epochs")) for e in final["epochs"]] == [(1, None), (None, [0, 1])]
+
+
+def test_epochs_long_enough_are_printed_each_at_its_end(tmp_path: Path, clock: FakeClock) -> None:
+    """Epochs of 40 steps of 30 ms on the fake clock: each is long enough to judge alone, so each
+    has its findings and its panel at its end, as it always had."""
+    pl = import_pl("lightning")
+    out = Console(file=io.StringIO(), width=100)
+    costs = Costs(clock, step=30)
+    scope = scope_for(tmp_path, console=out, print_interval_s=0)
+    tr = trainer(pl, tmp_path, [scope], max_epochs=2)
+    tr.fit(tiny_class(pl)(costs), loader(160, costs))
+    text = out.file.getvalue()
+    assert "StallScope · epoch 0" in text
+    assert "StallScope · epoch 1" in text
+    final = on_disk(tmp_path)
+    assert [(e.get("diagnosed_with"), e.get("covers_epochs")) for e in final["epochs"]] == [(None, None)] * 2
 
 
 @pytest.mark.parametrize("bar", ["TQDMProgressBar", "RichProgressBar"])
@@ -701,8 +719,7 @@ def test_prints_through_progress_bars(tmp_path: Path, capsys: pytest.CaptureFixt
     tr = trainer(pl, tmp_path, [scope, getattr(pl.callbacks, bar)()], enable_progress_bar=True, max_epochs=2)
     tr.fit(tiny_class(pl)(costs), loader(16, costs))
     out = capsys.readouterr().out
-    assert "StallScope · epoch 0" in out
-    assert "StallScope · epoch 1" in out
+    assert "StallScope · run (2 epochs)" in out  # its epochs too short to judge: one panel, at the end
     assert tr.global_step == 8
 
 

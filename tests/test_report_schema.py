@@ -277,3 +277,49 @@ def test_wrongly_typed_optional_fields_raise_report_errors(path: str, value: Any
     with pytest.raises(ReportError) as caught:
         report_from_dict(_set(path, value))
     assert "\n" not in str(caught.value)
+
+
+def _epoch(index: int, **keys: Any) -> dict[str, Any]:
+    return {"index": index, "summary": _minimal()["summary"], "findings": [], **keys}
+
+
+def test_groups_of_epochs_round_trip() -> None:
+    """An epoch diagnosed with a later one says so (``diagnosed_with``); the later one holds the
+    group's findings and ``covers_epochs``; an epoch diagnosed alone has neither key."""
+    data = {**_minimal(), "epochs": [_epoch(0, diagnosed_with=1), _epoch(1, covers_epochs=[0, 1]), _epoch(2)]}
+    report = report_from_dict(data)
+    assert [(e.diagnosed_with, e.covers_epochs) for e in report.epochs] == [(1, None), (None, (0, 1)), (None, None)]
+    out = report_to_dict(report)["epochs"]
+    assert out[0]["diagnosed_with"] == 1
+    assert out[1]["covers_epochs"] == [0, 1]
+    assert "diagnosed_with" not in out[2]
+    assert "covers_epochs" not in out[2]
+    assert report_from_dict(json.loads(json.dumps(report_to_dict(report)))) == report
+
+
+@pytest.mark.parametrize(
+    ("epochs", "message"),
+    [
+        ([_epoch(0, covers_epochs=[0, 0])], "covers_epochs must be"),
+        ([_epoch(2, covers_epochs=[0, 1])], "covers_epochs must be"),
+        ([_epoch(1, covers_epochs=[0, "1"])], "covers_epochs must be"),
+        ([_epoch(1, covers_epochs=[0, 1, 2])], "covers_epochs must be"),
+        ([_epoch(1, diagnosed_with=1)], "diagnosed_with must name a later epoch"),
+        ([_epoch(1, diagnosed_with=-2)], "non-negative integer"),
+        ([_epoch(0, diagnosed_with=1, covers_epochs=[0, 0])], "covers_epochs must be"),
+        ([_epoch(0, diagnosed_with=1), _epoch(1)], "does not hold epoch 0"),
+        ([_epoch(0, diagnosed_with=2), _epoch(1), _epoch(2, covers_epochs=[1, 2])], "does not hold epoch 0"),
+    ],
+)
+def test_bad_groups_of_epochs_are_report_errors(epochs: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ReportError, match=message):
+        report_from_dict({**_minimal(), "epochs": epochs})
+
+
+def test_an_epoch_with_findings_of_its_own_cannot_be_diagnosed_with_another(
+    make_finding: Callable[..., Finding],
+) -> None:
+    finding = finding_to_dict(make_finding())
+    data = {**_minimal(), "epochs": [{**_epoch(0, diagnosed_with=1), "findings": [finding]}, _epoch(1)]}
+    with pytest.raises(ReportError, match="diagnosed_with and findings of its own"):
+        report_from_dict(data)

@@ -20,7 +20,7 @@ from stallscope.hooks import session as session_module
 from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
-from stallscope.report.schema import Report, report_to_dict
+from stallscope.report.schema import Report, report_from_dict, report_to_dict
 from stallscope.signals.collector import SignalCollector
 from stallscope.signals.saves import SaveMeter
 from stallscope.timeline.recorder import FOLD_AT, Timeline
@@ -351,16 +351,33 @@ def test_console_false_prints_nothing(tmp_path: Path, clocked: FakeClock, capsys
 
 
 def test_the_diagnosis_is_printed_at_each_epoch_end_when_asked(tmp_path: Path, clocked: FakeClock) -> None:
+    """Epochs long enough to judge (100 steps of 13 ms): each one's panel at its end."""
     out = io.StringIO()
     with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=0) as scope:
-        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+        for _ in scope.iter(TimedLoader(range(100), clocked, wait_ms=5)):
             _train_step(scope, clocked)
         assert "StallScope · epoch 0: CPU (no GPU): training idle" in out.getvalue()  # no CUDA here
         assert "epoch 1" not in out.getvalue()
-        for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
+        for _ in scope.iter(TimedLoader(range(100), clocked, wait_ms=5)):
             _train_step(scope, clocked)
         assert "StallScope · epoch 1:" in out.getvalue()
     assert "StallScope · run (2 epochs):" in out.getvalue()
+
+
+def test_short_epochs_are_printed_as_the_group_they_are_diagnosed_in(tmp_path: Path, clocked: FakeClock) -> None:
+    """Epochs of 4 steps of 13 ms (52 ms) are too short to judge: no panel at their ends, one
+    when the epochs since the last diagnosis are long enough together (20 epochs: 80 steps,
+    1.04 s), titled with the epochs it covers and with their numbers together."""
+    out = io.StringIO()
+    with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=0) as scope:
+        for epoch in range(45):
+            for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=5)):
+                _train_step(scope, clocked)
+            if epoch == 18:
+                assert "StallScope · " not in out.getvalue()
+    titles = [line.split(":")[0] for line in out.getvalue().splitlines() if line.startswith("StallScope · ")]
+    assert titles == ["StallScope · epochs 0–19", "StallScope · epochs 20–39", "StallScope · run (45 epochs)"]
+    assert "80 steps in 1.04 s" in out.getvalue()
 
 
 def test_the_last_line_says_where_the_report_went(
@@ -404,23 +421,24 @@ def test_the_last_line_says_where_the_report_went(
     with StallScope(blocked / "runs", console=Console(file=out, width=100)) as scope:
         for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
             _train_step(scope, clocked)
-    assert "StallScope · epoch 0" in out.getvalue()
+    assert "StallScope · run (1 epoch)" in out.getvalue()
     assert "report: " not in out.getvalue()
 
 
 def test_by_default_a_panel_waits_print_interval_s_after_the_last(tmp_path: Path, clocked: FakeClock) -> None:
-    """Epochs of 24 ms on the fake clock, panels at least 0.1 s apart: epoch 0's, then the first
-    epoch ending 0.1 s or more after it (epoch 5, which says 4 went unprinted), then epoch 10's."""
+    """Epochs of 1.04 s on the fake clock, panels at least 2.5 s apart: epoch 0's, then the first
+    epoch ending 2.5 s or more after it (epoch 3, which says 2 went unprinted), then epoch 6's..."""
     out = io.StringIO()
-    with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=0.1) as scope:
+    with StallScope(tmp_path, console=Console(file=out, width=100), print_interval_s=2.5) as scope:
         for _ in range(12):
-            for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=0)):
+            for _ in scope.iter(TimedLoader(range(130), clocked, wait_ms=0)):
                 _train_step(scope, clocked)
     titles = [line.split(":")[0] for line in out.getvalue().splitlines() if line.startswith("StallScope · ")]
     assert titles == [
         "StallScope · epoch 0",
-        "StallScope · epoch 5 (4 more since the last panel)",
-        "StallScope · epoch 10 (4 more since the last panel)",
+        "StallScope · epoch 3 (2 more since the last panel)",
+        "StallScope · epoch 6 (2 more since the last panel)",
+        "StallScope · epoch 9 (2 more since the last panel)",
         "StallScope · run (12 epochs)",
     ]
     assert len(_read(tmp_path)["epochs"]) == 12  # every epoch is in the report all the same
@@ -452,26 +470,27 @@ class _Costly:
         self._print(console, title, *args, **kwargs)
 
 
-def _one_step_epochs(report_dir: Path, clock: FakeClock, epochs: int, *, epoch_ms: float) -> None:
-    """A run of ``epochs`` epochs of one ``epoch_ms`` step, panels on (to memory), default budgets."""
+def _one_step_epochs(report_dir: Path, clock: FakeClock, epochs: int, *, epoch_ms: float, steps: int = 1) -> None:
+    """A run of ``epochs`` epochs of ``steps`` steps (one by default) of ``epoch_ms`` in all,
+    panels on (to memory), default budgets."""
     with StallScope(report_dir, console=Console(file=io.StringIO(), width=100)) as scope:
         for _ in range(epochs):
-            for _ in scope.iter(range(1)):
+            for _ in scope.iter(range(steps)):
                 with scope.phase("compute"):
-                    clock.advance_ms(epoch_ms)
+                    clock.advance_ms(epoch_ms / steps)
 
 
 def test_a_thousand_instant_epochs_keep_to_the_budget(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """1,000 epochs of one 1 ms step: printing a panel and writing the report at each would take
-    three times the training. Mid-run writes take at most 0.25% of the time (give or take the one
-    in progress), panels come at most every ``print_interval_s``, and the final report and panel
-    are still written."""
+    """3,000 epochs of one 1 ms step: printing a panel and writing the report at each would take
+    three times the training. They are diagnosed 1,000 at a time (1 s together). Mid-run writes
+    take at most 0.25% of the time (give or take the one in progress), panels come at most every
+    ``print_interval_s``, and the final report and panel are still written."""
     costly = _Costly(clocked, monkeypatch)
     start = clocked.now
-    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100), print_interval_s=0.5) as scope:
-        for _ in range(1000):
+    with StallScope(tmp_path, console=Console(file=io.StringIO(), width=100), print_interval_s=1.5) as scope:
+        for _ in range(3000):
             for _ in scope.iter(range(1)):
                 with scope.phase("compute"):
                     clocked.advance_ms(1)
@@ -482,13 +501,15 @@ def test_a_thousand_instant_epochs_keep_to_the_budget(
     assert 1 <= len(mid_run) <= 0.0025 * elapsed_ms / 2 + 1
     assert len(mid_run) < 10  # instead of 1,000
     *epoch_panels, run_panel = costly.panels
-    assert run_panel == "run (1000 epochs)"
-    assert epoch_panels[0] == "epoch 0"
-    assert 2 <= len(epoch_panels) <= 1 + elapsed_ms / 500
+    assert run_panel == "run (3000 epochs)"
+    # the groups close at epochs 999, 1999 and 2999; the second's panel comes 1 s after the first's
+    assert epoch_panels == ["epochs 0–999", "epochs 2000–2999 (1 more since the last panel)"]
     data = _read(tmp_path)
     assert data["complete"] is True
     assert len(data["epochs"]) == MAX_EPOCHS_IN_REPORT  # bounded as always: the first ten, the latest
-    assert data["epochs"][-1]["index"] == 999
+    assert data["epochs"][-1]["index"] == 2999
+    assert data["epochs"][-1]["covers_epochs"] == [2000, 2999]
+    assert {e.get("diagnosed_with") for e in data["epochs"][:10]} == {999}
 
 
 def _varied_epochs(report_dir: Path, clock: FakeClock, epochs: int) -> Report | None:
@@ -501,10 +522,10 @@ def _varied_epochs(report_dir: Path, clock: FakeClock, epochs: int) -> Report | 
             steps = 150 if epoch == 25 else 3 + epoch % 4
             for step in scope.iter(TimedLoader(range(steps), clock, wait_ms=0.2 * (epoch % 3), iter_ms=0.1)):
                 with scope.phase("compute"):
-                    clock.advance_ms(1)
+                    clock.advance_ms(8)
                 if epoch % 7 == 3 and step == 0:
                     with scope.phase("logging"):
-                        clock.advance_ms(2)
+                        clock.advance_ms(20)
             if epoch == 40:
                 read = scope.report
     return read
@@ -528,15 +549,27 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
         return done
 
     monkeypatch.setattr(Timeline, "mark_epoch", counting)
-    seen: list[tuple[object, ...]] = []  # what each diagnosis saw, beyond the span
+    seen: list[tuple[object, ...]] = []  # what each group's diagnosis saw, beyond the span
     real_diagnose = session_module.diagnose
+    real_view = Session._group_view
+    groups: list[Any] = []  # the contexts of the groups' diagnoses (not the run's)
+
+    def group_view(self: Session, snapshot: Any, signals: Any, known: Any, *args: Any) -> Any:
+        def tagged(**kwargs: Any) -> Any:
+            groups.append(known(**kwargs))
+            return groups[-1]
+
+        return real_view(self, snapshot, signals, tagged, *args)
 
     def diagnose(context: Any) -> Any:
+        if not any(context is g for g in groups):
+            return real_diagnose(context)  # the run's: made when a report is, on a budget
         run = context.run_span
         seen.append(
             (
                 context.first_epoch,
                 context.steps_before,
+                context.span.steps,
                 context.epoch_steps,
                 run and (run.wall_ns, run.steps),
                 context.batches_per_epoch,  # what was known when the epoch ended (``_facts``)
@@ -546,6 +579,7 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
         return real_diagnose(context)
 
     monkeypatch.setattr(session_module, "diagnose", diagnose)
+    monkeypatch.setattr(Session, "_group_view", group_view)
     waited_mid = _varied_epochs(tmp_path / "waited", clocked, 120)
     waited_seen = sorted(seen, key=str)
     waited = _read(tmp_path / "waited")
@@ -559,14 +593,24 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
     at_once = _read(tmp_path / "at once")
     assert not any(marked)
     assert [e["index"] for e in waited["epochs"]] == list(range(120))
-    assert waited_seen == sorted(seen, key=str)
     steps = [e["summary"]["steps"] for e in waited["epochs"]]
-    assert {(index, before) for index, before, *_ in seen} == {(i, sum(steps[:i])) for i in range(120)}
-    assert any(run is not None for *_, run in seen)  # an epoch of long logging: the run so far
+    # one diagnosis per group of epochs (from its first epoch on), each with what was known when
+    # the group closed, whether its epochs waited or not (the run's diagnoses aside: mid-run
+    # reports are written on a budget)
+    closing = {
+        (e["covers_epochs"][0] if "covers_epochs" in e else e["index"], e["index"])
+        for e in waited["epochs"]
+        if "diagnosed_with" not in e
+    }
+    assert len(closing) >= 5
+    spans = sorted((first, sum(steps[:first]), sum(steps[first : last + 1])) for first, last in closing)
+    assert sorted(s[:3] for s in waited_seen) == spans
+    assert waited_seen == sorted(seen, key=str)
+    assert any(run is not None for *_, run, _, _ in seen)  # a group of long logging: the run so far
     for key in ("epochs", "summary", "findings", "notes", "tail"):
         assert waited.get(key) == at_once.get(key), key
     assert waited_panels == costly.panels
-    assert any("more since the last panel" in title for title in waited_panels)
+    assert any(title.startswith("epochs ") for title in waited_panels)
     assert waited_mid is not None
     assert at_once_mid is not None
     assert report_to_dict(waited_mid)["epochs"] == report_to_dict(at_once_mid)["epochs"]
@@ -629,43 +673,40 @@ def test_a_signal_handlers_exception_loses_no_waiting_epoch(
     assert len(epochs) == (2 if where == "after a mark" else 4)
 
 
-@pytest.mark.parametrize(("epoch_ms", "epochs"), [(500, 6), (1, 1000)])
+@pytest.mark.parametrize(("epoch_ms", "epochs"), [(1500, 6), (1.2, 3000)])
 def test_by_default_panels_take_at_most_a_quarter_percent_of_the_run(
-    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, epoch_ms: int, epochs: int
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, epoch_ms: float, epochs: int
 ) -> None:
-    """A panel costs 1 ms here. Epochs of 500 ms: every epoch's is printed (1 ms against 500).
-    Epochs of 1 ms: one at most every 400 ms of the run (0.25% of it), not 1,000."""
+    """A panel costs 1 ms here. Epochs of 1.5 s: every epoch's is printed (1 ms against 1,500).
+    Epochs of 1.2 ms (of 30 steps): diagnosed 834 at a time (1 s), each group's panel printed
+    (1 ms against 1 s), not 3,000; the last 498 are diagnosed with the run's end, in its panel."""
     costly = _Costly(clocked, monkeypatch)
-    start = clocked.now
-    _one_step_epochs(tmp_path, clocked, epochs, epoch_ms=epoch_ms)
-    elapsed_ms = (clocked.now - start) / 1e6
+    _one_step_epochs(tmp_path, clocked, epochs, epoch_ms=epoch_ms, steps=30)
     *epoch_panels, run_panel = costly.panels
     assert run_panel == f"run ({epochs} epochs)"
-    assert epoch_panels[0] == "epoch 0"
-    if epoch_ms == 500:
+    if epoch_ms == 1500:
         assert epoch_panels == [f"epoch {i}" for i in range(epochs)]
     else:
-        assert 2 <= len(epoch_panels) <= 1 + 0.0025 * elapsed_ms
-        assert epoch_panels[1].endswith("more since the last panel)")
+        assert epoch_panels == [f"epochs {i}–{i + 833}" for i in range(0, 2502, 834)]
 
 
 def test_a_slow_first_panel_does_not_hold_back_the_next(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first panel takes 50 ms (rich warming up), the others 1 ms; epochs of 500 ms: every
+    """The first panel takes 50 ms (rich warming up), the others 1 ms; epochs of 1.5 s: every
     epoch's panel is printed (by the first one's cost alone the next would wait 20 s)."""
     costly = _Costly(clocked, monkeypatch, panel_ms=(50, 1))
-    _one_step_epochs(tmp_path, clocked, 6, epoch_ms=500)
+    _one_step_epochs(tmp_path, clocked, 6, epoch_ms=1500, steps=30)
     assert costly.panels == [f"epoch {i}" for i in range(6)] + ["run (6 epochs)"]
 
 
 def test_panels_that_are_always_slow_are_spaced_by_their_cost(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every panel takes 5 ms; epochs of 1 s: a panel waits 5 ms / 0.25% = 2 s after the last, so
-    every other epoch's is printed (the 1 ms first guess does not stay once two are timed)."""
+    """Every panel takes 5 ms; epochs of 1.02 s: a panel waits 5 ms / 0.25% = 2 s after the last,
+    so every other epoch's is printed (the 1 ms first guess does not stay once two are timed)."""
     costly = _Costly(clocked, monkeypatch, panel_ms=(5,))
-    _one_step_epochs(tmp_path, clocked, 9, epoch_ms=1000)
+    _one_step_epochs(tmp_path, clocked, 9, epoch_ms=1020, steps=30)
     epoch_panels = [p.split(" (")[0] for p in costly.panels[:-1]]
     # epoch 0, then epoch 1 (the wait is the 1 ms guess's 0.4 s), then 2 s apart
     assert epoch_panels == ["epoch 0", "epoch 1", "epoch 3", "epoch 5", "epoch 7"]
@@ -675,21 +716,29 @@ def test_the_final_report_has_every_epoch_whatever_was_written_mid_run(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """300 short epochs, most of whose reports are never written mid-run: the final report still
-    has each epoch's summary and findings (every 50th epoch logs slowly: logging.frequency)."""
+    has each epoch's summary, and the findings of each group of epochs diagnosed together
+    (every 50th epoch logs slowly: logging.frequency)."""
     costly = _Costly(clocked, monkeypatch)
     with StallScope(tmp_path, console=False) as scope:
         for i in range(300):
             for _ in scope.iter(range(1 + i % 3)):
                 with scope.phase("compute"):
-                    clocked.advance_ms(1)
+                    clocked.advance_ms(4)
                 with scope.phase("logging"):
-                    clocked.advance_ms(5 if i % 50 == 7 else 0)
+                    clocked.advance_ms(40 if i % 50 == 7 else 0)
     assert len(costly.writes) < 50  # most epochs' reports were skipped
     epochs = _read(tmp_path)["epochs"]
     assert [e["index"] for e in epochs] == list(range(300))
     assert [e["summary"]["steps"] for e in epochs] == [1 + i % 3 for i in range(300)]
-    slow_logging = [e["index"] for e in epochs if any(f["id"] == "logging.frequency" for f in e["findings"])]
-    assert slow_logging == [7, 57, 107, 157, 207, 257]
+    closing = [e for e in epochs if "diagnosed_with" not in e]
+    assert len(closing) >= 2
+    first = 0
+    for e in closing:  # each group: the epochs since the previous one
+        assert e["covers_epochs"] == [first, e["index"]]
+        assert all(g["diagnosed_with"] == e["index"] and not g["findings"] for g in epochs[first : e["index"]])
+        assert any(f["id"] == "logging.frequency" for f in e["findings"])
+        first = e["index"] + 1
+    assert first == 300
 
 
 def test_a_short_epoch_is_diagnosed_when_needed_a_long_one_at_its_end(
@@ -712,11 +761,13 @@ def test_a_short_epoch_is_diagnosed_when_needed_a_long_one_at_its_end(
         assert diagnosed == []
         for _ in scope.iter(range(MAKE_AT_ONCE_STEPS)):
             clocked.advance_ms(1)
-        assert diagnosed == [MAKE_AT_ONCE_STEPS]
+        # the long epoch closes the group of both: its report (and the group's diagnosis) at once
+        assert diagnosed == [10 + MAKE_AT_ONCE_STEPS]
         report = scope.report
         assert report is not None
-        assert diagnosed == [MAKE_AT_ONCE_STEPS, 10, 10 + MAKE_AT_ONCE_STEPS]  # the short epoch, then the run
+        assert diagnosed == [10 + MAKE_AT_ONCE_STEPS] * 2  # then the run's
         assert [e.summary.steps for e in report.epochs] == [10, MAKE_AT_ONCE_STEPS]
+        assert [(e.diagnosed_with, e.covers_epochs) for e in report.epochs] == [(1, None), (None, (0, 1))]
 
 
 # -- the user's exceptions pass through unchanged --------------------------------------------
@@ -1320,3 +1371,65 @@ def test_a_pass_that_yields_nothing_leaves_the_first_batch_to_count_for_the_next
         for _ in scope.iter(data):
             pass
         assert scope._session.batch_tensors == 3
+
+
+def _epochs_of(report_dir: Path, clock: FakeClock, epochs: int, steps: int, *, compute_ms: float) -> Report | None:
+    """``epochs`` epochs of ``steps`` steps of ``compute_ms`` compute and 2 ms of logging each
+    (a planted cause: ``logging.frequency``)."""
+    with StallScope(report_dir, console=Console(file=io.StringIO(), width=100)) as scope:
+        for _ in range(epochs):
+            for _ in scope.iter(range(steps)):
+                with scope.phase("compute"):
+                    clock.advance_ms(compute_ms)
+                with scope.phase("logging"):
+                    clock.advance_ms(2)
+    return scope.report
+
+
+def test_a_hundred_short_epochs_keep_every_summary_and_are_diagnosed_in_groups(
+    tmp_path: Path, clocked: FakeClock
+) -> None:
+    """100 epochs of 30 steps of 1 ms compute and 2 ms logging (90 ms each): each too short to
+    judge. Every epoch has its own summary; the epochs are diagnosed 12 at a time (1.08 s
+    together), the findings on the last of each group with ``covers_epochs``, the planted cause
+    first; every other epoch has no findings and says where they are; the run's end diagnoses
+    the 4 epochs left. The run's findings are the run's, as always."""
+    report = _epochs_of(tmp_path, clocked, 100, 30, compute_ms=1)
+    assert report is not None
+    data = _read(tmp_path)
+    epochs = data["epochs"]
+    assert [e["index"] for e in epochs] == list(range(100))
+    assert all(e["summary"]["steps"] == 30 and e["summary"]["wall_s"] == pytest.approx(0.09) for e in epochs)
+    closing = [e["index"] for e in epochs if "diagnosed_with" not in e]
+    assert closing == [*range(11, 96, 12), 99]
+    first = 0
+    for last in closing:
+        e = epochs[last]
+        assert e.get("covers_epochs") == [first, last]
+        assert e["findings"][0]["id"] == "logging.frequency"
+        for short in epochs[first:last]:
+            assert short["diagnosed_with"] == last
+            assert short["findings"] == []
+            assert "covers_epochs" not in short
+        first = last + 1
+    assert epochs[-1]["findings"][0]["confidence"] == "low"  # 4 epochs, 0.36 s: too short to judge
+    assert data["findings"][0]["id"] == "logging.frequency"
+    assert report_from_dict(data).epochs[11].covers_epochs == (0, 11)  # the validator reads it back
+
+
+def test_epochs_long_enough_to_judge_are_diagnosed_each_alone_as_before(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Epochs of 400 steps of 3 ms (1.2 s): each long enough, each closes its own group: the
+    report is the one made with no grouping at all (every epoch judged alone)."""
+    monkeypatch.setattr(session_module, "SignalCollector", functools.partial(SignalCollector, host=False))
+    _epochs_of(tmp_path / "grouped", clocked, 4, 400, compute_ms=1)
+    grouped = _read(tmp_path / "grouped")
+    monkeypatch.setattr(session_module, "MIN_JUDGED_STEPS", 0)
+    monkeypatch.setattr(session_module, "MIN_JUDGED_WALL_S", 0.0)
+    _epochs_of(tmp_path / "alone", clocked, 4, 400, compute_ms=1)
+    alone = _read(tmp_path / "alone")
+    assert all("covers_epochs" not in e and "diagnosed_with" not in e for e in grouped["epochs"])
+    assert all(e["findings"][0]["id"] == "logging.frequency" for e in grouped["epochs"])
+    for key in ("epochs", "summary", "findings"):
+        assert grouped[key] == alone[key], key

@@ -260,10 +260,22 @@ def test_a_single_epoch_run_shows_the_runs_diagnosis_with_its_notes(
 def test_a_single_pass_ended_before_the_exit_shows_its_panel_then_the_runs(tmp_path: Path, clocked: FakeClock) -> None:
     out = io.StringIO()
     with StallScope(tmp_path, console=Console(file=out, width=200)) as scope:
-        for _ in scope.iter(range(5)):
-            clocked.advance_ms(1)
+        for _ in scope.iter(range(50)):
+            clocked.advance_ms(25)
     text = out.getvalue()
     assert text.index("StallScope · epoch 0") < text.index("StallScope · run (1 epoch)")
+
+
+def test_a_single_short_pass_is_diagnosed_in_the_runs_panel_alone(tmp_path: Path, clocked: FakeClock) -> None:
+    """Too short to judge alone, and no epoch after it: diagnosed at the run's end, one panel."""
+    out = io.StringIO()
+    with StallScope(tmp_path, console=Console(file=out, width=200)) as scope:
+        for _ in scope.iter(range(5)):
+            clocked.advance_ms(1)
+    titles = [line.split(":")[0] for line in out.getvalue().splitlines() if line.startswith("StallScope · ")]
+    assert titles == ["StallScope · run (1 epoch)"]
+    assert scope.report is not None
+    assert scope.report.epochs[0].covers_epochs is None  # a group of one
 
 
 def test_an_internal_failure_in_batch_turns_the_scope_off_and_the_loop_goes_on(

@@ -480,3 +480,30 @@ def test_phases_still_on_the_device_at_a_windows_end_are_not_counted_twice() -> 
     for w in windows[2:]:
         assert w is not None
         assert w.busy_ns == pytest.approx(10e6, rel=0.01)
+
+
+def test_a_group_window_spans_the_epoch_windows_closed_since_the_last_group() -> None:
+    """Epochs diagnosed together (``close_group``): the group's window holds every compute
+    phase of its epochs' windows, whatever those windows were closed in between; it has its own
+    six phases to measure them by (an epoch's two are too few: it borrows the run's mean)."""
+    device = FakeDevice()
+    device.done_until = 1e9
+    timer = CudaComputeTimer(device.event, clock=device.clock, poll_every=1, warmup=0)
+    windows = []
+    for ms in (2, 3, 5):  # three short epochs of two phases each
+        for _ in range(2):
+            compute_phase(timer, device, ms)
+        window = timer.close_window()
+        assert window is not None
+        windows.append(window)
+    group = timer.close_group()
+    assert group is not None
+    assert group.phases == sum(w.phases for w in windows) == 6
+    assert windows[1].borrowed
+    assert not group.borrowed
+    assert group.busy_ns == 20_000_000
+    compute_phase(timer, device, 7)
+    assert timer.close_window() is not None
+    later = timer.close_group()  # the next group: only what came after (one phase: too few of
+    assert later is not None  # its own, it borrows the run's mean, 27 ms / 7)
+    assert (later.phases, later.borrowed, later.busy_ns) == (1, True, 3_857_143)

@@ -168,6 +168,28 @@ def test_windows_are_epochs(rig: Any) -> None:
     assert run.util_mean == pytest.approx(0.5, abs=0.02)
 
 
+def test_a_group_window_spans_the_epochs_since_the_last_group(rig: Any) -> None:
+    """Epochs diagnosed together: the group's window holds the samples of every epoch window
+    closed since the last group (here a busy epoch and an idle one), and the next group starts
+    after it."""
+    r = rig(busy_util=100, idle_util=0)
+    for _ in range(10):
+        r.step(0, 100)
+    assert summary(r).util_mean == pytest.approx(1.0, abs=0.02)
+    for _ in range(10):
+        r.step(100, 0)
+    assert summary(r).util_mean == pytest.approx(0.0, abs=0.02)
+    group = r.sampler.close_group()
+    assert group is not None
+    assert group.util_mean == pytest.approx(0.5, abs=0.02)
+    for _ in range(10):
+        r.step(0, 100)
+    summary(r)
+    later = r.sampler.close_group()
+    assert later is not None
+    assert later.util_mean == pytest.approx(1.0, abs=0.02)
+
+
 def test_memory_power_clocks_temperature(rig: Any) -> None:
     r = rig(
         mem_total=80 * 2**30,

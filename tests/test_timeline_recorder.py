@@ -1035,3 +1035,109 @@ def test_the_c_fold_takes_the_first_entries_out_of_the_log_and_leaves_the_rest(t
     clock.advance(30)
     tl.leave()
     assert tl.run_stats().phase_ns["logging"] == 30
+
+
+def _sum_of(epochs: list[SpanStats]) -> tuple[object, ...]:
+    """What a group of ``epochs`` must read: their numbers added up (phases by name)."""
+    phase_ns: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for e in epochs:
+        for name, ns in e.phase_ns.items():
+            phase_ns[name] = phase_ns.get(name, 0) + ns
+        for name, n in e.phase_counts.items():
+            counts[name] = counts.get(name, 0) + n
+    cpu = [e.data_cpu_ns for e in epochs]
+    return (
+        sum(e.wall_ns for e in epochs),
+        sum(e.steps for e in epochs),
+        sum(e.epochs for e in epochs),
+        {k: v for k, v in phase_ns.items() if v or counts.get(k)},
+        counts,
+        sum(e.step_total_ns for e in epochs),
+        None if None in cpu else sum(c or 0 for c in cpu),
+        sum(e.process_cpu_ns for e in epochs),
+        tuple(b for e in epochs for b in e.boundaries),
+    )
+
+
+def _group_record(span: SpanStats) -> tuple[object, ...]:
+    return (
+        span.wall_ns,
+        span.steps,
+        span.epochs,
+        {k: v for k, v in span.phase_ns.items() if v or span.phase_counts.get(k)},
+        dict(span.phase_counts),
+        span.step_total_ns,
+        span.data_cpu_ns,
+        span.process_cpu_ns,
+        span.boundaries,
+    )
+
+
+@pytest.mark.parametrize(("seed", "marked"), [(seed, marked) for seed in range(8) for marked in (False, True)])
+def test_groups_of_epochs_close_when_long_enough_together_and_add_their_epochs_up(seed: int, marked: bool) -> None:
+    """Random short epochs (closed at their ends, or marked and closed by a later fold): an epoch
+    closes its group exactly when the epochs since the last group have ``group_steps`` steps and
+    ``group_wall_ns`` of time together; the group's snapshot is its epochs added up, its recent
+    steps are theirs, and one long enough alone is its own group. ``close_group`` closes the
+    epochs left at the end."""
+    rng = random.Random(seed)
+    clock, cpu_clock = FakeClock(), FakeClock()
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=64, group_steps=30, group_wall_ns=4000)
+    tl.start()
+    closed: list[SpanSnapshot] = []
+    for epoch in range(rng.randint(10, 30)):
+        tl.begin_epoch(in_process_data=rng.random() < 0.7)
+        _open_pass(tl, clock, iter_ns=rng.randint(0, 50))
+        for _ in range(rng.choice((1, 3, 8, 40, 300))):
+            tl.data_begin()
+            clock.advance(rng.randint(0, 30))
+            cpu_clock.advance(rng.randint(0, 20))
+            tl.data_end(got_item=True)
+            tl.enter(tl.phase_id("compute"))
+            clock.advance(rng.randint(1, 60))
+            tl.leave()
+            if rng.random() < 0.1:
+                tl.enter(tl.phase_id(rng.choice(("logging", f"custom-{epoch}"))))
+                clock.advance(rng.randint(1, 50))
+                tl.leave()
+        _close_pass(tl, clock, last_ns=rng.randint(0, 20))
+        tl.note_boundary(EpochBoundary(epoch, 1, 2, 3))
+        if marked:
+            at = (clock(), cpu_clock())
+            clock.advance(500)
+            assert tl.mark_epoch(epoch, at=at)
+            if rng.random() < 0.3:
+                closed.extend(snapshot for _, snapshot, _ in _take(tl))
+        else:
+            closed.append(tl.end_epoch_snapshot(pause=True))
+            clock.advance(500)
+            tl.resume()
+    closed.extend(snapshot for _, snapshot, _ in _take(tl))
+    _step(tl, clock, wait=5, compute=7)  # a step after the last epoch end: in no group
+    group: list[SpanSnapshot] = []
+    closes = 0
+    for snapshot in closed:
+        group.append(snapshot)
+        stats = [s.stats() for s in group]
+        long_enough = sum(s.steps for s in stats) >= 30 and sum(s.wall_ns for s in stats) >= 4000
+        assert (snapshot.group is not None) == long_enough
+        if snapshot.group is None:
+            continue
+        closes += 1
+        if len(group) == 1:
+            assert snapshot.group is snapshot
+        together = snapshot.group.stats()
+        assert _group_record(together) == _sum_of(stats)
+        steps = [t for s in group for t in s.step][-64:]
+        assert list(snapshot.group.step) == steps
+        group = []
+    assert closes >= 1
+    left = tl.close_group()
+    if group:
+        assert left is not None
+        assert _group_record(left.stats()) == _sum_of([s.stats() for s in group])
+        assert list(left.step) == [t for s in group for t in s.step][-64:]
+    else:
+        assert left is None
+    assert tl.close_group() is None

@@ -91,6 +91,9 @@ PAYLOAD_VERSION = 1
 
 #: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
 MAX_JOB_EPOCHS = 500
+#: most epoch summaries rank 0 keeps of a rank for the group of epochs being diagnosed together
+#: (``Job._close_group``); past it, they are added up into one
+MAX_GROUP_SPANS = 256
 
 #: most epochs another rank closed beyond rank 0's own that rank 0 takes when its run ends early
 MAX_TAKEN_AHEAD = 8
@@ -336,11 +339,13 @@ def _payload(
     host_id: str | None = None,
     cores: int | None = None,
     load: Mapping[str, float] | None = None,
+    group: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
     given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
     early (an exception), in its final payload; ``forward``: its forward passes in the epoch and
-    the run (``{"epoch": ..., "run": ...}``, each as ``ForwardStats.to_dict``), where timed."""
+    the run (``{"epoch": ..., "run": ...}``, each as ``ForwardStats.to_dict``), where timed;
+    ``group``: the epochs the epoch's findings are of, when it closes a group (``Job.close_epoch``)."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
     if info.node_rank is not None:
         out["node"] = info.node_rank
@@ -368,6 +373,8 @@ def _payload(
             "summary": summary_to_dict(epoch.summary),
             "findings": [finding_to_dict(f) for f in epoch.findings],
         }
+        if group is not None:
+            out["epoch"]["group"] = list(group)
     return out
 
 
@@ -506,7 +513,7 @@ class Job:
         self.epochs: list[EpochReport] = []
         #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``), each
         #: with its forward passes
-        self._pending: list[tuple[EpochReport, dict[str, Any]]] = []
+        self._pending: list[tuple[EpochReport, dict[str, Any], tuple[int, int] | None]] = []
         #: this rank's forward passes (``signals/forward.py``) in its latest epoch and its run so
         #: far, as ``{"epoch": ..., "run": ...}``; the session sets it before each exchange
         self.forward: dict[str, Any] = {}
@@ -523,6 +530,13 @@ class Job:
         #: rank 0: each rank's epochs taken after its latest run summary (a rank that dies before
         #: its next run summary still counts them: ``_job_spans``)
         self._since: dict[int, list[_Span]] = {}
+        #: rank 0: the job's epochs diagnosed together (``_close_group``): each rank's epochs of the
+        #: open group, the findings each rank sent with its latest diagnosis, the open group's
+        #: first epoch, and the job's numbers of each recently closed group, by its last epoch
+        self._group_spans: dict[int, list[_Span]] = {}
+        self._rank_findings: dict[int, tuple[Finding, ...]] = {}
+        self._group_first: int | None = None
+        self._group_summaries: dict[int, Summary] = {}
 
     @property
     def leader(self) -> bool:
@@ -567,7 +581,9 @@ class Job:
         while self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
             self.run_every //= 2
 
-    def _exchange(self, name: str, epoch: EpochReport | None, report: Report | None) -> dict[int, dict[str, Any]]:
+    def _exchange(
+        self, name: str, epoch: EpochReport | None, report: Report | None, group: tuple[int, int] | None = None
+    ) -> dict[int, dict[str, Any]]:
         """Post this rank's payload (ranks other than 0) or collect the others' (rank 0)."""
         exchange = self.exchange
         if exchange is None:
@@ -588,6 +604,7 @@ class Job:
                     host_id=self.host_id(),
                     cores=self.cores,
                     load=self.load if report is not None else None,
+                    group=group,
                 )
                 exchange.post(name, payload)
                 return {}
@@ -608,17 +625,19 @@ class Job:
         finally:
             self.gather_s += time.perf_counter() - start
 
-    def close_epoch(self, epoch: EpochReport, report: Report | None) -> None:
+    def close_epoch(self, epoch: EpochReport, report: Report | None, *, group: tuple[int, int] | None = None) -> None:
         """This rank's epoch is closed (and, when ``run_due``, its run's report built: ``report``).
+        ``group``: the first and last epoch of the group of epochs this one closes (its findings
+        are theirs: ``EpochReport``), None when it closes none (it has no findings).
         The other ranks post theirs. Rank 0 takes the ranks' summaries of its previous epoch
         (in a job in step they arrived long ago) and leaves this one's for its next epoch end,
         unless something needs the job's numbers for it sooner (``job_epoch``, ``settle``): the
         ranks post theirs while rank 0 closes its own, and waiting for them at every epoch end
         would add their epoch end's work to rank 0's."""
         if not self.leader:
-            self._exchange(f"epoch{epoch.index}", epoch, report)
+            self._exchange(f"epoch{epoch.index}", epoch, report, group)
             return
-        self._pending.append((epoch, dict(self.forward.get("epoch") or {})))
+        self._pending.append((epoch, dict(self.forward.get("epoch") or {}), group))
         while len(self._pending) > MAX_DEFERRED:
             self._gather(*self._pending.pop(0))
 
@@ -723,16 +742,22 @@ class Job:
     def job_epoch(self, index: int) -> tuple[EpochReport, tuple[RankEntry, ...]] | None:
         """Rank 0: the job's epoch ``index`` and its rank rows (the ranks' summaries taken first
         when they are still waiting); None when it is no longer at hand."""
-        if any(epoch.index <= index for epoch, _ in self._pending):
+        if any(epoch.index <= index for epoch, _, _ in self._pending):
             self.settle()
         if index in self._recent:
             return self._recent[index]
         made = next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
         return (made, ()) if made is not None else None
 
-    def _gather(self, epoch: EpochReport, forward: Mapping[str, Any]) -> None:
+    def group_summary(self, index: int) -> Summary | None:
+        """Rank 0: the job's numbers of the group of epochs that epoch ``index`` closed, when it
+        closed one of several epochs and is recent (its panel's)."""
+        return self._group_summaries.get(index)
+
+    def _gather(self, epoch: EpochReport, forward: Mapping[str, Any], group: tuple[int, int] | None = None) -> None:
         """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``
-        (``forward``: rank 0's forward passes in it)."""
+        (``forward``: rank 0's forward passes in it; ``group``: the epochs rank 0 diagnosed
+        together that it closes, None when it closes none)."""
         got = self._exchange(f"epoch{epoch.index}", epoch, None)
         spans = [
             _Span(
@@ -758,12 +783,69 @@ class Job:
             except Exception as exc:
                 self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
         job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
-        job_epoch = replace(job_epoch, findings=_diagnose(spans, self.min_saving))
+        rows = tuple(s.entry() for s in spans)
+        for span, payload_group in zip(spans, [group, *(self._group_of(got, s.rank) for s in spans[1:])], strict=True):
+            self._group_spans.setdefault(span.rank, []).append(span)
+            if len(self._group_spans[span.rank]) > MAX_GROUP_SPANS:  # added up, to stay bounded
+                parts = self._group_spans[span.rank]
+                self._group_spans[span.rank] = [_extended(parts[0], parts[1:])]
+            if payload_group is not None:  # the rank's latest diagnosis
+                self._rank_findings[span.rank] = span.findings
+        if self._group_first is None:
+            self._group_first = epoch.index
         self.epochs.append(job_epoch)
         if len(self.epochs) > MAX_JOB_EPOCHS:
             del self.epochs[10]
+        if group is not None:
+            job_epoch, rows = self._close_group(job_epoch, rows)
         self._note_missing()
-        self._recent = {epoch.index: (job_epoch, tuple(s.entry() for s in spans))}
+        self._recent = {epoch.index: (job_epoch, rows)}
+
+    @staticmethod
+    def _group_of(got: Mapping[int, Mapping[str, Any]], rank: int) -> tuple[int, int] | None:
+        """The group of epochs a rank's epoch payload closes, as it said (None: none)."""
+        epoch = got.get(rank, {}).get("epoch")
+        group = epoch.get("group") if isinstance(epoch, Mapping) else None
+        if isinstance(group, list) and len(group) == 2 and all(isinstance(g, int) for g in group):
+            return (group[0], group[1])
+        return None
+
+    def _close_group(
+        self, job_epoch: EpochReport, rows: tuple[RankEntry, ...]
+    ) -> tuple[EpochReport, tuple[RankEntry, ...]]:
+        """Rank 0: the job's epochs since the last diagnosis are diagnosed together at
+        ``job_epoch``, the last of them (the last one in ``self.epochs``): each rank's epochs of
+        the group added up, with the findings of its latest diagnosis (each rank groups its own
+        epochs, by the same rule: in a job in step, at the same epochs). The other epochs of the
+        group get ``diagnosed_with``. Returns the closing epoch and the group's rank rows."""
+        first = self._group_first if self._group_first is not None else job_epoch.index
+        last = job_epoch.index
+        spans = []
+        for rank in sorted(self._group_spans):
+            parts = self._group_spans[rank]
+            span = _extended(parts[0], parts[1:]) if len(parts) > 1 else parts[0]
+            spans.append(replace(span, findings=self._rank_findings.get(rank, ()), epochs=len(parts)))
+        self._group_spans = {}
+        self._group_first = None
+        covers = (first, last) if first < last else None
+        closing = replace(job_epoch, findings=_diagnose(spans, self.min_saving), covers_epochs=covers)
+        self.epochs[-1] = closing
+        if covers is not None:
+            for i in range(len(self.epochs) - 2, -1, -1):
+                e = self.epochs[i]
+                if e.index < first:
+                    break
+                self.epochs[i] = replace(e, diagnosed_with=last)
+            self._group_summaries = {last: job_summary([s.summary for s in spans])}
+            rows = tuple(s.entry() for s in spans)
+        return closing, rows
+
+    def close_open_group(self) -> None:
+        """Rank 0, at the run's end: the job's epochs not diagnosed yet are diagnosed together
+        all the same (as each rank's own are), held by the last of them."""
+        if self._group_first is None or not self.epochs or not self._group_spans:
+            return
+        self._close_group(self.epochs[-1], ())
 
     def finish(self, report: Report, *, ending: str | None = None) -> tuple[Report, tuple[RankEntry, ...]]:
         """The run is over: post the final summary (ranks other than 0) or collect the others'
@@ -779,6 +861,7 @@ class Job:
             )
         if self.leader:
             self.settle()
+            self.close_open_group()
             if self.ending is not None:
                 self._take_ahead()
         got = self._exchange("final", None, report)

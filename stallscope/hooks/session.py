@@ -5,14 +5,15 @@ meets analysis, and it runs only at epoch ends and at the end of the run.
 
 An epoch end costs about the same however short the epoch, so the parts of it that need not
 happen every epoch happen in proportion to the run (docs/overhead.md, "Many short epochs"):
-every epoch is summarised and diagnosed (``epochs[]`` has them all), but its panel is printed
-only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when that many
-seconds passed since the previous one), and its report is handed to a
+every epoch is summarised (``epochs[]`` has them all) and diagnosed, alone when it is long
+enough to judge, else with the next ones as a group (``_Group``: SPEC §3); a diagnosis's panel
+is printed only while panels take at most 0.25% of the run (or, with ``print_interval_s``, when
+that many seconds passed since the previous one), and the report is handed to a
 ``ReportWriter``, which writes it at once or, while writes would take more than 0.25% of the run,
-a little later (and while one waits, later epoch ends skip taking theirs). An epoch end with
-neither due only marks the epoch's end and reads what must be read then; the epoch is closed with
-a few others at a later epoch end (``Session._wait``). The final report and panel are always
-written in full.
+a little later (and while one waits, later epoch ends skip taking theirs). The end of an epoch
+too short to be diagnosed, with no write due, only marks the epoch's end; the epoch is closed
+with a few others at a later epoch end (``Session._wait``). The final report and panel are
+always written in full.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rich.console import Console
 
 from stallscope._version import __version__
 from stallscope.analysis.context import AnalysisConfig, Context, DataSource, Framework, RunShape
-from stallscope.analysis.diagnose import diagnose, too_short_for
+from stallscope.analysis.diagnose import MIN_JUDGED_STEPS, MIN_JUDGED_WALL_S, diagnose, too_short_for
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.numbers import count
@@ -79,6 +80,8 @@ MAX_WAITING = 16
 #: only an epoch shorter than this waits: a longer one's end (about 0.15 ms between training
 #: steps) is already a small share of it
 WAIT_UNDER_NS = 100_000_000
+#: an epoch's end sooner than this after its group's start cannot close the group (``_wait``)
+GROUP_WALL_NS = round(MIN_JUDGED_WALL_S * 1e9)
 
 
 T = TypeVar("T")
@@ -184,6 +187,75 @@ def console_for_rank(config: ScopeConfig, rank: object) -> tuple[ScopeConfig, io
     return dataclasses.replace(config, console=console), buffer
 
 
+class _Group:
+    """The epochs diagnosed together (SPEC §3): an epoch too short to judge joins the next ones
+    until, together, they are long enough (``Timeline``'s groups: ``SpanSnapshot.group``); the
+    epoch that closes the group holds its findings. Shared by the group's epochs' reports
+    (``_Grouped``), which take their part from it once it closed."""
+
+    __slots__ = ("first", "latest", "last", "steps_before", "view")
+
+    def __init__(self) -> None:
+        #: the first epoch of the group, and the latest one kept in it (None: none yet)
+        self.first: int | None = None
+        self.latest: int | None = None
+        #: the epoch that closed the group; None while it is open
+        self.last: int | None = None
+        #: the run's steps before the group
+        self.steps_before = 0
+        #: once closed: the group's summary, findings and whether it was too short to judge (a
+        #: group closed by the run's end), made when first asked for
+        self.view: Later[tuple[Summary, tuple[Finding, ...], str | None]] | None = None
+
+    def apply(self, epoch: EpochReport) -> EpochReport:
+        """``epoch`` (one of the group's, made without findings) with its part of the closed group."""
+        last, view = self.last, self.view
+        assert last is not None
+        assert view is not None
+        assert self.first is not None
+        if epoch.index != last:
+            return dataclasses.replace(epoch, diagnosed_with=last)
+        covers = (self.first, last) if self.first < last else None
+        return dataclasses.replace(epoch, findings=view.get()[1], covers_epochs=covers)
+
+
+class _Grouped(Later[EpochReport]):
+    """An epoch's report, made when first asked for, with its group's part (``_Group.apply``)
+    once the group closed: a report written while the group is open has the epoch's summary
+    alone, later ones its findings or ``diagnosed_with`` as well."""
+
+    __slots__ = ("_group", "_applied")
+
+    def __init__(self, make: Callable[[], EpochReport], group: _Group) -> None:
+        super().__init__(make)
+        self._group = group
+        self._applied = False
+
+    def get(self) -> EpochReport:
+        with self._lock:
+            if self._value is None:
+                assert self._make is not None
+                self._value = self._make()
+                self._make = None
+            if not self._applied and self._group.last is not None:
+                self._value = self._group.apply(self._value)
+                self._applied = True
+            return self._value
+
+
+def _whole_groups(epochs: tuple[EpochReport, ...]) -> tuple[EpochReport, ...]:
+    """``epochs`` without a ``diagnosed_with`` that names an epoch of theirs which does not hold
+    the group's findings (a diagnosis interrupted before it was made)."""
+    by_index = {e.index: e for e in epochs}
+
+    def held(e: EpochReport) -> bool:
+        last = by_index.get(e.diagnosed_with) if e.diagnosed_with is not None else None
+        covers = last.covers_epochs if last is not None else None
+        return last is None or (covers is not None and covers[0] <= e.index <= covers[1])
+
+    return tuple(e if held(e) else dataclasses.replace(e, diagnosed_with=None) for e in epochs)
+
+
 class _Facts(NamedTuple):
     """What the rules know of the run that may change as it goes (``Session._facts``), read when
     an epoch ends: an epoch whose close waits (``Session._wait``) is diagnosed with these."""
@@ -217,7 +289,13 @@ class Session:
         self.config = config
         self.framework: Framework = framework
         self._clock = clock
-        self.timeline = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=config.recent_steps)
+        self.timeline = Timeline(
+            clock=clock,
+            cpu_clock=cpu_clock,
+            recent_steps=config.recent_steps,
+            group_steps=MIN_JUDGED_STEPS,
+            group_wall_ns=round(MIN_JUDGED_WALL_S * 1e9),
+        )
         self.host: HostInfo = host_info()
         #: the training precision when the framework says (Lightning: ``str(trainer.precision)``)
         self.precision: str | None = None
@@ -289,6 +367,13 @@ class Session:
         self.epoch_label_offset = 0
         #: the steps of the epochs closed so far
         self._steps_ended = 0
+        #: the group of epochs being diagnosed together (``_Group``), and a clock reading no later
+        #: than the start of its first epoch (None until the run starts): an epoch end sooner than
+        #: ``MIN_JUDGED_WALL_S`` after it cannot close the group
+        self._group = _Group()
+        self._group_since: int | None = None
+        #: the group the latest diagnosis was of (its panel's title and numbers)
+        self._closed_group: _Group | None = None
         #: when the last epoch end was over (a clock reading)
         self._ended_at = 0
         #: when the last epoch panel was printed (a clock reading), and epochs ended since
@@ -321,6 +406,7 @@ class Session:
         self._started_at = utc_now_iso()
         self.timeline.set_owner(threading.get_ident())  # the training thread: its phases make the steps
         if clock:
+            self._group_since = self._clock()
             self.timeline.start()
         self._join_job()
         self.signals.start()
@@ -407,6 +493,7 @@ class Session:
         """Start the timeline now if it has not started."""
         if not self.timeline.started:
             self._started_at = utc_now_iso()
+            self._group_since = self._clock()
             self.timeline.start()
 
     def note(self, text: str) -> None:
@@ -490,6 +577,8 @@ class Session:
             if not (empty and was_paused):
                 timeline.resume()
             self._ended_at = self._clock()
+            if self._group_since is None:
+                self._group_since = self._ended_at
 
     def _wait(self) -> bool:
         """An epoch end with nothing due (no panel, no report write) leaves the epoch's close to a
@@ -499,9 +588,12 @@ class Session:
         ``MAX_WAITING - 1`` others, at the next epoch end that has something to do, or when the
         report is asked for. Between training steps an epoch end costs what it touches, so a few
         dozen short epochs closed at once cost less than each at its end. Only an epoch shorter
-        than ``WAIT_UNDER_NS``; not the first one (its panel is printed), nor a distributed
+        than ``WAIT_UNDER_NS``; not the first one (a job is looked for there), nor a distributed
         job's (the ranks exchange each epoch), nor one on CUDA before an epoch confirmed that
-        the run works there (``SignalCollector.windows_wait``)."""
+        the run works there (``SignalCollector.windows_wait``), nor one that may close its group of
+        epochs (``_Group``: its findings are made, and its panel printed, at its end). So the
+        epoch waits only while it is too short to be diagnosed: what the rules will know is not
+        read, nor the host's window closed."""
         timeline = self.timeline
         if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
             return False
@@ -511,17 +603,18 @@ class Session:
         now = self._clock()
         if now - self._ended_at >= WAIT_UNDER_NS:
             return False
-        if self._console is not None and self._panel_due(now):
+        since = self._group_since
+        if since is None or now - since >= GROUP_WALL_NS:  # the group may be long enough now
             return False
         if self._writer is not None and self._writer.wants_report(now):
             return False
         at = (now, self._cpu_clock())
-        token = (self._epoch_index, self._facts(), signals.mark_windows())
+        token = (self._epoch_index, None, signals.mark_windows(host=False) if signals.epoch_windows else None)
         # counted first: an exception a signal handler raises from here on loses no marked epoch
         self._epoch_index += 1
         self._ended_at = now
         self._latest = None  # the run moved on: taken when asked for (``report``)
-        timeline.mark_epoch(token, at=at, run_if=self._pools)
+        timeline.mark_epoch(token, at=at)
         return True
 
     def _settle(self) -> None:
@@ -532,14 +625,31 @@ class Session:
             return
         closed = timeline.closed_epochs()
         while closed:
-            token, snapshot, run = closed[0]
-            index, facts, mark = cast("tuple[int, _Facts, WindowMark]", token)
+            token, snapshot, _ = closed[0]
+            index, facts, mark = cast("tuple[int, _Facts | None, WindowMark | None]", token)
             signals = self.signals.marked_signals(mark)
-            known = self._known(signals, first_epoch=index, facts=facts)
-            self._keep_epoch(index, snapshot, signals, known, run.span if run is not None else None)
+            group = snapshot.group
+            if group is not None:  # (not expected: ``_wait`` leaves an epoch that may close one)
+                self._group_since = None
+                group_signals = self.signals.close_group(signals, alone=False, host=True)
+                run_span = self.timeline.run_snapshot().span if self._pools(group) else None
+                first = self._group.first if self._group.first is not None else index
+                known = self._known(group_signals, first_epoch=first, facts=facts)
+                self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
+                self._unprinted += 1  # no panel at its end
+            else:
+                self._keep_epoch(index, snapshot, signals)
             del closed[0]
-            if snapshot.steps > 0:
-                self._unprinted += 1  # no panel was due at its end
+
+    def top_saving(self, epoch: EpochReport) -> float:
+        """The headline's ``top_saving_fraction`` at ``epoch``'s end: its best fix's saving, or, for
+        an epoch too short to be diagnosed alone, the latest diagnosis's (0.0 before the first)."""
+        findings = epoch.findings
+        if epoch.diagnosed_with is None and epoch.covers_epochs is None and not findings:
+            group = self._closed_group
+            if group is not None and group.view is not None and group.last != epoch.index:
+                findings = group.view.get()[1]
+        return findings[0].est_saving_fraction if findings else 0.0
 
     @property
     def epochs_ended(self) -> int:
@@ -570,15 +680,23 @@ class Session:
     def _close_epoch(self, snapshot: SpanSnapshot, *, panel: bool = True) -> Later[EpochReport]:
         index = self._epoch_index
         self._epoch_index += 1
-        signals = self.signals.close_window(steps=snapshot.steps)
-        run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
-        epoch = self._keep_epoch(index, snapshot, signals, self._known(signals, first_epoch=index), run_span)
+        group = snapshot.group
+        signals = self.signals.close_window(steps=snapshot.steps, host=group is not None)
+        if group is not None:  # it closes its group: the group's diagnosis
+            self._group_since = None  # (the next group starts at this epoch end's)
+            group_signals = self.signals.close_group(signals, alone=group is snapshot)
+            run_span = self.timeline.run_snapshot().span if self._pools(group) else None
+            first = self._group.first if self._group.first is not None else index
+            known = self._known(group_signals, first_epoch=first)
+            epoch = self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
+        else:
+            epoch = self._keep_epoch(index, snapshot, signals)
         if index == 0 and (self.job is None or self.job.exchange is None):
             self._join_job()  # torch.distributed may have come up inside the ``with`` block
         if self.job is not None:  # rank 0 speaks for the job; the others write their own file
             return self._close_job_epoch(index, epoch, snapshot)
-        if snapshot.steps > 0 and panel:
-            self._print_epoch(index, epoch, snapshot)
+        if snapshot.steps > 0 and panel and group is not None:
+            self._print_epoch(index, epoch, snapshot, group=self._closed_group)
         writer = self._writer
         if writer is not None and writer.wants_report():
             job = self._latest = self._report_job(complete=False)
@@ -600,28 +718,40 @@ class Session:
         index: int,
         snapshot: SpanSnapshot,
         signals: Signals,
-        known: functools.partial[Context],
-        run_span: SpanStats | None,
+        group_signals: Signals | None = None,
+        known: functools.partial[Context] | None = None,
+        run_span: SpanStats | None = None,
     ) -> Later[EpochReport]:
         """The epoch's place in the report: its report, made when first asked for (at once for a
-        long epoch). ``known``: what the rules knew when it ended."""
+        long epoch), with its group's part once the group closed (``_Group``). When the epoch
+        closes its group (``snapshot.group``): ``group_signals``, the group's signals, and
+        ``known``, what the rules knew when it ended."""
         steps = snapshot.steps
         steps_before = self._steps_ended
         epoch_steps = max(self.epoch_steps or 0, steps) if steps > 0 else self.epoch_steps
+        group = self._group
+        closes = snapshot.group
+        view: Later[tuple[Summary, tuple[Finding, ...], str | None]] | None = None
+        if closes is not None:
+            assert known is not None
+            before = group.steps_before if group.first is not None else steps_before
+            view = self._group_view(closes, group_signals or signals, known, before, run_span, epoch_steps)
 
         def make() -> EpochReport:
-            stats = snapshot.stats()
-            context = known(span=stats, steps_before=steps_before, run_span=run_span, epoch_steps=epoch_steps)
-            return EpochReport(
-                index=index,
-                summary=self.summarize(stats, signals),
-                findings=tuple(diagnose(context)),
-            )
+            return EpochReport(index=index, summary=self.summarize(snapshot.stats(), signals))
 
-        epoch = Later(make)
+        epoch = _Grouped(make, group)
+        if group.first is None:
+            group.first, group.steps_before = index, steps_before
+        group.latest = index
+        if view is not None:
+            group.view, group.last = view, index
         if steps >= MAKE_AT_ONCE_STEPS:
             epoch.get()
         # the session's state last (an exception before leaves it as it was)
+        if view is not None:
+            self._closed_group = group
+            self._group = _Group()
         self._steps_ended = steps_before + steps
         self.epoch_steps = epoch_steps
         self.epochs.append(epoch)
@@ -629,6 +759,42 @@ class Session:
             del self.epochs[10]  # keep the first ten and the most recent ones
             self.note(f"only the first 10 and the last {MAX_EPOCHS_IN_REPORT - 10} epochs are kept in the report")
         return epoch
+
+    def _group_view(
+        self,
+        snapshot: SpanSnapshot,
+        signals: Signals,
+        known: functools.partial[Context],
+        steps_before: int,
+        run_span: SpanStats | None,
+        epoch_steps: int | None,
+    ) -> Later[tuple[Summary, tuple[Finding, ...], str | None]]:
+        """A group's summary, findings and whether it is too short to judge, made when first asked
+        for (a panel, a report)."""
+
+        def make() -> tuple[Summary, tuple[Finding, ...], str | None]:
+            stats = snapshot.stats()
+            context = known(span=stats, steps_before=steps_before, run_span=run_span, epoch_steps=epoch_steps)
+            return self.summarize(stats, signals), tuple(diagnose(context)), too_short_for(stats.steps, stats.wall_s)
+
+        return Later(make)
+
+    def _close_open_group(self) -> None:
+        """The run ends with epochs not diagnosed yet (together too short to judge): they are
+        diagnosed together all the same, their findings low confidence, held by the last of them."""
+        group = self._group
+        if group.first is None or group.latest is None:
+            return
+        snapshot = self.timeline.close_group()
+        if snapshot is None:
+            return
+        self._group = _Group()
+        signals = self.signals.close_group(Signals(), alone=False, host=True)
+        run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
+        known = self._known(signals, first_epoch=group.first)
+        group.view = self._group_view(snapshot, signals, known, group.steps_before, run_span, self.epoch_steps)
+        group.last = group.latest
+        self._closed_group = group
 
     def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
         """An epoch end of a distributed job: this rank's epoch is made now and sent to rank 0,
@@ -640,6 +806,10 @@ class Session:
         job = self.job
         assert job is not None
         self._note_forward(span.steps)
+        closed = self._closed_group
+        group = None  # the epochs this one's findings are of, when it closes a group
+        if span.group is not None and closed is not None and closed.first is not None:
+            group = (closed.first, index)
         job.cores = self.rank_cores
         own: Later[Report] | None = None
         if not job.leader:
@@ -649,18 +819,18 @@ class Session:
                 start = self._clock()
                 own = self._report_job(complete=False)
                 report = own.get()
-                job.close_epoch(epoch.get(), report)
+                job.close_epoch(epoch.get(), report, group=group)
                 job.note_run_cost((self._clock() - start) / 1e9, span.wall_ns / 1e9)
                 self._write_own_later(own)
             else:
-                job.close_epoch(epoch.get(), None)
+                job.close_epoch(epoch.get(), None, group=group)
             self._latest = own
             return epoch
         # the job's report needs every rank's run from this epoch end
         due = job.run_due(index) and self._writer is not None and self._writer.wants_report()
         if due or (self._rank_writer is not None and self._rank_writer.wants_report()):
             own = self._report_job(complete=False)  # read now, made when written
-        job.close_epoch(epoch.get(), None)
+        job.close_epoch(epoch.get(), None, group=group)
         self._latest = None  # taken when asked for (``report``)
         if own is not None:
             self._write_own_later(own)
@@ -679,7 +849,7 @@ class Session:
         held, self._held_panel = self._held_panel, None
         if held is not None:  # the previous epoch's: its ranks' summaries were taken above, no wait
             self._print_job_epoch(*held)
-        if span.steps > 0:
+        if span.steps > 0 and group is not None:  # a panel per diagnosis
             if span.wall_ns < HOLD_PANEL_S * 1e9 and self._console is not None:
                 self._held_panel = (index, made, span)
             else:
@@ -690,7 +860,16 @@ class Session:
         self, index: int, made: Later[tuple[EpochReport, tuple[RankEntry, ...]]], span: SpanSnapshot
     ) -> None:
         """Rank 0: the job's epoch panel (waiting for the ranks' summaries when not in yet)."""
-        self._print_epoch(index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]))
+        job = self.job
+
+        def view() -> tuple[Summary, tuple[Finding, ...], str | None]:
+            epoch = made.get()[0]
+            summary = job.group_summary(index) if job is not None else None
+            return summary or epoch.summary, epoch.findings, None
+
+        self._print_epoch(
+            index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]), view=Later(view)
+        )
 
     def _print_held_panel(self) -> None:
         """The job's last short epoch's panel, held for the next epoch end, at the run's end."""
@@ -721,13 +900,17 @@ class Session:
         span: SpanSnapshot,
         *,
         ranks: Later[tuple[RankEntry, ...]] | None = None,
+        group: _Group | None = None,
+        view: Later[tuple[Summary, tuple[Finding, ...], str | None]] | None = None,
     ) -> None:
-        """Print the epoch's panel when it is due (the first epoch's always); a panel says how many
-        epochs ended unprinted before it. Due: by default when the time since the last panel is at
-        least ``1 / PRINT_SHARE`` times what a panel takes (the smaller of the last two panels'
-        costs): every epoch, unless epochs are so short that their panels would take more than
-        0.25% of the run; with ``print_interval_s``, when that many seconds passed since the last
-        one (0: every epoch)."""
+        """Print the panel of the diagnosis an epoch end made when it is due (the first one's
+        always); a panel says how many diagnoses ended unprinted before it. Due: by default when
+        the time since the last panel is at least ``1 / PRINT_SHARE`` times what a panel takes (the
+        smaller of the last two panels' costs): every epoch, unless epochs are so short that their
+        panels would take more than 0.25% of the run; with ``print_interval_s``, when that many
+        seconds passed since the last one (0: every epoch). ``group``: the epochs diagnosed
+        together that this epoch closes; a panel of several reads "epochs first–last", with their
+        numbers together; ``view``: the job's numbers and findings for it (rank 0 of a job)."""
         if self._console is None:
             return
         now = self._clock()
@@ -735,12 +918,21 @@ class Session:
             self._unprinted += 1
             return
         epoch = later.get()
-        title = f"epoch {index + self.epoch_label_offset}"
+        offset = self.epoch_label_offset
+        summary, findings = epoch.summary, epoch.findings
+        short = too_short_for(span.steps, span.wall_ns / 1e9)
+        first = epoch.covers_epochs[0] if epoch.covers_epochs is not None else index
+        if group is not None and group.first is not None and group.view is not None and group.first < index:
+            first = group.first
+            summary, findings, short = group.view.get()
+        elif view is not None and first < index:
+            summary, findings, _ = view.get()
+            short = None
+        title = f"epoch {index + offset}" if first == index else f"epochs {first + offset}–{index + offset}"
         if self._unprinted:
             title += f" ({self._unprinted} more since the last panel)"
-        short = too_short_for(span.steps, span.wall_ns / 1e9)
         rows = ranks.get() if ranks is not None else ()
-        self.print(title, epoch.summary, epoch.findings, (short,) if short else (), ranks=rows)
+        self.print(title, summary, findings, (short,) if short else (), ranks=rows)
         end = self._clock()
         # the smaller of this panel's cost and the previous one's: a single slow panel (the first,
         # which loads rich's rendering, or one a garbage collection hit) does not hold back the next
@@ -772,6 +964,7 @@ class Session:
 
     def _finish(self, *, print_run: bool) -> Report:
         self._settle()
+        self._close_open_group()
         if self._folder_lock is not None:
             self._claim_folder()
             self._release_folder()
@@ -837,7 +1030,7 @@ class Session:
                 summary = self.summarize(span, self.signals.run_window())
             except Exception:  # the samplers' numbers are a refinement: the steps are what counts
                 summary = self.summarize(span)
-            epochs = tuple(e for e in (epoch.made() for epoch in self.epochs) if e is not None)
+            epochs = _whole_groups(tuple(e for e in (epoch.made() for epoch in self.epochs) if e is not None))
             report = Report(
                 run=self._run_info(),
                 summary=summary,

@@ -410,7 +410,7 @@ class _TrainRun:
         values = {
             "gpu_idle_fraction": summary.gpu_idle_fraction,
             "steps_per_s": summary.steps_per_s,
-            "top_saving_fraction": epoch.findings[0].est_saving_fraction if epoch.findings else 0.0,
+            "top_saving_fraction": self.session.top_saving(epoch),
         }
         for name in HEADLINE_PHASES:
             values[f"{name}_fraction"] = float(summary.phase_fractions.get(name, 0.0))

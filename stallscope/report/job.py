@@ -14,6 +14,7 @@ The job's summary reads like one run's:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from stallscope.report.schema import IDLE_SOURCES, RankEntry, Summary
@@ -58,6 +59,33 @@ def fractions_of(seconds: Mapping[str, float], wall: float) -> dict[str, float]:
     largest = max(rounded, key=lambda n: rounded[n])
     rounded[largest] = round(min(1.0, max(0.0, rounded[largest] + 1.0 - sum(rounded.values()))), 6)
     return rounded
+
+
+def consecutive_summary(parts: Sequence[Summary]) -> Summary:
+    """One summary of consecutive spans (at least one): the epochs diagnosed together, a rank's
+    run and the epochs it closed after it. Steps, wall time, seconds per phase and idle time are
+    added up; the step-time statistics and NVML's numbers are the first span's."""
+    if not parts:
+        raise ValueError("a summary of consecutive spans needs at least one")
+    if len(parts) == 1:
+        return parts[0]
+    wall = sum(p.wall_s for p in parts)
+    steps = sum(p.steps for p in parts)
+    seconds: dict[str, float] = {}
+    for p in parts:
+        for name, share in p.phase_fractions.items():
+            seconds[name] = seconds.get(name, 0.0) + share * p.wall_s
+    first = parts[0]
+    idle = sum(p.gpu_idle_fraction * p.wall_s for p in parts) / wall if wall > 0 else first.gpu_idle_fraction
+    return replace(
+        first,
+        wall_s=round(wall, 6),
+        steps=steps,
+        steps_per_s=round(steps / wall, 4) if wall > 0 else 0.0,
+        gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
+        phase_fractions=fractions_of(seconds, wall),
+        phase_seconds={name: round(s, 6) for name, s in seconds.items()},
+    )
 
 
 def job_summary(summaries: Sequence[Summary]) -> Summary:

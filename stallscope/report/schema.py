@@ -126,19 +126,36 @@ class RankEntry:
 
 @dataclass(frozen=True)
 class EpochReport:
+    """One epoch (SPEC §3 ``epochs[]``): its own summary, and the findings of the diagnosis it
+    closes. An epoch too short to judge is diagnosed with the next ones, as a group that closes
+    at the first epoch end where they are long enough together (``analysis/diagnose.py``,
+    ``too_short``): the closing epoch holds the group's findings and ``covers_epochs``, each
+    other epoch of the group no findings and ``diagnosed_with``."""
+
     index: int
     summary: Summary
     findings: tuple[Finding, ...] = ()
+    #: the first and last epoch (this one) of the group its findings are of; None when they are
+    #: of this epoch alone, or when it closes no group
+    covers_epochs: tuple[int, int] | None = None
+    #: the epoch that holds the findings of this epoch's group (a later one); None when this epoch
+    #: holds them, or when its group has not closed yet (a report written mid-run)
+    diagnosed_with: int | None = None
 
     @cached_property
     def json_dict(self) -> dict[str, Any]:
         """The epoch as ``report.json`` holds it, made once: every report written after the epoch
         holds it (hundreds of epochs, rewritten at each mid-run write). Read it, never change it."""
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "summary": summary_to_dict(self.summary),
             "findings": [finding_to_dict(f) for f in self.findings],
         }
+        if self.covers_epochs is not None:
+            out["covers_epochs"] = list(self.covers_epochs)
+        if self.diagnosed_with is not None:
+            out["diagnosed_with"] = self.diagnosed_with
+        return out
 
 
 @dataclass(frozen=True)
@@ -592,7 +609,7 @@ def report_from_dict(d: Any) -> Report:
             local_rank=_opt_int(run, "local_rank", "report.run"),
         ),
         summary=summary_from_dict(_req(d, "summary", Mapping, "report"), "report.summary"),
-        epochs=tuple(_epoch_from_dict(e, f"report.epochs[{i}]") for i, e in enumerate(epochs)),
+        epochs=_checked_epochs(tuple(_epoch_from_dict(e, f"report.epochs[{i}]") for i, e in enumerate(epochs))),
         findings=tuple(finding_from_dict(f, f"report.findings[{i}]") for i, f in enumerate(findings)),
         notes=tuple(notes),
         tail=summary_from_dict(_req(d, "tail", Mapping, "report"), "report.tail")
@@ -605,10 +622,51 @@ def report_from_dict(d: Any) -> Report:
 def _epoch_from_dict(e: Any, where: str) -> EpochReport:
     if not isinstance(e, Mapping):
         raise ReportError(f"{where} is not an object")
-    return EpochReport(
-        index=_count(e, "index", where),
-        summary=summary_from_dict(_req(e, "summary", Mapping, where), f"{where}.summary"),
-        findings=tuple(
-            finding_from_dict(f, f"{where}.findings[{j}]") for j, f in enumerate(_opt_list(e, "findings", where))
-        ),
+    index = _count(e, "index", where)
+    findings = tuple(
+        finding_from_dict(f, f"{where}.findings[{j}]") for j, f in enumerate(_opt_list(e, "findings", where))
     )
+    covers = e.get("covers_epochs")
+    if covers is not None:
+        ok = (
+            isinstance(covers, list)
+            and len(covers) == 2
+            and all(isinstance(c, int) and not isinstance(c, bool) for c in covers)
+            and 0 <= covers[0] < covers[1] == index
+        )
+        if not ok:
+            raise ReportError(f"{where}.covers_epochs must be [first, {index}] with first < {index}, got {covers!r}")
+        covers = (covers[0], covers[1])
+    diagnosed_with = _opt_int(e, "diagnosed_with", where)
+    if diagnosed_with is not None:
+        if diagnosed_with <= index:
+            raise ReportError(f"{where}.diagnosed_with must name a later epoch than {index}, got {diagnosed_with!r}")
+        if findings or covers is not None:
+            raise ReportError(f"{where} has diagnosed_with and findings of its own")
+    return EpochReport(
+        index=index,
+        summary=summary_from_dict(_req(e, "summary", Mapping, where), f"{where}.summary"),
+        findings=findings,
+        covers_epochs=covers,
+        diagnosed_with=diagnosed_with,
+    )
+
+
+def _checked_epochs(epochs: tuple[EpochReport, ...]) -> tuple[EpochReport, ...]:
+    _check_groups(epochs)
+    return epochs
+
+
+def _check_groups(epochs: tuple[EpochReport, ...]) -> None:
+    """Each ``diagnosed_with`` names an epoch whose ``covers_epochs`` holds it, where the report
+    keeps that epoch (a long run keeps only its first and latest epochs)."""
+    by_index = {e.index: e for e in epochs}
+    for i, e in enumerate(epochs):
+        if e.diagnosed_with is None or e.diagnosed_with not in by_index:
+            continue
+        covers = by_index[e.diagnosed_with].covers_epochs
+        if covers is None or not covers[0] <= e.index <= covers[1]:
+            raise ReportError(
+                f"report.epochs[{i}].diagnosed_with is {e.diagnosed_with}, whose covers_epochs "
+                f"({list(covers) if covers else None}) does not hold epoch {e.index}"
+            )

@@ -208,15 +208,34 @@ class SignalCollector:
 
     # -- windows -------------------------------------------------------------------------
 
-    def close_window(self, *, steps: int = 1) -> Signals:
+    def close_window(self, *, steps: int = 1, host: bool = True) -> Signals:
         """The signals of the epoch that just ended (of ``steps`` steps); starts the next window.
         The run's use of CUDA is confirmed at an epoch end after the one that took the device
-        (a model whose memory appears only in its first step is taken here, not at a pass start)."""
+        (a model whose memory appears only in its first step is taken here, not at a pass start).
+        ``host``: close the host's window too (only where a diagnosis is made: see
+        ``mark_windows``)."""
         taken = self.cuda_device is not None
         self.check_device()
         if taken and steps > 0 and self.cuda_device is not None and not self._cuda_confirmed:
             self._guard("cuda", self._confirm_cuda)
-        return self.marked_signals(self.mark_windows())
+        return self.marked_signals(self.mark_windows(host=host))
+
+    def close_group(self, epoch: Signals, *, alone: bool, host: bool = False) -> Signals:
+        """The signals of the group of epochs diagnosed together that ``epoch`` (its own signals,
+        with the host's window closed) closes; starts the next group. ``alone``: the epoch is the
+        group, and its own signals are the group's. The host's window is the group's already:
+        only an epoch end that closes a group closes it (``mark_windows``); ``host``: it was not
+        closed with the epoch's, close it now."""
+        nvml = self._summary("nvml", self.nvml.close_group) if self.nvml is not None else None
+        cuda = self._summary("cuda", self.timer.close_group) if self.timer is not None else None
+        host_summary = epoch.host
+        if host and self.host is not None and not self._stopped:
+            host_summary = self._summary("host", self.host.close_window)
+        if alone:
+            return epoch
+        if nvml is None and cuda is None and host_summary is None and epoch.cuda_device is None:
+            return _NO_SIGNALS
+        return Signals(nvml=nvml, host=host_summary, cuda=cuda, cuda_device=epoch.cuda_device)
 
     @property
     def on_cuda(self) -> bool | None:
@@ -268,17 +287,29 @@ class SignalCollector:
         confirmed that the run works there (``_confirm_cuda``, at a ``close_window``)."""
         return self.cuda_device is None or self._cuda_confirmed
 
-    def mark_windows(self) -> WindowMark:
+    @property
+    def epoch_windows(self) -> bool:
+        """Whether an epoch has windows of its own to close besides the host's (NVML's, the CUDA
+        events', the CUDA device's memory): without, ``mark_windows(host=False)`` marks nothing."""
+        return self.nvml is not None or self.timer is not None or self.cuda_device is not None
+
+    def mark_windows(self, *, host: bool = True) -> WindowMark:
         """``close_window`` for an epoch whose close waits: each window is closed now, cheaply
         (NVML's samples set aside, not summarised; the CUDA events' totals; the host's window;
-        the device as last read), and summarised when the epoch is closed (``marked_signals``)."""
+        the device as last read), and summarised when the epoch is closed (``marked_signals``).
+        ``host=False``: the host's window stays open (an epoch too short to be diagnosed alone:
+        the host's numbers serve the diagnoses only, and the group's is made when it closes)."""
         nvml = self._summary("nvml", self.nvml.mark_window) if self.nvml is not None else None
-        host = self._summary("host", self.host.close_window) if self.host is not None else None
+        host_summary = None
+        if host and self.host is not None:
+            host_summary = self._summary("host", self.host.close_window)
         cuda = self._summary("cuda", self.timer.close_window) if self.timer is not None else None
-        return WindowMark(nvml, host, cuda, self._refresh_device())
+        return WindowMark(nvml, host_summary, cuda, self._refresh_device())
 
-    def marked_signals(self, mark: WindowMark) -> Signals:
-        """The ``Signals`` of the windows ``mark_windows`` closed."""
+    def marked_signals(self, mark: WindowMark | None) -> Signals:
+        """The ``Signals`` of the windows ``mark_windows`` closed (None: nothing was marked)."""
+        if mark is None:
+            return _NO_SIGNALS
         nvml_sampler, window = self.nvml, mark.nvml
         nvml = None
         if nvml_sampler is not None and window is not None:

@@ -171,6 +171,7 @@ class CudaComputeTimer:
         #: compute phases still to be left untimed at the start (module doc, "Warm-up")
         self._warmup = max(0, warmup)
         self._mark = (0, 0, 0, 0, 0, 0, 0)
+        self._group_mark = (0, 0, 0, 0, 0, 0, 0)
 
     # -- hot path ------------------------------------------------------------------------
 
@@ -289,6 +290,13 @@ class CudaComputeTimer:
         self.poll()
         now = self._totals()
         before, self._mark = self._mark, now
+        return self._summary(now, before)
+
+    def close_group(self) -> CudaSummary | None:
+        """The window since the previous call (the epochs diagnosed together); starts the next."""
+        self.poll()
+        now = self._totals()
+        before, self._group_mark = self._group_mark, now
         return self._summary(now, before)
 
     def run_summary(self) -> CudaSummary | None:

@@ -180,6 +180,8 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         self._worked: set[str] = set()
         self._corr = PhaseCorrelator()
         self._win = _Window()
+        #: the window of the epochs diagnosed together (``close_group``): a group of short epochs
+        self._grp = _Window()
         self._all = _Window()
         self._start_ns: int | None = None
         self._last_tick: int | None = None
@@ -320,7 +322,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             elif util is not None:
                 self._take_samples(*util, now_ns, offset_ns)
             if memory is not None:
-                for w in (self._win, self._all):
+                for w in (self._win, self._grp, self._all):
                     w.mem_total = int(memory.total)
                     w.mem_used_max = max(w.mem_used_max or 0, int(memory.used))
             if slow is not None:
@@ -392,7 +394,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             return
         self._ring.append(UtilSample(end_ns, period, util))
         shares, covered, exact = self._corr.shares(start_ns, end_ns)
-        for w in (self._win, self._all):
+        for w in (self._win, self._grp, self._all):
             w.util.add_sample(util, period)
             w.util.add_row(shares, covered, util, exact=exact)
 
@@ -405,7 +407,7 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
         return power, clock, reasons, temp
 
     def _add_slow(self, power: Any, clock: Any, reasons: int | None, temp: Any, dt_ns: int) -> None:
-        for w in (self._win, self._all):
+        for w in (self._win, self._grp, self._all):
             if power is not None:
                 watts = power / 1000.0
                 w.power_sum += watts
@@ -511,6 +513,15 @@ class NvmlSampler(PeriodicSampler[NvmlSummary, UtilSample]):
             return None
         window, partial = mark
         return self._summary(window, util_partial=bool(partial))
+
+    def close_group(self) -> NvmlSummary | None:
+        """The summary of the group's window (every epoch since the previous call); starts the next."""
+        window = self._with_lock(self._swap_group)
+        return self._summary(window) if window is not None else None
+
+    def _swap_group(self) -> _Window:
+        window, self._grp = self._grp, _Window()
+        return window
 
     def run_summary(self) -> NvmlSummary | None:
         return self._with_lock(lambda: self._summary(self._all))

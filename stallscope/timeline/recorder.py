@@ -271,6 +271,18 @@ class Timeline:
         "_cpu_start",
         "_boundaries",
         "_ep_boundaries",
+        "_gr_steps_min",
+        "_gr_wall_min",
+        "_gr_totals",
+        "_gr_counts",
+        "_gr_steps",
+        "_gr_step_total",
+        "_gr_wall",
+        "_gr_cpu",
+        "_gr_data_cpu",
+        "_gr_epochs",
+        "_gr_n",
+        "_gr_boundaries",
         "_watch",
         "_on_watch_enter",
         "_on_watch_leave",
@@ -289,6 +301,8 @@ class Timeline:
         recent_steps: int = 4096,
         window_steps: int = 16,
         max_windows: int = 256,
+        group_steps: int = 0,
+        group_wall_ns: int = 0,
     ) -> None:
         if recent_steps < 1:
             raise ValueError(f"recent_steps must be >= 1, got {recent_steps!r}")
@@ -386,6 +400,23 @@ class Timeline:
         self._cpu_start = 0
         self._boundaries: list[EpochBoundary] = []
         self._ep_boundaries: list[EpochBoundary] = []
+        # groups of epochs (``_group``): an epoch end closes the group of the epochs since the
+        # last one closed when they have at least ``group_steps`` steps and ``group_wall_ns`` of
+        # wall time together (by default every epoch closes its own); the phase totals and counts,
+        # steps and step time as of the last close, and the open group's sums so far
+        self._gr_steps_min = group_steps
+        self._gr_wall_min = group_wall_ns
+        self._gr_totals: list[int] = self._ep_totals
+        self._gr_counts: list[int] = self._ep_counts
+        self._gr_steps = 0
+        self._gr_step_total = 0
+        self._gr_wall = 0
+        self._gr_cpu = 0
+        #: None once an epoch of the group had loading outside this process
+        self._gr_data_cpu: int | None = 0
+        self._gr_epochs = 0
+        self._gr_n = 0
+        self._gr_boundaries: list[EpochBoundary] = []
         # one watched phase whose enter/leave call listeners (CUDA events around ``compute``);
         # -1: none. The listeners must not raise.
         self._watch = -1
@@ -408,8 +439,8 @@ class Timeline:
         now = self._clock() if at is None else at
         self._start_ns = self._mark = self._ep_start_ns = self._win_start = now
         self._cpu_start = self._ep_cpu = self._cpu_clock()
-        self._ep_totals = list(self._totals)
-        self._ep_counts = list(self._counts)
+        self._ep_totals = self._gr_totals = list(self._totals)
+        self._ep_counts = self._gr_counts = list(self._counts)
         self._started = True
         self._set_push()
 
@@ -456,6 +487,9 @@ class Timeline:
             self._counts.append(0)
             self._ep_totals.append(0)
             self._ep_counts.append(0)
+            if self._gr_totals is not self._ep_totals:  # the open group's baseline, when apart
+                self._gr_totals.append(0)
+                self._gr_counts.append(0)
         return pid
 
     def timer(self, pid: int) -> AbstractContextManager[None]:
@@ -1099,6 +1133,25 @@ class Timeline:
             wall_ns=wall_ns,
             phase_ns=phase_ns,
         )
+        # the open group, with this epoch in it
+        self._gr_wall += wall_ns
+        self._gr_cpu += process_cpu_ns
+        gr_data_cpu = self._gr_data_cpu
+        self._gr_data_cpu = None if data_cpu_ns is None or gr_data_cpu is None else gr_data_cpu + data_cpu_ns
+        if epochs:
+            self._gr_epochs += 1
+            self._gr_n += 1
+            if boundaries:
+                self._gr_boundaries += boundaries
+                if len(self._gr_boundaries) > 4096:  # bounded as the run's are
+                    del self._gr_boundaries[1:2049]
+            if self._steps - self._gr_steps >= self._gr_steps_min and self._gr_wall >= self._gr_wall_min:
+                snapshot.group = (
+                    snapshot
+                    if self._gr_n == 1
+                    else self._group_snapshot(new_totals, new_counts, known, self._steps, self._step_total)
+                )
+                self._new_group(new_totals, new_counts, self._steps, self._step_total)
         self._ep_start_ns = now
         self._ep_totals = new_totals
         self._ep_counts = new_counts
@@ -1107,6 +1160,65 @@ class Timeline:
         self._ep_cpu = cpu
         self._ep_data_cpu = data_cpu
         self._ep_data_cpu_wall = data_cpu_wall
+        return snapshot
+
+    def _group_snapshot(
+        self, totals: list[int], counts: list[int], known: int, steps_at: int, step_total_at: int
+    ) -> SpanSnapshot:
+        """The open group's snapshot, as of the state ``totals``, ``counts``, ``steps_at`` and
+        ``step_total_at`` (steps taken after that are left out of its recent steps)."""
+        names = self._names
+        extra = self._steps - steps_at
+        steps = steps_at - self._gr_steps
+        step_total_ns = step_total_at - self._gr_step_total
+        wall_ns, cpu_ns, data_cpu_ns, epochs = self._gr_wall, self._gr_cpu, self._gr_data_cpu, self._gr_epochs
+        then_totals, then_counts, boundaries = self._gr_totals, self._gr_counts, tuple(self._gr_boundaries)
+        phase_ns = _diff(names, known, totals, then_totals, counts)
+
+        def make() -> SpanStats:
+            return SpanStats(
+                wall_ns=wall_ns,
+                steps=steps,
+                epochs=epochs,
+                step_total_ns=step_total_ns,
+                phase_ns=phase_ns,
+                phase_counts=_diff(names, known, counts, then_counts, counts),
+                step=_UNSORTED,
+                data_wait=_UNSORTED,
+                data_cpu_ns=data_cpu_ns,
+                process_cpu_ns=cpu_ns,
+                boundaries=boundaries,
+            )
+
+        recent = []
+        for which in range(4):
+            values = self._recent_values(which, steps + extra)
+            recent.append(values[: max(0, len(values) - extra)] if extra else values)
+        return SpanSnapshot(make, *recent, steps=steps, epochs=epochs, wall_ns=wall_ns, phase_ns=phase_ns)
+
+    def _new_group(self, totals: list[int], counts: list[int], steps: int, step_total: int) -> None:
+        """A group closed: the next one starts from this state."""
+        self._gr_totals, self._gr_counts = totals, counts
+        self._gr_steps, self._gr_step_total = steps, step_total
+        self._gr_wall = self._gr_cpu = self._gr_epochs = self._gr_n = 0
+        self._gr_data_cpu = 0
+        self._gr_boundaries = []
+
+    @property
+    def open_group(self) -> int:
+        """Epochs (with steps or a pass) closed since the last group closed (``SpanSnapshot.group``)."""
+        return self._gr_n
+
+    def close_group(self) -> SpanSnapshot | None:
+        """Close the open group as of the last epoch's end (the run ends before it was long
+        enough): its snapshot, or None when no epoch is in it. Epochs ``mark_epoch`` ended that
+        were not closed yet (``closed_epochs``) are not in it."""
+        if not self._gr_n:
+            return None
+        totals, counts = self._ep_totals, self._ep_counts
+        known = min(len(totals), len(self._gr_totals), len(self._names))
+        snapshot = self._group_snapshot(totals, counts, known, self._ep_steps, self._ep_step_total)
+        self._new_group(totals, counts, self._ep_steps, self._ep_step_total)
         return snapshot
 
     def run_stats(self) -> SpanStats:

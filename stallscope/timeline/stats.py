@@ -172,7 +172,19 @@ class SpanSnapshot:
     the function), and the rest (the phase counts, the data CPU, the record itself) waits for its
     report. Two threads asking at once may both make it; they make equal ones."""
 
-    __slots__ = ("_span", "_make", "steps", "epochs", "wall_ns", "phase_ns", "step", "data_wait", "compute", "kinds")
+    __slots__ = (
+        "_span",
+        "_make",
+        "steps",
+        "epochs",
+        "wall_ns",
+        "phase_ns",
+        "step",
+        "data_wait",
+        "compute",
+        "kinds",
+        "group",
+    )
 
     def __init__(
         self,
@@ -205,6 +217,9 @@ class SpanSnapshot:
         self.epochs = epochs
         self.wall_ns = wall_ns
         self.phase_ns: Mapping[str, int] = phase_ns if phase_ns is not None else {}
+        #: an epoch's snapshot: the snapshot of the group of epochs it closes (itself when it is
+        #: long enough alone), None when it closes none (``Timeline``'s ``group_steps``)
+        self.group: SpanSnapshot | None = None
 
     @property
     def span(self) -> SpanStats:

@@ -23,6 +23,7 @@ from faults.harness import assert_unchanged, numbers, plain_run, script_run, val
 from stallscope import StallScope
 from stallscope.hooks import session as session_module
 from stallscope.signals.host import host_info
+from stallscope.timeline.recorder import Timeline
 
 
 def _raise_at(target: int, exc: BaseException) -> Any:
@@ -183,20 +184,16 @@ def test_a_signal_handlers_exception_while_stallscope_runs(
         scope = StallScope(tmp_path, console=False)
         session = scope._session
         if where == "epoch end":
-            closes: list[int] = []
+            real_mark = Timeline.mark_epoch
 
-            def closing(real: Any) -> Any:
-                def close(**kwargs: Any) -> Any:
-                    closes.append(1)
-                    if len(closes) == 2:
-                        signal.raise_signal(signal.SIGUSR1)
-                    return real(**kwargs)
+            def mark(self: Timeline, *args: Any, **kwargs: Any) -> bool:
+                done = real_mark(self, *args, **kwargs)
+                signal.raise_signal(signal.SIGUSR1)
+                return done
 
-                return close
-
-            # every epoch end closes the signals' windows through mark_windows (at once, or set
-            # aside for a short epoch's later close)
-            monkeypatch.setattr(session.signals, "mark_windows", closing(session.signals.mark_windows))
+            # the second epoch end is the first a short epoch's close waits from: it marks the
+            # epoch's end in the timeline (the first epoch is closed at its end)
+            monkeypatch.setattr(Timeline, "mark_epoch", mark)
             items = 16
         else:
             real_diagnose, real_finish = session_module.diagnose, session.finish
