@@ -43,13 +43,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--steps", type=int, default=None, help="steps measured per trial (default: from trial 0, <= 300)")
     p.add_argument("--seconds", type=float, default=None, help="longest measured time per trial (default 30)")
     p.add_argument("--warmup", type=int, default=5, help="steps before a trial's measurement starts (default 5)")
-    p.add_argument("--min-saving", type=float, default=0.02, help="keep a change when surely faster than 1+this (default 0.02)")
+    p.add_argument(
+        "--min-saving", type=float, default=0.02, help="keep a change when surely faster than 1+this (default 0.02)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds per comparison, at least (default 3)")
     p.add_argument("--max-rounds", type=int, default=8, help="rounds while the interval is wide, at most (default 8)")
-    p.add_argument("--timeout", type=float, default=None, help="stop a trial after this many seconds (default: its budget x2)")
+    p.add_argument(
+        "--timeout", type=float, default=None, help="stop a trial after this many seconds (default: its budget x2)"
+    )
     p.add_argument("--no-neighbours", action="store_true", help="do not try num_workers +-1 beside the predicted value")
     p.add_argument("--out", type=Path, default=Path("tune.json"), help="where tune.json goes (default ./tune.json)")
-    p.add_argument("--scratch", type=Path, default=None, help="the trials' folder (default stallscope-tune/<time> beside --out)")
+    p.add_argument(
+        "--scratch", type=Path, default=None, help="the trials' folder (default stallscope-tune/<time> beside --out)"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after '--'")
     p.set_defaults(run=run)
 
@@ -114,9 +120,15 @@ def run(args: argparse.Namespace, console: Console) -> int:
         raise SystemExit(_usage("no command to tune: stallscope tune [options] -- python train.py ..."))
     try:
         options = TuneOptions(
-            budget_s=args.budget, steps=args.steps, seconds=args.seconds, warmup_steps=args.warmup,
-            min_saving=args.min_saving, min_rounds=args.rounds, max_rounds=max(args.max_rounds, args.rounds),
-            timeout_s=args.timeout, neighbours=not args.no_neighbours,
+            budget_s=args.budget,
+            steps=args.steps,
+            seconds=args.seconds,
+            warmup_steps=args.warmup,
+            min_saving=args.min_saving,
+            min_rounds=args.rounds,
+            max_rounds=max(args.max_rounds, args.rounds),
+            timeout_s=args.timeout,
+            neighbours=not args.no_neighbours,
             scratch=args.scratch if args.scratch is not None else scratch_for(args.out),
         )
     except ValueError as exc:
@@ -125,7 +137,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
     live = Live(console=console, refresh_per_second=2, transient=True) if console.is_terminal else None
     screen = _Screen(console, tuner, live)
     tuner.observer = screen
-    console.print(Text(plain(f"tuning: {' '.join(command)} (budget {options.budget_s:.0f} s; trials in {options.scratch})")))
+    console.print(
+        Text(plain(f"tuning: {' '.join(command)} (budget {options.budget_s:.0f} s; trials in {options.scratch})"))
+    )
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if live is not None:

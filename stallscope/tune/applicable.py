@@ -13,7 +13,9 @@ from typing import Any
 from stallscope.tune.loaders import LOADER_KEYS
 
 #: Trainer arguments a Lightning trial sets before the fit uses them
-LIGHTNING_TRAINER_KEYS = frozenset({"log_every_n_steps", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches"})
+LIGHTNING_TRAINER_KEYS = frozenset(
+    {"log_every_n_steps", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches"}
+)
 #: ModelCheckpoint arguments a Lightning trial sets on the Trainer's checkpoint callbacks
 LIGHTNING_CHECKPOINT_KEYS = frozenset({"every_n_train_steps"})
 

@@ -63,7 +63,10 @@ def rebuild(loader: Any, settings: Mapping[str, Any]) -> Any:
         kwargs["batch_size"] = None
     elif loader.batch_size is not None:
         kwargs.update(
-            sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last, collate_fn=loader.collate_fn
+            sampler=loader.sampler,
+            batch_size=loader.batch_size,
+            drop_last=loader.drop_last,
+            collate_fn=loader.collate_fn,
         )
     elif loader.batch_sampler is not None:
         kwargs.update(batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn)

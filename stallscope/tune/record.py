@@ -70,8 +70,13 @@ def to_json(result: TuneResult) -> dict[str, Any]:
         "trials": [_trial(t, result) for t in result.trials],
         "candidates": [_candidate(c) for c in result.candidates],
         "by_hand": [
-            {"finding": b.finding, "suggestion": dict(b.suggestion), "predicted": b.predicted, "bound": b.bound,
-             "fix": b.fix}
+            {
+                "finding": b.finding,
+                "suggestion": dict(b.suggestion),
+                "predicted": b.predicted,
+                "bound": b.bound,
+                "fix": b.fix,
+            }
             for b in result.by_hand
         ],
         "best": {"settings": result.best, "speedup": result.speedup},

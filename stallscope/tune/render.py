@@ -36,11 +36,20 @@ def _verdict(c: Candidate) -> str:
 def table(result: TuneResult) -> Table:
     """One row for trial 0 and one per candidate: predicted, realized (median, interval), kept."""
     t = Table(title="stallscope tune", title_justify="left", expand=False)
-    for name, justify in (("setting tried", "left"), ("finding", "left"), ("predicted", "right"),
-                          ("realized", "right"), ("90% interval", "right"), ("pairs", "right"), ("kept", "left")):
+    for name, justify in (
+        ("setting tried", "left"),
+        ("finding", "left"),
+        ("predicted", "right"),
+        ("realized", "right"),
+        ("90% interval", "right"),
+        ("pairs", "right"),
+        ("kept", "left"),
+    ):
         t.add_column(name, justify=justify)  # type: ignore[arg-type]
     if result.baseline_steps_per_s is not None:
-        t.add_row(Text("as configured (trial 0)"), "", "", Text(f"{result.baseline_steps_per_s:.1f} steps/s"), "", "", "")
+        t.add_row(
+            Text("as configured (trial 0)"), "", "", Text(f"{result.baseline_steps_per_s:.1f} steps/s"), "", "", ""
+        )
     for c in result.candidates:
         r = c.realized
         t.add_row(
@@ -57,6 +66,7 @@ def table(result: TuneResult) -> Table:
 
 def snippet(framework: str, settings: Mapping[str, Any]) -> str:
     """The kept settings as code for the user's framework."""
+
     def args(keys: frozenset[str]) -> str:
         return ", ".join(f"{k}={settings[k]!r}" for k in sorted(settings) if k in keys)
 
@@ -87,7 +97,9 @@ def summary(result: TuneResult, out: str) -> RenderableType:
         parts.append(Text("best: the command as configured (no change was surely faster)"))
     for b in result.by_hand:
         setting = ", ".join(f"{k}={v!r}" for k, v in b.suggestion.items())
-        parts.append(Text(plain(f"apply by hand: {b.finding} ({setting}), predicted {_x(b.predicted, b.bound)}: {b.fix}")))
+        parts.append(
+            Text(plain(f"apply by hand: {b.finding} ({setting}), predicted {_x(b.predicted, b.bound)}: {b.fix}"))
+        )
     errors = result.prediction_errors
     if errors:
         parts.append(Text(f"predictions were within {max(errors):.0%} on this job ({len(errors)} measured)"))

@@ -89,7 +89,12 @@ def run_trial(
     with open(log, "wb") as out:
         try:
             proc = subprocess.Popen(
-                list(command), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                list(command),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         except OSError as exc:

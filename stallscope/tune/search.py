@@ -38,6 +38,8 @@ DEFAULT_SECONDS = 30.0
 MIN_STEPS = 10
 #: trial 0's time to start, on top of its budget, before it counts as hung
 START_ALLOWANCE_S = 60.0
+#: a later trial's timeout is at least trial 0's wall time and this much more
+TIMEOUT_SLACK_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,11 @@ class Tuner:
     def _search(self) -> None:
         opts = self.options
         first = self._trial(
-            {}, None, None, steps=opts.steps or DEFAULT_STEPS, seconds=opts.seconds or DEFAULT_SECONDS,
+            {},
+            None,
+            None,
+            steps=opts.steps or DEFAULT_STEPS,
+            seconds=opts.seconds or DEFAULT_SECONDS,
             timeout_s=opts.timeout_s or 2 * ((opts.seconds or DEFAULT_SECONDS) + START_ALLOWANCE_S),
         )
         outcome = first.outcome
@@ -253,7 +259,8 @@ class Tuner:
         self.result.trial_steps = opts.steps or max(MIN_STEPS, min(DEFAULT_STEPS, measured))
         self.result.trial_seconds = opts.seconds or DEFAULT_SECONDS
         self.result.baseline_steps_per_s = outcome.steps_per_s
-        self._timeout_s = opts.timeout_s or max(10.0, 2 * outcome.wall_s)
+        # budget x2, and on a host busy with other work, time to start and to exit on top
+        self._timeout_s = opts.timeout_s or max(2 * outcome.wall_s, outcome.wall_s + TIMEOUT_SLACK_S)
         report = self._report(outcome)
         if report is None:
             self.result.stopped_because = "trial 0 wrote no readable report: nothing to diagnose"
@@ -306,12 +313,23 @@ class Tuner:
         return None
 
     def _candidate(
-        self, change: dict[str, Any], base: Mapping[str, Any], finding: str, predicted: float | None, bound: str,
-        *, neighbour: bool = False,
+        self,
+        change: dict[str, Any],
+        base: Mapping[str, Any],
+        finding: str,
+        predicted: float | None,
+        bound: str,
+        *,
+        neighbour: bool = False,
     ) -> Candidate:
         candidate = Candidate(
-            index=len(self.result.candidates), change=dict(change), settings={**base, **change}, finding=finding,
-            predicted=predicted, bound=bound, neighbour=neighbour,
+            index=len(self.result.candidates),
+            change=dict(change),
+            settings={**base, **change},
+            finding=finding,
+            predicted=predicted,
+            bound=bound,
+            neighbour=neighbour,
         )
         self.result.candidates.append(candidate)
         return candidate
@@ -403,9 +421,7 @@ class Tuner:
             for other in kept:
                 if other is chosen or other.realized is None or chosen.realized is None:
                     continue
-                head = paired_speedup(
-                    [(a[1], b[1]) for a, b in zip(chosen.pairs, other.pairs, strict=False)]
-                )
+                head = paired_speedup([(a[1], b[1]) for a, b in zip(chosen.pairs, other.pairs, strict=False)])
                 if head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
                     chosen = other
         elif kept:
@@ -420,8 +436,14 @@ class Tuner:
     # -- trials --------------------------------------------------------------------------
 
     def _trial(
-        self, settings: Mapping[str, Any], candidate: Candidate | None, rnd: int | None, *,
-        steps: int | None = None, seconds: float | None = None, timeout_s: float | None = None,
+        self,
+        settings: Mapping[str, Any],
+        candidate: Candidate | None,
+        rnd: int | None,
+        *,
+        steps: int | None = None,
+        seconds: float | None = None,
+        timeout_s: float | None = None,
     ) -> TrialRecord:
         number = len(self.result.trials)
         label = candidate.label if candidate is not None else ("as configured" if number == 0 else "baseline")
