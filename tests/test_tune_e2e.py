@@ -5,7 +5,8 @@ search ran trial 0 and the top finding's suggestion against a baseline, the chil
 setting (its own report shows it), the trials wrote to the scratch folder and not to the user's
 report folder, ``tune.json`` holds what the search did, and no process of any trial is left.
 A hung trial is stopped at its timeout, and Ctrl-C (a real SIGINT) stops the search and still
-prints what was measured. Each runs on both hot paths (C and ``STALLSCOPE_NO_NATIVE=1``).
+prints what was measured. The children inherit ``STALLSCOPE_NO_NATIVE``: ``make unit`` runs these
+on both hot paths (C, then ``STALLSCOPE_NO_NATIVE=1``), in tune's children too.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = Path(__file__).resolve().parent / "tune_scripts"
 
 pytestmark = pytest.mark.scenario
-
-HOT_PATHS = [pytest.param({}, id="native"), pytest.param({"STALLSCOPE_NO_NATIVE": "1"}, id="python")]
 
 
 def trial_processes(scratch: Path) -> list[int]:
@@ -63,7 +62,7 @@ def tune_command(scratch: Path, out: Path, *options: str, command: list[str]) ->
 
 
 def env_with(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLSCOPE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLSCOPE_TRIAL")}
     env.update(extra)
     env["PYTHONWARNINGS"] = "ignore"
     return env
@@ -84,12 +83,11 @@ def run_tune(tmp_path: Path, extra: dict[str, str], *options: str, command: list
     return json.loads(out.read_text()), proc.stdout
 
 
-@pytest.mark.parametrize("hot_path", HOT_PATHS)
-def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path, hot_path: dict[str, str]) -> None:
+def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> None:
     command = [sys.executable, str(ROOT / "examples" / "starved_loader.py"), "--quiet"]
     tune, stdout = run_tune(
         tmp_path,
-        hot_path,
+        {},
         "--budget",
         "150",
         "--steps",
@@ -138,10 +136,50 @@ def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path, hot_pa
     assert trial_processes(tmp_path / "scratch") == []
 
 
-@pytest.mark.parametrize("hot_path", HOT_PATHS)
-def test_a_hung_trial_is_stopped_and_reported(tmp_path: Path, hot_path: dict[str, str]) -> None:
+def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    command = [sys.executable, str(ROOT / "examples" / "lightning_starved_loader.py"), "--quiet"]
+    tune, stdout = run_tune(
+        tmp_path,
+        {},
+        "--budget",
+        "240",
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--timeout",
+        "120",
+        "--no-neighbours",
+        command=command,
+    )
+    assert tune["framework"] == "lightning"
+    assert tune["trials"][0]["status"] == "ok"
+    top = tune["candidates"][0]
+    assert top["finding"] == "data.workers"
+    workers = top["change"]["num_workers"]
+    measured = [t for t in tune["trials"] if t["candidate"] == 0]
+    assert len(measured) >= 3
+    for trial in measured:
+        assert trial["applied"] == top["change"]
+        # the fit stopped itself through trainer.should_stop, at the budget
+        assert trial["status"] == "ok"
+        assert trial["steps"] == 6
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["framework"] == "lightning"
+        assert report["run"]["dataloader"]["num_workers"] == workers
+    # the fit's losses reached tune (the loss-curve check) and did not change with the workers
+    result = json.loads((Path(measured[0]["report"]).parents[1] / "trial.json").read_text())
+    assert len(result["losses"]) >= 6
+    assert top["verdict"] != "loss changed"
+    assert not (tmp_path / "runs").exists()
+    assert "as configured" in stdout
+    assert trial_processes(tmp_path / "scratch") == []
+
+
+def test_a_hung_trial_is_stopped_and_reported(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPTS / "slow_reads_loop.py")]
-    extra = {**hot_path, "TUNE_TEST_HANG": "candidates"}
+    extra = {"TUNE_TEST_HANG": "candidates"}
     tune, stdout = run_tune(
         tmp_path,
         extra,

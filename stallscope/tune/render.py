@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +23,7 @@ from stallscope.tune.search import Candidate, TuneResult
 def _x(value: float | None, bound: str = "estimate") -> str:
     if value is None:
         return "-"
-    return f"{'at least ' if bound == 'lower' else ''}x{value:.2f}"
+    return f"{'>=' if bound == 'lower' else ''}x{value:.2f}"
 
 
 def _verdict(c: Candidate) -> str:
@@ -34,30 +35,23 @@ def _verdict(c: Candidate) -> str:
 
 
 def table(result: TuneResult) -> Table:
-    """One row for trial 0 and one per candidate: predicted, realized (median, interval), kept."""
-    t = Table(title="stallscope tune", title_justify="left", expand=False)
-    for name, justify in (
-        ("setting tried", "left"),
-        ("finding", "left"),
-        ("predicted", "right"),
-        ("realized", "right"),
-        ("90% interval", "right"),
-        ("pairs", "right"),
-        ("kept", "left"),
-    ):
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    """One row for trial 0 and one per candidate: predicted, realized (median and 90% interval),
+    pairs measured, kept or not. Fits 80 columns."""
+    t = Table(title="stallscope tune", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    t.add_column("setting tried (finding)", overflow="fold", min_width=30)
+    t.add_column("predicted", justify="right", no_wrap=True)
+    t.add_column("realized [90%]", justify="right", no_wrap=True)
+    t.add_column("pairs", justify="right")
+    t.add_column("kept")
     if result.baseline_steps_per_s is not None:
-        t.add_row(
-            Text("as configured (trial 0)"), "", "", Text(f"{result.baseline_steps_per_s:.1f} steps/s"), "", "", ""
-        )
+        t.add_row(Text("as configured (trial 0)"), "", Text(f"{result.baseline_steps_per_s:.1f} steps/s"), "", "")
     for c in result.candidates:
         r = c.realized
+        realized = "-" if r is None else _x(r.median) + (f" [{r.low:.2f}-{r.high:.2f}]" if r.pairs >= 2 else "")
         t.add_row(
-            Text(plain(c.label)),
-            Text(plain(c.finding or "") + (" (neighbour)" if c.neighbour else "")),
+            Text(plain(f"{c.label} ({c.finding or '-'}{', neighbour' if c.neighbour else ''})")),
             Text(_x(c.predicted, c.bound)),
-            Text(_x(r.median) if r else "-"),
-            Text(f"{r.low:.2f}-{r.high:.2f}" if r and r.pairs >= 2 else "-"),
+            Text(realized),
             Text(str(r.pairs) if r else "0"),
             Text(plain(_verdict(c))),
         )

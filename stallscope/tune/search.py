@@ -161,12 +161,17 @@ class TuneResult:
 
     @property
     def prediction_errors(self) -> list[float]:
-        """|predicted - realized| / realized for each suggestion measured through."""
-        return [
-            abs(c.predicted - c.realized.median) / c.realized.median
-            for c in self.candidates
-            if c.predicted is not None and c.realized is not None and c.realized.pairs >= 2 and c.active
-        ]
+        """How far each suggestion measured through missed: |predicted - realized| / realized for
+        an estimate; for a floor (``bound == "lower"``), how far realized fell below it (0 when
+        the floor held)."""
+        errors = []
+        for c in self.candidates:
+            r = c.realized
+            if c.predicted is None or r is None or r.pairs < 2 or not c.active:
+                continue
+            miss = c.predicted - r.median if c.bound == "lower" else abs(c.predicted - r.median)
+            errors.append(max(0.0, miss) / r.median)
+        return errors
 
 
 class Observer(Protocol):
