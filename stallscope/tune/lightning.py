@@ -113,7 +113,7 @@ def _stopper_class(namespace: str) -> type[Any]:
     """The stop callback, a ``Callback`` of the Trainer's own package (its checkpoint hooks)."""
     base: type[Any] = importlib.import_module(namespace).Callback
 
-    class _TrialStopper(base):  # type: ignore[misc,valid-type]
+    class _TrialStopper(base):  # type: ignore[misc]
         """Counts the fit's steps for the trial; stops the fit once its budget is spent."""
 
         def __init__(self, trial: Trial) -> None:
@@ -130,7 +130,7 @@ def _stopper_class(namespace: str) -> type[Any]:
 
 def _loss(outputs: Any) -> float | None:
     """The step's loss from ``training_step``'s output (a tensor or a dict with ``loss``)."""
-    value = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    value: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
     with contextlib.suppress(Exception):
         number = float(value.detach().float().cpu())
         return number if math.isfinite(number) else None
