@@ -38,6 +38,7 @@ class Job:
         self.now = 0.0
         self.plans: list[TrialPlan] = []
         self.fail: Callable[[TrialPlan], str | None] = lambda plan: None
+        self.noise: Callable[[TrialPlan], float] = lambda plan: 1 + 0.01 * (plan.number % 3)
 
     def clock(self) -> float:
         return self.now
@@ -67,7 +68,7 @@ class Job:
         self.plans.append(plan)
         self.now += 1.0
         settings = dict(plan.settings)
-        rate = RATES[settings.get("num_workers", 0)] * (1 + 0.01 * (plan.number % 3))  # a little noise
+        rate = RATES[settings.get("num_workers", 0)] * self.noise(plan)
         plan.report_dir.mkdir(parents=True)
         write_report(
             dataclasses.replace(self.make_report(), findings=self.findings(settings)), plan.report_dir / "report.json"
@@ -131,6 +132,21 @@ def test_rounds_are_interleaved_and_turn(job: Job, tmp_path: Path) -> None:
         (2, "baseline"),
         (2, "num_workers=2"),
     ]
+
+
+def test_after_the_first_rounds_only_the_fastest_candidate_goes_on(job: Job, tmp_path: Path) -> None:
+    job.noise = lambda plan: 1 + 0.8 * ((plan.number * 7) % 5 - 2) / 2  # a busy host: +-80%
+    result = tune(job, tmp_path).result
+    first = result.candidates[:3]
+    later = [t for t in result.trials if t.round is not None and t.round >= 3 and t.candidate is not None]
+    assert later  # the intervals stayed wide: more rounds ran
+    ran = {t.candidate for t in later if t.candidate is not None and t.candidate < 3}
+    leader = max(first, key=lambda c: c.realized.median if c.realized else 0)
+    assert leader.index in ran
+    assert ran <= {leader.index, 0}  # with the predicted value beside a leading neighbour
+    for c in first:
+        if c.index not in ran and c.verdict == "drop":
+            assert c.note.startswith(f"slower than {leader.label}")
 
 
 def test_a_hung_candidate_is_reported_and_never_kept(job: Job, tmp_path: Path) -> None:

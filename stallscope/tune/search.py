@@ -353,13 +353,16 @@ class Tuner:
                 self.observer.candidate_done(candidate)
             self.result.stopped_because = "the budget is spent"
             return None
+        running = list(candidates)
         for rnd in range(opts.max_rounds):
-            live = [c for c in candidates if c.active]
+            live = [c for c in running if c.active]
             if not live:
                 break
             if rnd >= opts.min_rounds:
                 if all(c.verdict != "undecided" for c in live):
                     break
+                live = self._narrowed(live, rnd)
+                running = live
                 if self._left() < per_trial * (len(live) + 1):
                     break
             self._planned = len(self.result.trials) + len(live) + 1
@@ -410,6 +413,21 @@ class Tuner:
                 self.result.stopped_because = "the budget is spent"
                 break
         return self._finish(candidates, "drop")
+
+    def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
+        """After ``min_rounds``, the rounds go on for the fastest candidate only (and the
+        predicted value beside a neighbour that leads, for their head-to-head): the others,
+        slower so far, stop here, dropped."""
+        measured = [c for c in live if c.realized is not None]
+        if not measured:
+            return live
+        leader = max(measured, key=lambda c: c.realized.median if c.realized else 0.0)
+        keep = [c for c in live if c is leader or (leader.neighbour and not c.neighbour)]
+        for c in live:
+            if c not in keep and c.verdict == "undecided":
+                c.verdict = "drop"
+                c.note = f"slower than {leader.label} after {rnd} rounds"
+        return keep
 
     def _finish(self, candidates: list[Candidate], undecided_as: str) -> Candidate | None:
         """Close the comparison: the kept candidate (the predicted value unless a neighbour is
