@@ -116,7 +116,7 @@ def test_the_search_keeps_the_workers_and_drops_what_does_not_pay(job: Job, tmp_
     assert result.best == {"num_workers": 2}
     assert result.speedup == pytest.approx(2.0, rel=0.03)
     assert [b.finding for b in result.by_hand] == ["checkpoint.frequency"]  # a torch.save in a plain loop
-    assert result.stopped_because == "no finding predicts a saving worth trying"
+    assert result.stopped_because == "no finding that a trial can apply predicts a saving worth trying"
     # the prediction x2.2 against x2.0 realized: within 10%; x1.1 against x1.0: within 10%
     assert max(result.prediction_errors) == pytest.approx(0.1, abs=0.03)
 

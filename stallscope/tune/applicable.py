@@ -19,10 +19,27 @@ LIGHTNING_TRAINER_KEYS = frozenset(
 #: ModelCheckpoint arguments a Lightning trial sets on the Trainer's checkpoint callbacks
 LIGHTNING_CHECKPOINT_KEYS = frozenset({"every_n_train_steps"})
 
+#: TrainingArguments a transformers trial sets at the end of ``Trainer.__init__``
+TRANSFORMERS_KEYS = frozenset(
+    {
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "dataloader_prefetch_factor",
+        "dataloader_persistent_workers",
+        "logging_strategy",
+        "logging_steps",
+        "save_strategy",
+        "save_steps",
+        "eval_strategy",
+        "eval_steps",
+    }
+)
+
 IN_PLACE: Mapping[str, frozenset[str]] = {
     "plain": LOADER_KEYS,
     # Lightning copies a batch to the device with non_blocking=True itself
     "lightning": LOADER_KEYS | LIGHTNING_TRAINER_KEYS | LIGHTNING_CHECKPOINT_KEYS | {"non_blocking"},
+    "transformers": TRANSFORMERS_KEYS,
 }
 
 

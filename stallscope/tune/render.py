@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stallscope.report.safe import plain
-from stallscope.tune.applicable import LIGHTNING_CHECKPOINT_KEYS, LIGHTNING_TRAINER_KEYS
+from stallscope.tune.applicable import LIGHTNING_CHECKPOINT_KEYS, LIGHTNING_TRAINER_KEYS, TRANSFORMERS_KEYS
 from stallscope.tune.loaders import LOADER_KEYS
 from stallscope.tune.search import Candidate, TuneResult
 
@@ -70,6 +70,10 @@ def snippet(framework: str, settings: Mapping[str, Any]) -> str:
         lines.append(f"DataLoader(..., {args(frozenset(loader))})")
     if settings.get("batch_sampler"):
         lines.append("DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last), batch_size=None)")
+    if framework == "transformers":
+        if hf := args(TRANSFORMERS_KEYS):
+            lines.append(f"TrainingArguments(..., {hf})")
+        return "\n".join(lines)
     if framework == "lightning":
         if trainer := args(LIGHTNING_TRAINER_KEYS):
             lines.append(f"Trainer(..., {trainer})")

@@ -38,6 +38,8 @@ DEFAULT_SECONDS = 30.0
 MIN_STEPS = 10
 #: trial 0's time to start, on top of its budget, before it counts as hung
 START_ALLOWANCE_S = 60.0
+#: the worker count's key in each loop kind's vocabulary (its neighbours are tried too)
+WORKER_KEYS = ("num_workers", "dataloader_num_workers")
 #: a later trial's timeout is at least trial 0's wall time and this much more
 TIMEOUT_SLACK_S = 30.0
 
@@ -275,7 +277,9 @@ class Tuner:
         while True:
             pick = self._next_candidates(report, base)
             if pick is None:
-                self.result.stopped_because = self.result.stopped_because or "no finding predicts a saving worth trying"
+                self.result.stopped_because = (
+                    self.result.stopped_because or "no finding that a trial can apply predicts a saving worth trying"
+                )
                 return
             chosen = self._compare(base, pick)
             if chosen is None:
@@ -307,12 +311,13 @@ class Tuner:
                 continue
             self._tried.add(key)
             made = [self._candidate(suggestion, base, finding.id, finding.est_speedup, finding.est_speedup_bound)]
-            workers = suggestion.get("num_workers")
+            workers_key = next((k for k in WORKER_KEYS if k in suggestion), "num_workers")
+            workers = suggestion.get(workers_key)
             if self.options.neighbours and isinstance(workers, int):
-                now = base.get("num_workers")
+                now = base.get(workers_key)
                 for value in (workers - 1, workers + 1):
                     if 0 <= value <= 2 * self._cores and value != now and value != workers:
-                        change = {**suggestion, "num_workers": value}
+                        change = {**suggestion, workers_key: value}
                         made.append(self._candidate(change, base, finding.id, None, "estimate", neighbour=True))
             return made
         return None
