@@ -243,7 +243,7 @@ class Tuner:
             self._search()
         except KeyboardInterrupt:
             self.result.interrupted = True
-            self.result.stopped_because = "interrupted (Ctrl-C): what was measured so far"
+            self.result.stopped_because = "interrupted (Ctrl-C or SIGTERM): what was measured so far"
         self.result.wall_s = self._clock() - self._started
         return self.result
 
@@ -369,6 +369,7 @@ class Tuner:
                 live = self._narrowed(live, rnd)
                 running = live
                 if self._left() < per_trial * (len(live) + 1):
+                    self.result.stopped_because = "the budget is spent"
                     break
             self._planned = len(self.result.trials) + len(live) + 1
             order: list[Candidate | None] = [None, *live]
