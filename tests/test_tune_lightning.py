@@ -56,6 +56,15 @@ def test_settings_go_on_the_trainer_its_checkpoints_and_its_folders(tmp_path: Pa
     assert trial.framework == "lightning"
 
 
+def test_async_save_wraps_the_checkpoint_io(tmp_path: Path) -> None:
+    checkpoint = pl.callbacks.ModelCheckpoint(every_n_train_steps=5)
+    trainer = _trainer(tmp_path, callbacks=[checkpoint])
+    trial = Trial(TrialPlan(2, tmp_path / "trial", {"every_n_train_steps": 60, "async_save": True}, steps=10))
+    tune_lightning.attach(trial, trainer)
+    assert isinstance(trainer.strategy.checkpoint_io, pl.plugins.io.AsyncCheckpointIO)
+    assert trial.applied == {"every_n_train_steps": 60, "async_save": True}
+
+
 def test_a_checkpoint_interval_without_a_checkpoint_is_not_applied(tmp_path: Path) -> None:
     trial = Trial(TrialPlan(2, tmp_path / "trial", {"every_n_train_steps": 100}, steps=10))
     tune_lightning.attach(trial, _trainer(tmp_path, enable_checkpointing=False))

@@ -17,7 +17,7 @@ LIGHTNING_TRAINER_KEYS = frozenset(
     {"log_every_n_steps", "val_check_interval", "check_val_every_n_epoch", "limit_val_batches"}
 )
 #: ModelCheckpoint arguments a Lightning trial sets on the Trainer's checkpoint callbacks
-LIGHTNING_CHECKPOINT_KEYS = frozenset({"every_n_train_steps"})
+LIGHTNING_CHECKPOINT_KEYS = frozenset({"every_n_train_steps", "async_save"})
 
 #: TrainingArguments a transformers trial sets at the end of ``Trainer.__init__``
 TRANSFORMERS_KEYS = frozenset(

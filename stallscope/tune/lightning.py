@@ -32,6 +32,7 @@ def attach(trial: Trial, trainer: Any) -> None:
         ("scratch folders", _scratch_folders),
         ("trainer settings", _trainer_settings),
         ("checkpoint interval", _checkpoint_interval),
+        ("asynchronous saves", _async_save),
         ("train loader", _train_loader),
         ("stop callback", _stop_callback),
     ):
@@ -71,6 +72,18 @@ def _checkpoint_interval(trial: Trial, trainer: Any) -> None:
     for callback in found:
         callback._every_n_train_steps = int(keys["every_n_train_steps"])  # private: no setter
     trial.applied.update(keys)
+
+
+def _async_save(trial: Trial, trainer: Any) -> None:
+    """``async_save``: the strategy's checkpoint IO wrapped in Lightning's ``AsyncCheckpointIO``
+    (the plugin the finding's fix names), which the strategy's teardown waits for."""
+    if not trial.plan.settings.get("async_save"):
+        return
+    wrapper: type[Any] = importlib.import_module(f"{_namespace(trainer)}.plugins.io").AsyncCheckpointIO
+    strategy = trainer.strategy
+    if not isinstance(strategy.checkpoint_io, wrapper):
+        strategy.checkpoint_io = wrapper(strategy.checkpoint_io)
+    trial.applied["async_save"] = True
 
 
 def _train_loader(trial: Trial, trainer: Any) -> None:

@@ -77,8 +77,10 @@ def snippet(framework: str, settings: Mapping[str, Any]) -> str:
     if framework == "lightning":
         if trainer := args(LIGHTNING_TRAINER_KEYS):
             lines.append(f"Trainer(..., {trainer})")
-        if checkpoint := args(LIGHTNING_CHECKPOINT_KEYS):
+        if checkpoint := args(LIGHTNING_CHECKPOINT_KEYS - {"async_save"}):
             lines.append(f"ModelCheckpoint(..., {checkpoint})")
+        if settings.get("async_save"):
+            lines.append("Trainer(..., plugins=[AsyncCheckpointIO()])")
     return "\n".join(lines)
 
 
