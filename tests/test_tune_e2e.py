@@ -97,6 +97,8 @@ def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> Non
         "--timeout",
         "90",
         "--no-neighbours",
+        "--max-rounds",
+        "3",
         command=command,
     )
     first = tune["trials"][0]
@@ -151,6 +153,8 @@ def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) 
         "--timeout",
         "120",
         "--no-neighbours",
+        "--max-rounds",
+        "3",
         command=command,
     )
     assert tune["framework"] == "lightning"
@@ -192,6 +196,8 @@ def test_a_hung_trial_is_stopped_and_reported(tmp_path: Path) -> None:
         "--timeout",
         "20",
         "--no-neighbours",
+        "--max-rounds",
+        "3",
         command=command,
     )
     hung = [t for t in tune["trials"] if t["status"] == "hung"]
