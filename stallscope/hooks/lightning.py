@@ -66,6 +66,8 @@ from stallscope.signals.loader import LoaderReader
 from stallscope.timeline import recorder
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, H2D, LOGGING, VALIDATION
 from stallscope.timeline.stats import EpochBoundary
+from stallscope.tune import lightning as tune_lightning
+from stallscope.tune import trial as tune_trial
 
 if TYPE_CHECKING:
     from stallscope.hooks.scope import StallScope
@@ -1111,6 +1113,9 @@ class LightningCallbacks(_HookBase):
             self._quiet_hooks()
         except Exception as exc:
             self._fail(exc)
+        trial = tune_trial.current()
+        if trial is not None and stage == "fit":  # a trial of `stallscope tune`: its settings, its budget
+            tune_lightning.attach(trial, trainer)
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         previous = self._fit_run

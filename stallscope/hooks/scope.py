@@ -32,6 +32,7 @@ from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
+from stallscope.tune import trial as tune_trial
 
 T = TypeVar("T")
 
@@ -198,7 +199,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         print_interval_s: float | None = None,
     ) -> None:
         self._config = ScopeConfig.create(
-            report_dir,
+            tune_trial.report_dir(report_dir),  # a trial of `stallscope tune` writes to its own folder
             console=console,
             nvml_device=nvml_device,
             min_saving=min_saving,
@@ -393,6 +394,9 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             self._start_clock()
         self._generation += 1
         self._batch_epoch = False
+        trial = tune_trial.current()
+        if trial is not None:  # a trial of `stallscope tune`: the loader with the trial's settings
+            iterable = trial.loader(iterable)
         self._session.timeline.end_streams()  # an earlier pass still running passes items through
         if self._active and self._in_epoch:
             try:
@@ -427,6 +431,9 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             it = iter(iterable)  # the user's code: worker start-up happens here
         finally:
             iter_ns = self._data_end(got_item=False)
+        trial = tune_trial.current()
+        if trial is not None:  # a step boundary before each batch: the trial stops at one
+            it = trial.counted(it)
         self._boundary = [index, iter_ns, 0, 0]
         if not self._active or generation != self._generation:
             yield it
@@ -451,6 +458,9 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         each call. The one-line form for a loop with no iterable (``X, Y = scope.batch(get_batch,
         "train")`` in a ``while`` loop): its calls are one epoch, until the scope exits or
         ``iter`` is called. ``get_batch``'s own exceptions propagate unchanged."""
+        trial = tune_trial.current()
+        if trial is not None:  # a trial of `stallscope tune` stops at a step boundary
+            trial.step_begin()
         if not self._active:
             return get_batch(*args, **kwargs)
         try:

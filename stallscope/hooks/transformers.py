@@ -54,6 +54,8 @@ from stallscope.report.schema import EpochReport
 from stallscope.signals.loader import LoaderReader
 from stallscope.timeline.phases import CHECKPOINT, COMPUTE, LOGGING, VALIDATION
 from stallscope.timeline.stats import EpochBoundary
+from stallscope.tune import transformers as tune_transformers
+from stallscope.tune import trial as tune_trial
 
 if TYPE_CHECKING:
     from stallscope.hooks.scope import StallScope
@@ -521,7 +523,9 @@ class TransformersCallbacks:
             run.guard(getattr(run, name), *args)
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        return None
+        trial = tune_trial.current()
+        if trial is not None:  # a trial of `stallscope tune`: its settings, before train() reads them
+            tune_transformers.attach(trial, args)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         previous = self._train_run
@@ -566,6 +570,11 @@ class TransformersCallbacks:
                 run.timeline.leave()
             except Exception as exc:
                 self._fail(exc)
+        trial = tune_trial.current()
+        if trial is not None:  # a trial of `stallscope tune`: stop once its budget is spent
+            trial.framework = "transformers"
+            if trial.step_end():
+                control.should_training_stop = True
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._hf_event("epoch_ending")

@@ -1,0 +1,137 @@
+"""One trial: the user's command as a child process, with the trial's plan in its environment.
+
+The child runs in a process group of its own (``start_new_session``): a DataLoader's workers and
+anything else it starts are in it, and ``stop_group`` ends them all (SIGTERM, then SIGKILL). A
+trial is stopped when it runs past its timeout (the trial's budget x2); whatever happens, Ctrl-C
+included, ``run_trial`` leaves no process of the group running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from stallscope.tune.plan import TrialPlan
+
+Status = Literal["ok", "short", "failed", "hung", "interrupted"]
+
+#: how long a group has after SIGTERM before SIGKILL
+GRACE_S = 3.0
+#: how often the child is polled
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """What one trial did."""
+
+    plan: TrialPlan
+    #: ok: the budget ran out and the trial stopped itself; short: the command ended first, with
+    #: some steps measured; failed: it exited with an error or measured nothing; hung: stopped
+    #: at its timeout; interrupted: Ctrl-C
+    status: Status
+    returncode: int | None
+    wall_s: float
+    #: the trial's ``trial.json``, when it wrote one
+    result: Mapping[str, Any] | None
+    #: the trial's output (stdout and stderr)
+    log: Path
+    message: str = ""
+
+    @property
+    def steps_per_s(self) -> float | None:
+        value = (self.result or {}).get("steps_per_s")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    @property
+    def report(self) -> Path:
+        return self.plan.report_dir / "report.json"
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
+    """End the child's process group: SIGTERM, then SIGKILL after ``grace_s``; reap the child."""
+    pgid = proc.pid  # start_new_session: the child leads its own group
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)  # what is left of the group (workers), at once
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+
+
+def run_trial(
+    command: Sequence[str],
+    plan: TrialPlan,
+    *,
+    timeout_s: float,
+    cwd: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> TrialOutcome:
+    """Run ``command`` as trial ``plan``; stop it after ``timeout_s``. Ctrl-C (KeyboardInterrupt)
+    stops the child's group and goes on up."""
+    plan.folder.mkdir(parents=True, exist_ok=True)
+    log = plan.folder / "output.log"
+    env = dict(os.environ if environ is None else environ)
+    env.update(plan.environ())
+    started = clock()
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return TrialOutcome(plan, "failed", None, 0.0, None, log, f"could not start the command: {exc}")
+        status: Status | None = None
+        try:
+            if on_start is not None:
+                on_start(proc.pid)
+            while proc.poll() is None:
+                if clock() - started > timeout_s:
+                    status = "hung"
+                    break
+                time.sleep(POLL_S)
+        except BaseException:
+            stop_group(proc)
+            raise
+        finally:
+            stop_group(proc, grace_s=0.5 if status is None else GRACE_S)  # no process of its group is left
+    wall = clock() - started
+    result = read_result(plan.result_path)
+    if status == "hung":
+        return TrialOutcome(plan, "hung", proc.returncode, wall, result, log, f"stopped after {timeout_s:.0f} s")
+    rc = proc.returncode
+    if rc != 0:
+        return TrialOutcome(plan, "failed", rc, wall, result, log, f"exited with status {rc}")
+    if result is None or not result.get("steps_per_s"):
+        why = "no measurement: the command ran no step of a watched loop past warm-up"
+        return TrialOutcome(plan, "failed", rc, wall, result, log, why)
+    if not result.get("complete"):
+        return TrialOutcome(plan, "short", rc, wall, result, log, "the command ended before the trial's budget")
+    return TrialOutcome(plan, "ok", rc, wall, result, log)
+
+
+def read_result(path: Path) -> dict[str, Any] | None:
+    """A trial's ``trial.json``, or None when it wrote none (or not JSON)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

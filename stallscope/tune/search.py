@@ -1,0 +1,541 @@
+"""The search: trial 0 as configured, then greedily the top finding's suggestion, measured.
+
+For each candidate (the top finding's suggestion that a trial can apply, and for ``num_workers``
+the neighbours of the predicted value, since the prediction is a model), rounds run the baseline
+(the settings kept so far) and the candidates once each, in an order that turns every round. After
+``min_rounds`` rounds, a candidate is kept when its realized speedup's interval (``stats``) is
+above ``1 + min_saving`` and dropped when it is below; rounds go on while one is undecided, up to
+``max_rounds`` or the budget. The winner is re-diagnosed from its own report, and the search goes
+on from it until no finding predicts a saving worth trying or the budget is spent.
+
+The search talks to the child only through ``runner.run_trial`` (its plan in the environment, its
+``trial.json`` and report back); an ``Observer`` is told of each step, for the live table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stallscope._exceptions import ReportError
+from stallscope.report.io import load_report
+from stallscope.report.schema import Report
+from stallscope.tune import runner
+from stallscope.tune.applicable import in_place
+from stallscope.tune.plan import TrialPlan
+from stallscope.tune.stats import Speedup, decide, paired_speedup
+
+#: trial 0's default budget: this many steps past warm-up, or this many seconds, whichever first
+DEFAULT_STEPS = 300
+DEFAULT_SECONDS = 30.0
+#: the fewest steps a later trial measures (when trial 0 measured fewer in its seconds)
+MIN_STEPS = 10
+#: trial 0's time to start, on top of its budget, before it counts as hung
+START_ALLOWANCE_S = 60.0
+#: the worker count's key in each loop kind's vocabulary (its neighbours are tried too)
+WORKER_KEYS = ("num_workers", "dataloader_num_workers")
+#: a later trial's timeout is at least trial 0's wall time and this much more
+TIMEOUT_SLACK_S = 30.0
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What ``stallscope tune`` was asked for."""
+
+    #: the whole search's wall time, seconds
+    budget_s: float = 600.0
+    #: a trial's measured steps and seconds (None: chosen from trial 0)
+    steps: int | None = None
+    seconds: float | None = None
+    warmup_steps: int = 5
+    #: a candidate is kept when its realized speedup is surely above 1 + min_saving
+    min_saving: float = 0.02
+    min_rounds: int = 3
+    max_rounds: int = 8
+    #: a trial's timeout (None: its budget x2)
+    timeout_s: float | None = None
+    #: where the trials' folders go
+    scratch: Path = Path("stallscope-tune")
+    #: try num_workers - 1 and + 1 beside the predicted value
+    neighbours: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.budget_s > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget_s!r}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
+        if self.seconds is not None and not self.seconds > 0:
+            raise ValueError(f"seconds must be > 0, got {self.seconds!r}")
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup must be >= 0 steps, got {self.warmup_steps!r}")
+        if not 0 <= self.min_saving < 1:
+            raise ValueError(f"min_saving must be in [0, 1), got {self.min_saving!r}")
+        if not 2 <= self.min_rounds <= self.max_rounds:
+            raise ValueError(f"need 2 <= min_rounds <= max_rounds, got {self.min_rounds!r}, {self.max_rounds!r}")
+
+
+@dataclass
+class Candidate:
+    """One change tried against the settings kept so far."""
+
+    index: int
+    #: the change, as suggestion keys (``{"num_workers": 2}``)
+    change: dict[str, Any]
+    #: every setting of the trial: the kept ones with the change
+    settings: dict[str, Any]
+    #: the finding it comes from; for a neighbour, the finding whose value it neighbours
+    finding: str | None
+    #: the finding's ``est_speedup`` (None for a neighbour: the prediction is for another value)
+    predicted: float | None
+    bound: str = "estimate"
+    neighbour: bool = False
+    #: (baseline, candidate) steps per second, one pair per round
+    pairs: list[tuple[float, float]] = field(default_factory=list)
+    realized: Speedup | None = None
+    #: keep / drop / undecided, or why it was not measured through (failed, hung, loss, ...)
+    verdict: str = "undecided"
+    kept: bool = False
+    note: str = ""
+    #: losses of its trials and of the baselines beside them (the loss-curve check)
+    losses: list[list[float]] = field(default_factory=list)
+    base_losses: list[list[float]] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.change.items())
+
+    @property
+    def active(self) -> bool:
+        return self.verdict in ("undecided", "keep", "drop")
+
+
+@dataclass
+class TrialRecord:
+    """One trial the search ran."""
+
+    number: int
+    label: str
+    settings: dict[str, Any]
+    #: the candidate it measured (None: trial 0 or a baseline)
+    candidate: int | None
+    round: int | None
+    outcome: runner.TrialOutcome | None = None
+
+
+@dataclass(frozen=True)
+class ByHand:
+    """A suggestion a trial cannot apply in place: the user applies it (with its prediction)."""
+
+    finding: str
+    suggestion: Mapping[str, Any]
+    predicted: float
+    bound: str
+    fix: str
+
+
+@dataclass
+class TuneResult:
+    """What the search found (``record.to_json`` writes it as ``tune.json``)."""
+
+    command: list[str]
+    options: TuneOptions
+    framework: str = "plain"
+    trials: list[TrialRecord] = field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
+    by_hand: list[ByHand] = field(default_factory=list)
+    #: every kept change, merged
+    best: dict[str, Any] = field(default_factory=dict)
+    #: the kept changes' realized medians, multiplied: the speedup over trial 0
+    speedup: float = 1.0
+    #: the measured trial budget (``TrialPlan`` fields)
+    trial_steps: int | None = None
+    trial_seconds: float | None = None
+    stopped_because: str = ""
+    interrupted: bool = False
+    wall_s: float = 0.0
+    baseline_steps_per_s: float | None = None
+
+    @property
+    def prediction_errors(self) -> list[float]:
+        """How far each suggestion measured through missed: |predicted - realized| / realized for
+        an estimate; for a floor (``bound == "lower"``), how far realized fell below it (0 when
+        the floor held)."""
+        errors = []
+        for c in self.candidates:
+            r = c.realized
+            if c.predicted is None or r is None or r.pairs < 2 or not c.active:
+                continue
+            miss = c.predicted - r.median if c.bound == "lower" else abs(c.predicted - r.median)
+            errors.append(max(0.0, miss) / r.median)
+        return errors
+
+
+class Observer(Protocol):
+    """Told of the search's progress (the live table)."""
+
+    def trial_started(self, record: TrialRecord, planned: int) -> None: ...
+
+    def trial_ended(self, record: TrialRecord) -> None: ...
+
+    def candidate_done(self, candidate: Candidate) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class SilentObserver:
+    def trial_started(self, record: TrialRecord, planned: int) -> None:
+        return None
+
+    def trial_ended(self, record: TrialRecord) -> None:
+        return None
+
+    def candidate_done(self, candidate: Candidate) -> None:
+        return None
+
+    def note(self, text: str) -> None:
+        return None
+
+
+RunTrial = Callable[..., runner.TrialOutcome]
+
+
+class Tuner:
+    """One ``stallscope tune`` search over ``command``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        options: TuneOptions,
+        *,
+        observer: Observer | None = None,
+        run_trial: RunTrial = runner.run_trial,
+        clock: Callable[[], float] = time.monotonic,
+        cores: int | None = None,
+    ) -> None:
+        if not command:
+            raise ValueError("no command to tune: give it after '--'")
+        self.command = list(command)
+        self.options = options
+        self.observer: Observer = observer or SilentObserver()
+        self._run_trial = run_trial
+        self._clock = clock
+        self._cores = cores or os.cpu_count() or 1
+        self.result = TuneResult(command=self.command, options=options)
+        self._started = 0.0
+        self._timeout_s = 0.0
+        self._walls: list[float] = []
+        self._planned = 1
+        #: (finding id, change) pairs tried from a baseline: not tried again from it
+        self._tried: set[tuple[str, str]] = set()
+
+    # -- the search ----------------------------------------------------------------------
+
+    def run(self) -> TuneResult:
+        """Search until done, out of budget, or interrupted (Ctrl-C: the result so far)."""
+        self._started = self._clock()
+        try:
+            self._search()
+        except KeyboardInterrupt:
+            self.result.interrupted = True
+            self.result.stopped_because = "interrupted (Ctrl-C or SIGTERM): what was measured so far"
+        self.result.wall_s = self._clock() - self._started
+        return self.result
+
+    def _search(self) -> None:
+        opts = self.options
+        first = self._trial(
+            {},
+            None,
+            None,
+            steps=opts.steps or DEFAULT_STEPS,
+            seconds=opts.seconds or DEFAULT_SECONDS,
+            timeout_s=opts.timeout_s or 2 * ((opts.seconds or DEFAULT_SECONDS) + START_ALLOWANCE_S),
+        )
+        outcome = first.outcome
+        assert outcome is not None
+        if outcome.status not in ("ok", "short") or outcome.steps_per_s is None:
+            self.result.stopped_because = f"trial 0 (the command as configured) {outcome.status}: {outcome.message}"
+            return
+        measured = int((outcome.result or {}).get("steps", 0))
+        self.result.trial_steps = opts.steps or max(MIN_STEPS, min(DEFAULT_STEPS, measured))
+        self.result.trial_seconds = opts.seconds or DEFAULT_SECONDS
+        self.result.baseline_steps_per_s = outcome.steps_per_s
+        # budget x2, and on a host busy with other work, time to start and to exit on top
+        self._timeout_s = opts.timeout_s or max(2 * outcome.wall_s, outcome.wall_s + TIMEOUT_SLACK_S)
+        report = self._report(outcome)
+        if report is None:
+            self.result.stopped_because = "trial 0 wrote no readable report: nothing to diagnose"
+            return
+        self.result.framework = str((outcome.result or {}).get("framework") or report.run.framework)
+        base: dict[str, Any] = {}
+        while True:
+            pick = self._next_candidates(report, base)
+            if pick is None:
+                self.result.stopped_because = (
+                    self.result.stopped_because or "no finding that a trial can apply predicts a saving worth trying"
+                )
+                return
+            chosen = self._compare(base, pick)
+            if chosen is None:
+                if self.result.stopped_because:
+                    return
+                continue  # the next finding of the same report
+            base = dict(chosen.settings)
+            self.result.best = dict(base)
+            self.result.speedup *= chosen.realized.median if chosen.realized else 1.0
+            report = chosen_report if (chosen_report := self._last_report(chosen)) is not None else report
+
+    def _next_candidates(self, report: Report, base: Mapping[str, Any]) -> list[Candidate] | None:
+        """The top finding worth trying from ``report``, as candidates (with neighbours)."""
+        threshold = 1.0 + self.options.min_saving
+        for finding in report.findings:
+            suggestion = dict(finding.suggestion)
+            if finding.est_speedup < threshold or not suggestion:
+                continue
+            if not in_place(self.result.framework, suggestion):
+                if all(b.finding != finding.id for b in self.result.by_hand):
+                    self.result.by_hand.append(
+                        ByHand(finding.id, suggestion, finding.est_speedup, finding.est_speedup_bound, finding.fix)
+                    )
+                continue
+            if all(base.get(k) == v for k, v in suggestion.items()):
+                continue  # applied already
+            key = (finding.id, repr(sorted(suggestion.items())) + repr(sorted(base.items())))
+            if key in self._tried:
+                continue
+            self._tried.add(key)
+            made = [self._candidate(suggestion, base, finding.id, finding.est_speedup, finding.est_speedup_bound)]
+            workers_key = next((k for k in WORKER_KEYS if k in suggestion), "num_workers")
+            workers = suggestion.get(workers_key)
+            if self.options.neighbours and isinstance(workers, int):
+                now = base.get(workers_key)
+                for value in (workers - 1, workers + 1):
+                    if 0 <= value <= 2 * self._cores and value != now and value != workers:
+                        change = {**suggestion, workers_key: value}
+                        made.append(self._candidate(change, base, finding.id, None, "estimate", neighbour=True))
+            return made
+        return None
+
+    def _candidate(
+        self,
+        change: dict[str, Any],
+        base: Mapping[str, Any],
+        finding: str,
+        predicted: float | None,
+        bound: str,
+        *,
+        neighbour: bool = False,
+    ) -> Candidate:
+        candidate = Candidate(
+            index=len(self.result.candidates),
+            change=dict(change),
+            settings={**base, **change},
+            finding=finding,
+            predicted=predicted,
+            bound=bound,
+            neighbour=neighbour,
+        )
+        self.result.candidates.append(candidate)
+        return candidate
+
+    def _compare(self, base: dict[str, Any], candidates: list[Candidate]) -> Candidate | None:
+        """Rounds of the baseline and ``candidates``, interleaved; the one kept, or None."""
+        opts = self.options
+        per_trial = statistics.median(self._walls) if self._walls else 0.0
+        while len(candidates) > 1 and self._left() < per_trial * (len(candidates) + 1) * opts.min_rounds:
+            dropped = candidates.pop()  # the neighbours first: the budget allows fewer
+            dropped.verdict, dropped.note = "skipped", "not tried: the budget would not allow it"
+            self.observer.candidate_done(dropped)
+        if self._left() < per_trial * (len(candidates) + 1) * opts.min_rounds:
+            for candidate in candidates:
+                candidate.verdict, candidate.note = "skipped", "not tried: the budget would not allow it"
+                self.observer.candidate_done(candidate)
+            self.result.stopped_because = "the budget is spent"
+            return None
+        running = list(candidates)
+        for rnd in range(opts.max_rounds):
+            live = [c for c in running if c.active]
+            if not live:
+                break
+            if rnd >= opts.min_rounds:
+                if all(c.verdict != "undecided" for c in live):
+                    break
+                live = self._narrowed(live, rnd)
+                running = live
+                if self._left() < per_trial * (len(live) + 1):
+                    self.result.stopped_because = "the budget is spent"
+                    break
+            self._planned = len(self.result.trials) + len(live) + 1
+            order: list[Candidate | None] = [None, *live]
+            shift = rnd % len(order)
+            order = order[shift:] + order[:shift]
+            base_rate: float | None = None
+            rates: dict[int, float] = {}
+            base_losses: list[float] = []
+            for item in order:
+                if item is None:
+                    record = self._trial(base, None, rnd)
+                    out = record.outcome
+                    assert out is not None
+                    if out.status not in ("ok", "short") or out.steps_per_s is None:
+                        self.result.stopped_because = f"the baseline's trial {out.status}: {out.message}"
+                        self._finish(candidates, "undecided")
+                        return None
+                    base_rate = out.steps_per_s
+                    base_losses = list((out.result or {}).get("losses") or [])
+                else:
+                    record = self._trial(item.settings, item, rnd)
+                    out = record.outcome
+                    assert out is not None
+                    if out.status not in ("ok", "short") or out.steps_per_s is None:
+                        item.verdict, item.note = out.status, out.message
+                        self.observer.candidate_done(item)
+                        continue
+                    missing = set(item.change) - set((out.result or {}).get("applied") or {}) - {"non_blocking"}
+                    if missing:
+                        reasons = (out.result or {}).get("not_applied") or {}
+                        why = "; ".join(str(v) for v in reasons.values()) or "the trial saw no object to apply it to"
+                        item.verdict, item.note = "not applied", f"{', '.join(sorted(missing))} not applied: {why}"
+                        self.observer.candidate_done(item)
+                        continue
+                    rates[item.index] = out.steps_per_s
+                    item.losses.append(list((out.result or {}).get("losses") or []))
+            for item in live:
+                if item.index in rates and base_rate is not None and item.active:
+                    item.pairs.append((base_rate, rates[item.index]))
+                    item.base_losses.append(base_losses)
+                    item.realized = paired_speedup(item.pairs)
+                    item.verdict = decide(item.realized, opts.min_saving)
+                    loss_note = loss_changed(item.base_losses, item.losses)
+                    if loss_note:
+                        item.verdict, item.note = "loss changed", loss_note
+            if self._left() <= 0:
+                self.result.stopped_because = "the budget is spent"
+                break
+        return self._finish(candidates, "drop")
+
+    def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
+        """After ``min_rounds``, the rounds go on for the fastest candidate only (and the
+        predicted value beside a neighbour that leads, for their head-to-head): the others,
+        slower so far, stop here, dropped."""
+        measured = [c for c in live if c.realized is not None]
+        if not measured:
+            return live
+        leader = max(measured, key=lambda c: c.realized.median if c.realized else 0.0)
+        keep = [c for c in live if c is leader or (leader.neighbour and not c.neighbour)]
+        for c in live:
+            if c not in keep and c.verdict == "undecided":
+                c.verdict = "drop"
+                c.note = f"slower than {leader.label} after {rnd} rounds"
+        return keep
+
+    def _finish(self, candidates: list[Candidate], undecided_as: str) -> Candidate | None:
+        """Close the comparison: the kept candidate (the predicted value unless a neighbour is
+        surely better than it), each one's verdict told to the observer."""
+        for c in candidates:
+            if c.verdict == "undecided":
+                c.verdict = undecided_as
+                c.note = c.note or "the interval stayed across the threshold"
+        kept = [c for c in candidates if c.verdict == "keep"]
+        chosen: Candidate | None = None
+        main = [c for c in kept if not c.neighbour]
+        if main:
+            chosen = main[0]
+            for other in kept:
+                if other is chosen or other.realized is None or chosen.realized is None:
+                    continue
+                head = paired_speedup([(a[1], b[1]) for a, b in zip(chosen.pairs, other.pairs, strict=False)])
+                if head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
+                    chosen = other
+        elif kept:
+            chosen = max(kept, key=lambda c: c.realized.median if c.realized else 0.0)
+        for c in candidates:
+            c.kept = c is chosen
+            if c.verdict == "keep" and not c.kept:
+                c.note = c.note or "faster than the baseline, but not surely faster than the one kept"
+            self.observer.candidate_done(c)
+        return chosen
+
+    # -- trials --------------------------------------------------------------------------
+
+    def _trial(
+        self,
+        settings: Mapping[str, Any],
+        candidate: Candidate | None,
+        rnd: int | None,
+        *,
+        steps: int | None = None,
+        seconds: float | None = None,
+        timeout_s: float | None = None,
+    ) -> TrialRecord:
+        number = len(self.result.trials)
+        label = candidate.label if candidate is not None else ("as configured" if number == 0 else "baseline")
+        plan = TrialPlan(
+            number=number,
+            folder=(self.options.scratch / f"trial-{number}").resolve(),
+            settings=dict(settings),
+            warmup_steps=self.options.warmup_steps,
+            steps=steps if steps is not None else self.result.trial_steps,
+            seconds=seconds if seconds is not None else self.result.trial_seconds,
+        )
+        record = TrialRecord(number, label, dict(settings), candidate.index if candidate else None, rnd)
+        self.result.trials.append(record)
+        self.observer.trial_started(record, max(self._planned, number + 1))
+        record.outcome = self._run_trial(self.command, plan, timeout_s=timeout_s or self._timeout_s)
+        self._walls.append(record.outcome.wall_s)
+        self.observer.trial_ended(record)
+        return record
+
+    def _report(self, outcome: runner.TrialOutcome) -> Report | None:
+        try:
+            return load_report(outcome.report)
+        except ReportError:
+            return None
+
+    def _last_report(self, candidate: Candidate) -> Report | None:
+        for record in reversed(self.result.trials):
+            if record.candidate == candidate.index and record.outcome is not None:
+                return self._report(record.outcome)
+        return None
+
+    def _left(self) -> float:
+        return self.options.budget_s - (self._clock() - self._started)
+
+
+#: losses further apart than this, relative, beyond the baselines' own spread, read as changed
+LOSS_TOLERANCE = 0.05
+
+
+def loss_changed(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]]) -> str:
+    """Why the candidate's first logged losses differ from the baseline's beyond noise, or ``""``.
+
+    Noise is how far the baselines' own losses are apart at each step (same seed: often 0), plus
+    ``LOSS_TOLERANCE`` of the loss. Where the script hands over no loss, there is nothing to check."""
+    runs = [list(b) for b in base if b]
+    others = [list(c) for c in cand if c]
+    if not runs or not others:
+        return ""
+    length = min(len(r) for r in runs + others)
+    for i in range(length):
+        values = [r[i] for r in runs]
+        if not all(math.isfinite(v) for v in values):
+            continue
+        middle = statistics.median(values)
+        spread = max(values) - min(values)
+        allowed = 3 * spread + LOSS_TOLERANCE * abs(middle) + 1e-6
+        for c in others:
+            if not math.isfinite(c[i]) or abs(c[i] - middle) > allowed:
+                return f"the loss at step {i} was {c[i]:.4g} against {middle:.4g} in the baseline"
+    return ""
+
+
+def scratch_for(out: Path, clock: Callable[[], float] = time.time) -> Path:
+    """A fresh scratch folder beside ``tune.json``: ``stallscope-tune/<time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
+    return out.resolve().parent / "stallscope-tune" / stamp

@@ -1,0 +1,253 @@
+"""``stallscope tune`` end to end: real example scripts as trials, real child processes.
+
+What is asserted is structure, never a time or a realized speedup (the machine is shared): the
+search ran trial 0 and the top finding's suggestion against a baseline, the child applied the
+setting (its own report shows it), the trials wrote to the scratch folder and not to the user's
+report folder, ``tune.json`` holds what the search did, and no process of any trial is left.
+A hung trial is stopped at its timeout, and Ctrl-C (a real SIGINT) stops the search and still
+prints what was measured. The children inherit ``STALLSCOPE_NO_NATIVE``: ``make unit`` runs these
+on both hot paths (C, then ``STALLSCOPE_NO_NATIVE=1``), in tune's children too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "tune_scripts"
+
+pytestmark = pytest.mark.scenario
+
+
+def trial_processes(scratch: Path) -> list[int]:
+    """Processes whose environment makes them a trial under ``scratch`` (children and workers)."""
+    found = []
+    marker = f"STALLSCOPE_TRIAL_DIR={scratch}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def tune_command(scratch: Path, out: Path, *options: str, command: list[str]) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "stallscope.cli",
+        "tune",
+        "--scratch",
+        str(scratch),
+        "--out",
+        str(out),
+        *options,
+        "--",
+        *command,
+    ]
+
+
+def env_with(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STALLSCOPE_TRIAL")}
+    env.update(extra)
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+def run_tune(tmp_path: Path, extra: dict[str, str], *options: str, command: list[str]) -> tuple[Any, str]:
+    scratch, out = tmp_path / "scratch", tmp_path / "tune.json"
+    proc = subprocess.run(
+        tune_command(scratch, out, *options, command=command),
+        cwd=tmp_path,
+        env=env_with(extra),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text()), proc.stdout
+
+
+def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> None:
+    command = [sys.executable, str(ROOT / "examples" / "starved_loader.py"), "--quiet"]
+    tune, stdout = run_tune(
+        tmp_path,
+        {},
+        "--budget",
+        "150",
+        "--steps",
+        "20",
+        "--warmup",
+        "4",
+        "--timeout",
+        "90",
+        "--no-neighbours",
+        "--max-rounds",
+        "3",
+        command=command,
+    )
+    first = tune["trials"][0]
+    assert first["label"] == "as configured"
+    assert first["settings"] == {}
+    assert first["status"] == "ok"
+    # the planted cause is what tune tries first: the loader's workers
+    top = tune["candidates"][0]
+    assert top["finding"] == "data.workers"
+    workers = top["change"]["num_workers"]
+    assert workers >= 1  # the scenario's SMALL size (24 steps): enough for the diagnosis
+    assert top["predicted"] > 1
+    measured = [t for t in tune["trials"] if t["candidate"] == 0]
+    assert len(measured) >= 3  # at least three interleaved pairs
+    for trial in measured:
+        assert trial["applied"] == top["change"]
+        # the child's own report saw the loader with the setting applied
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["dataloader"]["num_workers"] == workers
+    # the first comparison's baselines ran as configured; a later one's from the settings kept
+    baselines = [t for t in tune["trials"] if t["label"] == "baseline" and t["settings"] == {}]
+    assert len(baselines) == len(measured)
+    for trial in [t for t in tune["trials"] if t["label"] == "baseline"]:
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["dataloader"]["num_workers"] == trial["settings"].get("num_workers", 0)
+    # interleaved: baseline and candidate alternate (the order turns each round)
+    rounds = [t["round"] for t in tune["trials"][1:7]]
+    assert rounds == [0, 0, 1, 1, 2, 2]
+    assert top["realized"]["pairs"] == len(measured)
+    assert set(tune["best"]) == {"settings", "speedup"}
+    kept: dict[str, Any] = {}
+    for candidate in tune["candidates"]:
+        if candidate["kept"]:
+            kept.update(candidate["change"])
+    assert tune["best"]["settings"] == kept  # every kept change, merged
+    # the trials wrote to the scratch folder, not over the user's report folder
+    assert not (tmp_path / "runs").exists()
+    assert all(str(tmp_path / "scratch") in t["report"] for t in tune["trials"])
+    assert "stallscope tune" in stdout
+    assert "as configured" in stdout
+    assert "predictions were within" in stdout
+    assert trial_processes(tmp_path / "scratch") == []
+
+
+def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    command = [sys.executable, str(ROOT / "examples" / "lightning_starved_loader.py"), "--quiet"]
+    tune, stdout = run_tune(
+        tmp_path,
+        {},
+        "--budget",
+        "240",
+        "--steps",
+        "20",
+        "--warmup",
+        "4",
+        "--timeout",
+        "120",
+        "--no-neighbours",
+        "--max-rounds",
+        "3",
+        command=command,
+    )
+    assert tune["framework"] == "lightning"
+    assert tune["trials"][0]["status"] == "ok"
+    top = tune["candidates"][0]
+    assert top["finding"] == "data.workers"
+    workers = top["change"]["num_workers"]
+    measured = [t for t in tune["trials"] if t["candidate"] == 0]
+    assert len(measured) >= 3
+    for trial in measured:
+        assert trial["applied"] == top["change"]
+        # the fit stopped itself through trainer.should_stop, at the budget
+        assert trial["status"] == "ok"
+        assert trial["steps"] == 20
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["framework"] == "lightning"
+        assert report["run"]["dataloader"]["num_workers"] == workers
+    # the fit's losses reached tune (the loss-curve check) and did not change with the workers
+    result = json.loads((Path(measured[0]["report"]).parents[1] / "trial.json").read_text())
+    assert len(result["losses"]) >= 20
+    assert top["verdict"] != "loss changed"
+    assert not (tmp_path / "runs").exists()
+    assert "as configured" in stdout
+    assert trial_processes(tmp_path / "scratch") == []
+
+
+def test_a_hung_trial_is_stopped_and_reported(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPTS / "slow_reads_loop.py")]
+    extra = {"TUNE_TEST_HANG": "candidates"}
+    tune, stdout = run_tune(
+        tmp_path,
+        extra,
+        "--budget",
+        "120",
+        "--steps",
+        "20",
+        "--warmup",
+        "4",
+        "--timeout",
+        "20",
+        "--no-neighbours",
+        "--max-rounds",
+        "3",
+        command=command,
+    )
+    hung = [t for t in tune["trials"] if t["status"] == "hung"]
+    assert len(hung) == 1
+    assert hung[0]["candidate"] == 0
+    assert hung[0]["message"] == "stopped after 20 s"
+    assert tune["candidates"][0]["verdict"] == "hung"
+    assert not tune["candidates"][0]["kept"]
+    assert tune["best"]["settings"] == {}
+    assert "hung" in stdout
+    assert trial_processes(tmp_path / "scratch") == []  # the child and its loader's worker
+
+
+def test_ctrl_c_stops_the_search_and_prints_what_was_measured(tmp_path: Path) -> None:
+    scratch, out = tmp_path / "scratch", tmp_path / "tune.json"
+    command = [sys.executable, str(SCRIPTS / "slow_reads_loop.py")]
+    proc = subprocess.Popen(
+        tune_command(scratch, out, "--budget", "300", "--steps", "20", "--warmup", "4", command=command),
+        cwd=tmp_path,
+        env=env_with({}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        second: list[int] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (scratch / "trial-1").exists():
+                second = trial_processes(scratch)
+                if second:
+                    break
+            time.sleep(0.05)
+        assert second, "trial 1 never started"
+        proc.send_signal(signal.SIGINT)
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stdout
+    assert "interrupted" in stdout
+    assert "as configured" in stdout  # trial 0's measurement is still shown
+    tune = json.loads(out.read_text())
+    assert tune["interrupted"] is True
+    assert tune["trials"][0]["status"] == "ok"
+    assert tune["trials"][0]["steps_per_s"] > 0
+    assert trial_processes(scratch) == []

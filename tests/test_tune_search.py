@@ -1,0 +1,202 @@
+"""``tune.search``: the greedy, interleaved search, driven by scripted trials (no processes).
+
+The scripted job runs at a throughput set by its settings; its reports carry the findings a
+real diagnosis would give at those settings. What the search tries, keeps and writes is then
+exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from stallscope.analysis.finding import Finding
+from stallscope.report.io import write_report
+from stallscope.report.schema import Report
+from stallscope.tune import record, render
+from stallscope.tune.plan import TrialPlan
+from stallscope.tune.runner import TrialOutcome
+from stallscope.tune.search import TuneOptions, Tuner, loss_changed
+
+#: steps per second by num_workers, and with persistent workers
+RATES = {0: 10.0, 1: 14.0, 2: 20.0, 3: 19.5}
+
+
+class Job:
+    """A scripted job: each trial takes one second of a fake clock."""
+
+    def __init__(self, make_report: Callable[..., Report], make_finding: Callable[..., Finding]) -> None:
+        self.make_report = make_report
+        self.make_finding = make_finding
+        self.now = 0.0
+        self.plans: list[TrialPlan] = []
+        self.fail: Callable[[TrialPlan], str | None] = lambda plan: None
+        self.noise: Callable[[TrialPlan], float] = lambda plan: 1 + 0.01 * (plan.number % 3)
+
+    def clock(self) -> float:
+        return self.now
+
+    def findings(self, settings: dict[str, Any]) -> tuple[Finding, ...]:
+        save = self.make_finding(
+            id="checkpoint.frequency",
+            est_speedup=1.3,
+            est_saving_fraction=0.23,
+            suggestion={"every_n_steps": 500},
+            fix="Save every 500 steps",
+            est_speedup_bound="lower",
+        )
+        if settings.get("num_workers", 0) < 2:
+            return (self.make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}), save)
+        if not settings.get("persistent_workers"):
+            persistent = self.make_finding(
+                id="data.persistent_workers",
+                est_speedup=1.1,
+                est_saving_fraction=0.09,
+                suggestion={"persistent_workers": True},
+            )
+            return (persistent, save)
+        return (save,)
+
+    def __call__(self, command: Sequence[str], plan: TrialPlan, *, timeout_s: float) -> TrialOutcome:
+        self.plans.append(plan)
+        self.now += 1.0
+        settings = dict(plan.settings)
+        rate = RATES[settings.get("num_workers", 0)] * self.noise(plan)
+        plan.report_dir.mkdir(parents=True)
+        write_report(
+            dataclasses.replace(self.make_report(), findings=self.findings(settings)), plan.report_dir / "report.json"
+        )
+        result = {"steps_per_s": rate, "steps": 50, "complete": True, "applied": settings, "framework": "plain"}
+        why = self.fail(plan)
+        status = "hung" if why else "ok"
+        return TrialOutcome(plan, status, 0, 1.0, result, plan.folder / "output.log", why or "")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def job(make_report: Callable[..., Report], make_finding: Callable[..., Finding]) -> Job:
+    return Job(make_report, make_finding)
+
+
+def tune(job: Job, tmp_path: Path, **options: Any) -> Tuner:
+    tuner = Tuner(
+        ["python", "train.py"], TuneOptions(scratch=tmp_path, **options), run_trial=job, clock=job.clock, cores=2
+    )
+    tuner.run()
+    return tuner
+
+
+def test_the_search_keeps_the_workers_and_drops_what_does_not_pay(job: Job, tmp_path: Path) -> None:
+    result = tune(job, tmp_path).result
+    assert job.plans[0].settings == {}
+    assert job.plans[0].steps == 300
+    assert all(p.steps == 50 for p in job.plans[1:])  # later trials: what trial 0 measured
+    labels = [c.label for c in result.candidates]
+    assert labels[:3] == ["num_workers=2", "num_workers=1", "num_workers=3"]  # the prediction, then its neighbours
+    workers, one, three, persistent = result.candidates
+    assert workers.kept
+    assert workers.verdict == "keep"
+    assert workers.realized is not None
+    assert workers.realized.median == pytest.approx(2.0, rel=0.03)
+    assert not one.kept
+    assert not three.kept
+    assert persistent.change == {"persistent_workers": True}
+    assert persistent.settings == {
+        "num_workers": 2,
+        "persistent_workers": True,
+    }
+    assert persistent.verdict == "drop"
+    assert not persistent.kept
+    assert result.best == {"num_workers": 2}
+    assert result.speedup == pytest.approx(2.0, rel=0.03)
+    assert [b.finding for b in result.by_hand] == ["checkpoint.frequency"]  # a torch.save in a plain loop
+    assert result.stopped_because == "no finding that a trial can apply predicts a saving worth trying"
+    # the prediction x2.2 against x2.0 realized: within 10%; x1.1 against x1.0: within 10%
+    assert max(result.prediction_errors) == pytest.approx(0.1, abs=0.03)
+
+
+def test_rounds_are_interleaved_and_turn(job: Job, tmp_path: Path) -> None:
+    result = tune(job, tmp_path, neighbours=False).result
+    first = [(t.round, t.label) for t in result.trials[1:7]]
+    assert first == [
+        (0, "baseline"),
+        (0, "num_workers=2"),
+        (1, "num_workers=2"),
+        (1, "baseline"),
+        (2, "baseline"),
+        (2, "num_workers=2"),
+    ]
+
+
+def test_after_the_first_rounds_only_the_fastest_candidate_goes_on(job: Job, tmp_path: Path) -> None:
+    job.noise = lambda plan: 1 + 0.8 * ((plan.number * 7) % 5 - 2) / 2  # a busy host: +-80%
+    result = tune(job, tmp_path).result
+    first = result.candidates[:3]
+    later = [t for t in result.trials if t.round is not None and t.round >= 3 and t.candidate is not None]
+    assert later  # the intervals stayed wide: more rounds ran
+    ran = {t.candidate for t in later if t.candidate is not None and t.candidate < 3}
+    leader = max(first, key=lambda c: c.realized.median if c.realized else 0)
+    assert leader.index in ran
+    assert ran <= {leader.index, 0}  # with the predicted value beside a leading neighbour
+    for c in first:
+        if c.index not in ran and c.verdict == "drop":
+            assert c.note.startswith(f"slower than {leader.label}")
+
+
+def test_a_hung_candidate_is_reported_and_never_kept(job: Job, tmp_path: Path) -> None:
+    job.fail = lambda plan: "stopped after 10 s" if plan.settings.get("num_workers") == 2 else None
+    result = tune(job, tmp_path).result
+    workers = result.candidates[0]
+    assert workers.verdict == "hung"
+    assert not workers.kept
+    assert workers.note == "stopped after 10 s"
+    assert result.best.get("num_workers") != 2
+
+
+def test_the_budget_drops_neighbours_first_then_stops(job: Job, tmp_path: Path) -> None:
+    result = tune(job, tmp_path, budget_s=9.0).result  # trial 0, then room for 2 configs x 3 rounds
+    assert [c.verdict for c in result.candidates] == ["keep", "skipped", "skipped", "skipped"]
+    assert result.stopped_because == "the budget is spent"
+    assert len(result.trials) == 7
+
+
+def test_tune_json_holds_trials_and_best(job: Job, tmp_path: Path) -> None:
+    result = tune(job, tmp_path, neighbours=False).result
+    record.write(result, tmp_path / "tune.json")
+    data = json.loads((tmp_path / "tune.json").read_text())
+    assert data["best"]["settings"] == {"num_workers": 2}
+    assert data["best"]["speedup"] == pytest.approx(2.0, rel=0.03)
+    trial = data["trials"][2]
+    assert set(trial) >= {"settings", "predicted", "realized", "kept", "report"}
+    assert trial["settings"] == {"num_workers": 2}
+    assert trial["predicted"] == 2.2
+    assert trial["kept"] is True
+    assert trial["report"].endswith("trial-2/report/report.json")
+    assert data["by_hand"][0]["suggestion"] == {"every_n_steps": 500}
+
+
+def test_the_summary_prints_settings_as_data(job: Job, tmp_path: Path) -> None:
+    result = tune(job, tmp_path, neighbours=False).result
+    result.candidates[0].change = {"num_workers\x1b[31m::warning::": 2}
+    out = io.StringIO()
+    Console(file=out, width=120).print(render.summary(result, "tune.json\x1b]0;x\x07"))
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "::warning" not in text
+    assert "best: x2.0" in text or "best: x1.9" in text or "best: x2.1" in text
+    assert "DataLoader(..., num_workers=2)" in text
+    assert "apply by hand: checkpoint.frequency" in text
+    assert "predictions were within" in text
+
+
+def test_the_loss_check_allows_noise_and_flags_a_changed_curve() -> None:
+    base = [[2.3, 2.1, 1.9], [2.3, 2.12, 1.91]]
+    assert loss_changed(base, [[2.3, 2.11, 1.9]]) == ""
+    assert "step 1" in loss_changed(base, [[2.3, 3.0, 1.9]])
+    assert loss_changed([[]], [[1.0]]) == ""  # nothing logged: nothing to check

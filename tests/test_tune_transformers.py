@@ -1,0 +1,36 @@
+"""``tune.transformers``: a trial's settings on real ``TrainingArguments``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stallscope.tune import transformers as tune_transformers
+from stallscope.tune.applicable import in_place
+from stallscope.tune.plan import TrialPlan
+from stallscope.tune.trial import Trial
+
+transformers = pytest.importorskip("transformers")
+
+
+def test_settings_go_on_the_arguments_and_outputs_to_the_scratch_folder(tmp_path: Path) -> None:
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "user"), report_to=[], use_cpu=True)
+    settings = {"dataloader_num_workers": 2, "logging_steps": 50, "every_n_steps": 5}
+    trial = Trial(TrialPlan(1, tmp_path / "trial", settings, steps=10))
+    tune_transformers.attach(trial, args)
+    assert args.dataloader_num_workers == 2
+    assert args.logging_steps == 50
+    assert args.output_dir == str(tmp_path / "trial" / "root" / "output_dir")
+    assert trial.applied == {"dataloader_num_workers": 2, "logging_steps": 50}  # a plain loop's key: not here
+    assert trial.framework == "transformers"
+
+
+def test_which_suggestions_a_transformers_trial_applies() -> None:
+    assert in_place("transformers", {"dataloader_num_workers": 2})
+    assert in_place("transformers", {"save_strategy": "steps", "save_steps": 500})
+    assert not in_place("transformers", {"per_device_train_batch_size": 64})
+    assert not in_place("transformers", {"num_workers": 2})
+    assert not in_place("plain", {"num_workers": 2, "non_blocking": True})
+    assert in_place("lightning", {"pin_memory": True, "non_blocking": True})
+    assert not in_place("plain", {})
