@@ -60,6 +60,10 @@ _NEVER = 1 << 62
 #: bit ``i``; ids from this one on share its bit
 KIND_BITS = 62
 
+#: a recent step's phase times are kept in this many columns (``Timeline._ring_phases``): phase id
+#: ``i`` in column ``i``; the custom phases (ids from the last column on) share the last one
+RECENT_COLUMNS = 8
+
 #: the log is folded into the totals when it holds this many entries (two per event)
 FOLD_AT = 2048
 
@@ -99,6 +103,7 @@ _NATIVE_CONSTANTS = {
     "COMPUTE_ID": _COMPUTE,
     "OTHER_ID": _OTHER,
     "KIND_BITS": KIND_BITS,
+    "RECENT_COLUMNS": RECENT_COLUMNS,
 }
 if _native is not None and (
     os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
@@ -154,6 +159,24 @@ class _Mark(NamedTuple):
     cpu_gap: int
     #: given the epoch's snapshot: whether to take the run's as of the same instant as well
     run_if: Callable[[SpanSnapshot], bool] | None
+
+
+class RecentRecord(NamedTuple):
+    """The most recent steps (``Timeline.recent_record``), oldest first, copied: what the report's
+    record of them is made of, on any thread."""
+
+    #: the name of each phase column (``RECENT_COLUMNS``; the last: the custom phase, or
+    #: ``"custom"`` when there are several)
+    columns: tuple[str, ...]
+    #: steps in the run: the first one kept is step ``steps - len(start_ns)``
+    steps: int
+    #: when each step began, on the timeline's clock (ns)
+    start_ns: array[int]
+    #: each step's time in each column, ``len(columns)`` a step (ns)
+    phase_ns: array[int]
+    #: a reading of the timeline's clock, taken when the record was, and the run's start on it
+    clock_ns: int
+    run_start_ns: int
 
 
 class PhaseProbe(NamedTuple):
@@ -243,6 +266,9 @@ class Timeline:
         "_ring_wait",
         "_ring_compute",
         "_ring_kinds",
+        "_ring_start",
+        "_ring_phases",
+        "_step_phases0",
         "_ring_pos",
         "_step_compute0",
         "_step_kinds",
@@ -348,6 +374,12 @@ class Timeline:
         #: phases past bit 61 share bit 62): which steps saved, validated or logged (``kinds``)
         self._ring_compute = array("q", bytes(8 * recent_steps))
         self._ring_kinds = array("q", bytes(8 * recent_steps))
+        #: per recent step: when it began (the timeline's clock, ns), and its time in each phase,
+        #: ``RECENT_COLUMNS`` a step (``recent_steps``: what the report's record of them holds)
+        self._ring_start = array("q", bytes(8 * recent_steps))
+        self._ring_phases = array("q", bytes(8 * RECENT_COLUMNS * recent_steps))
+        #: the phases' times (by column) when the step in progress began
+        self._step_phases0 = array("q", bytes(8 * RECENT_COLUMNS))
         self._ring_pos = 0
         #: compute credited when the step in progress began, and the phases entered in it so far
         self._step_compute0 = 0
@@ -819,6 +851,9 @@ class Timeline:
         ring_wait = self._ring_wait
         ring_compute = self._ring_compute
         ring_kinds = self._ring_kinds
+        ring_start = self._ring_start
+        ring_phases = self._ring_phases
+        phases0 = self._step_phases0
         step_compute0 = self._step_compute0
         step_kinds = self._step_kinds
         pos = self._ring_pos
@@ -851,6 +886,10 @@ class Timeline:
                         ring_wait[pos] = step_wait
                         ring_compute[pos] = totals[_COMPUTE] - step_compute0
                         ring_kinds[pos] = step_kinds
+                        ring_start[pos] = step_start
+                        base = pos * RECENT_COLUMNS
+                        for c, v in enumerate(_columns(totals)):
+                            ring_phases[base + c] = v - phases0[c]
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
@@ -863,6 +902,7 @@ class Timeline:
                             step_start = t
                             step_compute0 = totals[_COMPUTE]
                             step_kinds = 0
+                            phases0[:] = array("q", _columns(totals))
                         data_mark = t
                         stack.append(cur)
                         cur = _DATA
@@ -1189,6 +1229,25 @@ class Timeline:
         """Phase names indexed by phase id."""
         return tuple(self._names)
 
+    def recent_record(self, now: int) -> RecentRecord:
+        """The most recent steps as folded so far (a snapshot has just folded the log; ``now`` was
+        read then), oldest first: two copies of arrays, no loop over the steps."""
+        count = min(self._steps, self._ring_size)
+        last = RECENT_COLUMNS - 1
+        custom = self._names[last:]
+        tail = custom[0] if len(custom) == 1 else "custom" if custom else ""
+        columns = (*self._names[:last], *([""] * (last - len(self._names))), tail)
+        end = self._ring_pos
+        width = RECENT_COLUMNS
+        phases = self._ring_phases
+        if count <= end:
+            start = self._ring_start[end - count : end]
+            phase_ns = phases[(end - count) * width : end * width]
+        else:
+            start = self._ring_start[self._ring_size - (count - end) :] + self._ring_start[:end]
+            phase_ns = phases[(self._ring_size - (count - end)) * width :] + phases[: end * width]
+        return RecentRecord(columns, self._steps, start, phase_ns, now, self._start_ns)
+
     def probe(self) -> PhaseProbe | None:
         """The phase in progress and the totals, read consistently from any thread; None before
         ``start`` or when the training thread kept rewriting the state during four attempts.
@@ -1289,6 +1348,15 @@ class Timeline:
         if count <= end:
             return ring[end - count : end]
         return ring[self._ring_size - (count - end) :] + ring[:end]
+
+
+def _columns(totals: list[int]) -> list[int]:
+    """The phases' totals by column (``RECENT_COLUMNS``): the last sums the phases from its id on."""
+    last = RECENT_COLUMNS - 1
+    out = totals[:last]
+    out += [0] * (last - len(out))
+    out.append(sum(totals[last:]))
+    return out
 
 
 def _diff(names: list[str], known: int, now: list[int], then: list[int], counts: list[int]) -> dict[str, int]:
