@@ -1056,7 +1056,7 @@ def test_the_recent_record_holds_each_steps_start_and_phase_times(clock: FakeClo
     tl.data_begin()  # the sixth step begins: the fifth ends here
     clock.advance(3)
     tl.run_snapshot()
-    record = tl.recent_record(clock.now)
+    record = tl.recent_record()
     assert record.columns == (*BUILTIN_PHASES, "forward-hooks")
     assert record.steps == 5
     assert list(record.start_ns) == starts[2:]
@@ -1075,7 +1075,7 @@ def test_the_recent_record_is_bounded_and_wraps(clock: FakeClock, cpu_clock: Fak
         _step(tl, clock, wait=i, compute=5)
     tl.data_begin()
     tl.run_snapshot()
-    record = tl.recent_record(clock.now)
+    record = tl.recent_record()
     assert record.steps == 1001
     assert len(record.start_ns) == 4
     assert len(record.phase_ns) == 4 * 8

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, NamedTuple, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from rich.console import Console
 
@@ -42,6 +42,7 @@ from stallscope.hooks.environment import compute_threads, current_device, torch_
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.lock import FolderLock
+from stallscope.report.recent import RecentSteps, Series, recent_from_record, series_from_samples
 from stallscope.report.render import print_diagnosis
 from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
@@ -119,6 +120,20 @@ SIGTERM_ENDING = "the run was stopped by SIGTERM"
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
+
+
+def _ring_copy(sampler: object) -> list[Any]:
+    """A sampler's ring of recent readings, copied without its lock (which its thread may hold):
+    a copy that meets an append is taken again, and given up after a few tries."""
+    ring = getattr(sampler, "_ring", None)
+    if ring is None:
+        return []
+    for _ in range(4):
+        try:
+            return list(ring)
+        except RuntimeError:  # the deque was appended to during the copy
+            continue
+    return []
 
 
 def _one_line(message: str) -> str:
@@ -1030,10 +1045,12 @@ class Session:
         epochs = tuple(self.epochs)
         notes = tuple(self.notes)
         tail = self.tail
+        recent = self._recent_later()
 
         def build() -> Report:
             span = snapshot.stats()
             scatter = scatter_note(span) if complete else None  # the numbers move until the end
+            steps, series = recent()
             return Report(
                 run=run,
                 summary=self.summarize(span, signals),
@@ -1042,9 +1059,42 @@ class Session:
                 notes=(*notes, scatter) if scatter is not None else notes,
                 complete=complete,
                 tail=tail,
+                recent=steps,
+                series=series,
             )
 
         return Later(build)
+
+    def _recent_later(self) -> Callable[[], tuple[tuple[RecentSteps, ...], tuple[Series, ...]]]:
+        """The most recent steps and the samplers' recent readings as of now, copied (the timeline
+        has just been folded; the samplers' rings are copied without their locks), in the report's
+        form when called (on any thread). A failure here costs the report these, nothing else."""
+        try:
+            record = self.timeline.recent_record()
+            unix_ns = time.time_ns()
+            nvml = _ring_copy(self.signals.nvml)
+            host = _ring_copy(self.signals.host)
+        except Exception:
+            return lambda: ((), ())
+        rank = self.job.info.rank if self.job is not None else None
+        host_name = self.host.name
+
+        def make() -> tuple[tuple[RecentSteps, ...], tuple[Series, ...]]:
+            try:
+                steps = recent_from_record(record, rank=rank, host=host_name, unix_ns=unix_ns)
+                start = record.run_start_ns
+                made: list[Series | None] = [
+                    series_from_samples("gpu_util", "fraction", [(s.end_ns, s.util) for s in nvml], start)
+                ]
+                pairs = list(zip(host, host[1:], strict=False))
+                for name, which in (("host_cpu", 1), ("workers_cpu", 2)):
+                    points = [(b[0], b[which] / ((b[0] - a[0]) / 1e9)) for a, b in pairs if b[0] > a[0]]
+                    made.append(series_from_samples(name, "cores", points, start))
+            except Exception:
+                return (), ()
+            return ((steps,) if steps.steps else ()), tuple(s for s in made if s is not None)
+
+        return make
 
     def _run_info(self) -> RunInfo:
         return RunInfo(

@@ -175,6 +175,7 @@ class RecentRecord(NamedTuple):
     #: each step's time in each column, ``len(columns)`` a step (ns)
     phase_ns: array[int]
     #: a reading of the timeline's clock, taken when the record was, and the run's start on it
+    #: (as read: StallScope's own time is not cut out of the steps' starts)
     clock_ns: int
     run_start_ns: int
 
@@ -251,6 +252,7 @@ class Timeline:
         "_stack",
         "_mark",
         "_start_ns",
+        "_origin_ns",
         "_started",
         "_paused_at",
         "_paused_cpu",
@@ -354,6 +356,8 @@ class Timeline:
         self._stack: list[int] = []
         self._mark = 0
         self._start_ns = 0
+        #: when the run began, as read (``_start_ns`` moves later past StallScope's own time)
+        self._origin_ns = 0
         self._started = False
         #: while StallScope does its own work (``pause``): when the clock stopped
         self._paused_at: int | None = None
@@ -438,7 +442,7 @@ class Timeline:
         """Start the clock: the run (and its first epoch) begins now (or at ``at``, a reading of
         the clock already taken)."""
         now = self._clock() if at is None else at
-        self._start_ns = self._mark = self._ep_start_ns = self._win_start = now
+        self._start_ns = self._mark = self._ep_start_ns = self._win_start = self._origin_ns = now
         self._cpu_start = self._ep_cpu = self._cpu_clock()
         self._ep_totals = list(self._totals)
         self._ep_counts = list(self._counts)
@@ -1229,9 +1233,10 @@ class Timeline:
         """Phase names indexed by phase id."""
         return tuple(self._names)
 
-    def recent_record(self, now: int) -> RecentRecord:
-        """The most recent steps as folded so far (a snapshot has just folded the log; ``now`` was
-        read then), oldest first: two copies of arrays, no loop over the steps."""
+    def recent_record(self) -> RecentRecord:
+        """The most recent steps as folded so far (a snapshot has just folded the log), oldest
+        first: two copies of arrays, no loop over the steps."""
+        now = self._clock()
         count = min(self._steps, self._ring_size)
         last = RECENT_COLUMNS - 1
         custom = self._names[last:]
@@ -1246,7 +1251,7 @@ class Timeline:
         else:
             start = self._ring_start[self._ring_size - (count - end) :] + self._ring_start[:end]
             phase_ns = phases[(self._ring_size - (count - end)) * width :] + phases[: end * width]
-        return RecentRecord(columns, self._steps, start, phase_ns, now, self._start_ns)
+        return RecentRecord(columns, self._steps, start, phase_ns, now, self._origin_ns)
 
     def probe(self) -> PhaseProbe | None:
         """The phase in progress and the totals, read consistently from any thread; None before
