@@ -153,8 +153,12 @@ def test_a_report_without_recent_steps_is_a_one_line_error(tmp_path: Path, capsy
     assert err.count("\n") == 1
 
 
-def test_a_file_that_is_not_a_profiler_trace_cannot_be_merged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_that_is_not_a_profiler_trace_cannot_be_merged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _run(tmp_path / "run")
     (tmp_path / "k.json").write_text(json.dumps({"traceEvents": []}))
-    assert main(["trace", str(tmp_path / "run"), "-o", str(tmp_path / "t.json"), "--merge", str(tmp_path / "k.json")]) == 2
+    assert (
+        main(["trace", str(tmp_path / "run"), "-o", str(tmp_path / "t.json"), "--merge", str(tmp_path / "k.json")]) == 2
+    )
     assert "baseTimeNanoseconds" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from rich.console import Console
 from stallscope._exceptions import StallScopeError
 from stallscope._version import __version__
 from stallscope.cli import baseline, check, diff, show
+from stallscope.cli import html as html_cmd
 from stallscope.cli import trace as trace_cmd
 from stallscope.report.safe import plain
 
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_parser(sub)
     baseline.add_parser(sub)
     trace_cmd.add_parser(sub)
+    html_cmd.add_parser(sub)
     return parser
 
 

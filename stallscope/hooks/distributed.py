@@ -60,8 +60,8 @@ from stallscope._threads import start_quiet
 from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
-from stallscope.report.recent import RecentSteps, recent_from_dict, recent_to_dict
 from stallscope.report.job import fractions_of, job_summary, rank_entry
+from stallscope.report.recent import RecentSteps, recent_from_dict, recent_to_dict
 from stallscope.report.schema import (
     EpochReport,
     RankEntry,

@@ -40,6 +40,8 @@ from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
+from stallscope.report.html import render_report
+from stallscope.report.html_io import HTML_NAME, write_html
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.lock import FolderLock
 from stallscope.report.recent import RecentSteps, Series, recent_from_record, series_from_samples
@@ -317,6 +319,8 @@ class Session:
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
         self._write_failed = False
+        #: where the final report.html went (None: not written)
+        self._html_path: Path | None = None
         #: the final report was made (``finish``), and written
         self._final_made = False
         self._final_written = False
@@ -830,6 +834,7 @@ class Session:
             self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._final_written = True
+        self._write_html(report)
         self._print_where()
         return report
 
@@ -876,6 +881,22 @@ class Session:
         more = f" (and {len(ranks) - 1} more ranks)" if len(ranks) > 1 else ""
         return f"rank {ranks[0]}: {self.job.endings[ranks[0]]}{more}"
 
+    def _write_html(self, report: Report) -> None:
+        """``report.html`` beside the final ``report.json`` (rank 0 alone). Any failure costs the
+        page only: it is said once on stderr, and the run and its report.json stay as they are."""
+        self._html_path = None
+        if self.config.report_dir is None or self._write_failed or not self.config.html:
+            return
+        if self.job is not None and not self.job.leader:
+            return
+        try:
+            path = self.config.report_dir / HTML_NAME
+            write_html(render_report(report), path)
+            self._html_path = path
+        except Exception as exc:  # the page is extra: never the run's or report.json's failure
+            text = f"report.html could not be written ({type(exc).__name__}: {exc})"
+            print(f"stallscope: {plain(text)}", file=sys.stderr)
+
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""
         if self._console is None or self.config.report_dir is None or self._write_failed:
@@ -893,6 +914,9 @@ class Session:
         # (a file name that is not UTF-8) written as their escapes
         where = plain(path)
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
+        if self._html_path is not None:  # beside it: the page to open
+            page = plain(os.path.join(os.path.dirname(path), HTML_NAME))
+            self._console.print(f"open:   {page}", markup=False, highlight=False, soft_wrap=True)
 
     def _claim_folder(self) -> None:
         """Take the report folder's lock (``report/lock.py``), once, as the writer of ``report.json``

@@ -99,9 +99,7 @@ def recent_from_record(record: RecentRecord, *, rank: int | None, host: str, uni
     )
 
 
-def series_from_samples(
-    name: str, unit: str, points: Sequence[tuple[int, float]], run_start_ns: int
-) -> Series | None:
+def series_from_samples(name: str, unit: str, points: Sequence[tuple[int, float]], run_start_ns: int) -> Series | None:
     """A series from (clock ns, value) readings, those after the run's start; None when empty."""
     kept = [(t, v) for t, v in points if t >= run_start_ns and math.isfinite(v)]
     if not kept:

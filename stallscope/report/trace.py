@@ -57,9 +57,10 @@ def phase_order(names: Iterable[str]) -> list[str]:
     return builtin + custom + ([OTHER] if OTHER in names else [])
 
 
-def load_recent(path: str | Path) -> tuple[Report, tuple[RecentSteps, ...]]:
+def load_recent(path: str | Path, *, required: bool = True) -> tuple[Report, tuple[RecentSteps, ...]]:
     """A report and every rank's recent steps: the report's own, and for a folder, those of the
-    ranks' own files (``ranks/rank-<R>.json``) that the report lacks. Raises ``ReportError``."""
+    ranks' own files (``ranks/rank-<R>.json``) that the report lacks. Raises ``ReportError``
+    (also when there are none and ``required``)."""
     report = load_report(path)
     records = {r.rank: r for r in report.recent}
     folder = Path(path)
@@ -72,10 +73,8 @@ def load_recent(path: str | Path) -> tuple[Report, tuple[RecentSteps, ...]]:
                 continue  # a rank's file half-written or damaged: its steps are missing, no more
             for r in own.recent:
                 records.setdefault(r.rank, r)
-    if not records:
-        raise ReportError(
-            f"{path}: the report holds no recent steps (written by an older StallScope, or no step ran)"
-        )
+    if not records and required:
+        raise ReportError(f"{path}: the report holds no recent steps (written by an older StallScope, or no step ran)")
     ordered = tuple(records[k] for k in sorted(records, key=lambda rank: -1 if rank is None else rank))
     return report, ordered
 
@@ -84,7 +83,9 @@ def _meta(pid: int, tid: int, name: str, args: Mapping[str, Any]) -> dict[str, A
     return {"ph": "M", "name": name, "pid": pid, "tid": tid, "ts": 0, "args": dict(args)}
 
 
-def rank_events(record: RecentSteps, pid: int, shift_us: int, *, keep: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+def rank_events(
+    record: RecentSteps, pid: int, shift_us: int, *, keep: tuple[int, int] | None = None
+) -> list[dict[str, Any]]:
     """The slices of one rank's steps; a step starts at ``run_start_unix_us + start_us - shift_us``.
     ``keep``: only the steps that overlap [lo, hi] (in the output's microseconds)."""
     rank = record.rank if record.rank is not None else 0
@@ -144,7 +145,16 @@ def counter_events(series: Sequence[Series], pid: int, run_start_us: int) -> lis
     for s in series:
         label = f"{s.name} ({s.unit})"
         for t, v in zip(s.t_ms, s.values, strict=False):
-            out.append({"ph": "C", "name": label, "pid": pid, "tid": 0, "ts": run_start_us + round(t * 1000), "args": {s.name: v}})
+            out.append(
+                {
+                    "ph": "C",
+                    "name": label,
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": run_start_us + round(t * 1000),
+                    "args": {s.name: v},
+                }
+            )
     return out
 
 
@@ -210,5 +220,7 @@ def write_json(obj: Any, path: str | Path) -> Path:
     target = Path(path)
     if target.parent != Path():
         target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    target.write_text(
+        json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8"
+    )
     return target
