@@ -13,8 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from conftest import png_pixels
-
+from browser.pixels import png_pixels
 from stallscope import StallScope
 from stallscope.cli import main
 from stallscope.report.html import LABEL_W, PHASE_COLOURS
