@@ -39,6 +39,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from operator import sub
 from threading import get_ident
 from typing import NamedTuple, TypeVar
 
@@ -856,8 +857,14 @@ class Timeline:
         ring_compute = self._ring_compute
         ring_kinds = self._ring_kinds
         ring_start = self._ring_start
-        ring_phases = self._ring_phases
-        phases0 = self._step_phases0
+        # a step's phase times are a difference of the totals by column (``_columns``) at its end
+        # and at its start (``phases0``); the rows are collected here and written to the ring at
+        # the fold's end, in one or two slices (an array item set per column costs more)
+        phases0 = list(self._step_phases0)
+        rows: list[int] = []
+        rows_at = self._ring_pos
+        width = len(totals)  # fixed during a fold: no phase is registered in one
+        pad = [0] * (RECENT_COLUMNS - width) if width <= RECENT_COLUMNS else None
         step_compute0 = self._step_compute0
         step_kinds = self._step_kinds
         pos = self._ring_pos
@@ -891,9 +898,7 @@ class Timeline:
                         ring_compute[pos] = totals[_COMPUTE] - step_compute0
                         ring_kinds[pos] = step_kinds
                         ring_start[pos] = step_start
-                        base = pos * RECENT_COLUMNS
-                        for c, v in enumerate(_columns(totals)):
-                            ring_phases[base + c] = v - phases0[c]
+                        rows += map(sub, totals + pad if pad is not None else _columns(totals), phases0)
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
@@ -906,7 +911,7 @@ class Timeline:
                             step_start = t
                             step_compute0 = totals[_COMPUTE]
                             step_kinds = 0
-                            phases0[:] = array("q", _columns(totals))
+                            phases0 = totals + pad if pad is not None else _columns(totals)
                         data_mark = t
                         stack.append(cur)
                         cur = _DATA
@@ -914,6 +919,8 @@ class Timeline:
                     elif code == NONE:
                         cur = stack.pop() if stack else _OTHER
         finally:
+            self._step_phases0[:] = array("q", phases0)
+            _write_rows(self._ring_phases, rows, rows_at, size)
             self._in_step = in_step
             self._step_start = step_start
             self._step_wait = step_wait
@@ -1353,6 +1360,22 @@ class Timeline:
         if count <= end:
             return ring[end - count : end]
         return ring[self._ring_size - (count - end) :] + ring[:end]
+
+
+def _write_rows(ring: array[int], rows: list[int], at: int, size: int) -> None:
+    """Write ``rows`` (``RECENT_COLUMNS`` ints each, of consecutive steps) into ``ring`` (``size``
+    rows), the first at row ``at``, wrapping; only the last ``size`` rows when there are more."""
+    width = RECENT_COLUMNS
+    count = len(rows) // width
+    if count > size:
+        at = (at + count - size) % size
+        rows = rows[(count - size) * width :]
+        count = size
+    first = min(count, size - at)
+    if first:
+        ring[at * width : (at + first) * width] = array("q", rows[: first * width])
+    if count > first:
+        ring[: (count - first) * width] = array("q", rows[first * width :])
 
 
 def _columns(totals: list[int]) -> list[int]:
