@@ -857,14 +857,14 @@ class Timeline:
         ring_compute = self._ring_compute
         ring_kinds = self._ring_kinds
         ring_start = self._ring_start
-        # a step's phase times are a difference of the totals by column (``_columns``) at its end
-        # and at its start (``phases0``); the rows are collected here and written to the ring at
-        # the fold's end, in one or two slices (an array item set per column costs more)
-        phases0 = list(self._step_phases0)
-        rows: list[int] = []
-        rows_at = self._ring_pos
+        # a step's phase times are the totals at its end less those at its start (``begin``):
+        # both are copied here per step, as they are (two list extends, the cheapest way in
+        # Python), and turned into the ring's rows by column at the fold's end (``_phase_rows``)
         width = len(totals)  # fixed during a fold: no phase is registered in one
-        pad = [0] * (RECENT_COLUMNS - width) if width <= RECENT_COLUMNS else None
+        begin = _uncolumns(self._step_phases0, width)
+        ends: list[int] = []
+        begins: list[int] = []
+        rows_at = self._ring_pos
         step_compute0 = self._step_compute0
         step_kinds = self._step_kinds
         pos = self._ring_pos
@@ -898,7 +898,8 @@ class Timeline:
                         ring_compute[pos] = totals[_COMPUTE] - step_compute0
                         ring_kinds[pos] = step_kinds
                         ring_start[pos] = step_start
-                        rows += map(sub, totals + pad if pad is not None else _columns(totals), phases0)
+                        ends += totals
+                        begins += begin
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
@@ -911,7 +912,7 @@ class Timeline:
                             step_start = t
                             step_compute0 = totals[_COMPUTE]
                             step_kinds = 0
-                            phases0 = totals + pad if pad is not None else _columns(totals)
+                            begin = totals[:]
                         data_mark = t
                         stack.append(cur)
                         cur = _DATA
@@ -919,8 +920,8 @@ class Timeline:
                     elif code == NONE:
                         cur = stack.pop() if stack else _OTHER
         finally:
-            self._step_phases0[:] = array("q", phases0)
-            _write_rows(self._ring_phases, rows, rows_at, size)
+            self._step_phases0[:] = array("q", _columns(begin))
+            _write_rows(self._ring_phases, _phase_rows(ends, begins, width), rows_at, size)
             self._in_step = in_step
             self._step_start = step_start
             self._step_wait = step_wait
@@ -1360,6 +1361,31 @@ class Timeline:
         if count <= end:
             return ring[end - count : end]
         return ring[self._ring_size - (count - end) :] + ring[:end]
+
+
+def _uncolumns(columns: array[int], width: int) -> list[int]:
+    """Totals of ``width`` phases whose ``_columns`` are ``columns`` (the custom phases' sum in the
+    first custom one): what a step's start is compared with."""
+    last = RECENT_COLUMNS - 1
+    if width <= last:  # no custom phase: its column is 0
+        return list(columns[:width])
+    return [*columns, *([0] * (width - RECENT_COLUMNS))]
+
+
+def _phase_rows(ends: list[int], begins: list[int], width: int) -> list[int]:
+    """The ring's rows (``RECENT_COLUMNS`` a step) of steps whose totals at their end and at their
+    start are ``ends`` and ``begins`` (``width`` a step), in loops over whole columns."""
+    diff = list(map(sub, ends, begins))
+    if width == RECENT_COLUMNS:
+        return diff
+    steps = len(diff) // width
+    rows = [0] * (steps * RECENT_COLUMNS)
+    last = RECENT_COLUMNS - 1
+    for c in range(min(width, last)):
+        rows[c::RECENT_COLUMNS] = diff[c::width]
+    if width > RECENT_COLUMNS:  # several custom phases share the last column
+        rows[last::RECENT_COLUMNS] = [sum(diff[i * width + last : (i + 1) * width]) for i in range(steps)]
+    return rows
 
 
 def _write_rows(ring: array[int], rows: list[int], at: int, size: int) -> None:
