@@ -56,6 +56,8 @@ class ScopeConfig:
     #: epoch's and the run's always are); 0 prints every epoch's; None (the default) prints every
     #: epoch's unless the panels would take more than 0.25% of the run (many very short epochs)
     print_interval_s: float | None = None
+    #: write ``report.html`` beside the final ``report.json``
+    html: bool = True
 
     @classmethod
     def create(
@@ -68,6 +70,7 @@ class ScopeConfig:
         sample_interval_s: float = 0.2,
         recent_steps: int = 4096,
         print_interval_s: float | None = None,
+        html: bool = True,
     ) -> ScopeConfig:
         if report_dir is not None and not isinstance(report_dir, (str, os.PathLike)):
             raise ValueError(f"report_dir must be a path or None, got {report_dir!r}")
@@ -97,6 +100,8 @@ class ScopeConfig:
             or not 0 <= print_interval_s < math.inf  # rejects nan, inf and negatives
         ):
             raise ValueError(f"print_interval_s must be None or a number of seconds >= 0, got {print_interval_s!r}")
+        if not isinstance(html, bool):
+            raise ValueError(f"html must be True or False, got {html!r}")
         return cls(
             # resolved now, so a chdir during training does not move the report
             report_dir=_resolved(Path(report_dir)) if report_dir is not None else None,
@@ -106,6 +111,7 @@ class ScopeConfig:
             sample_interval_s=float(sample_interval_s),
             recent_steps=recent_steps,
             print_interval_s=None if print_interval_s is None else float(print_interval_s),
+            html=html,
         )
 
 

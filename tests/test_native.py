@@ -191,6 +191,9 @@ _FOLDED = (
     "_ring_wait",
     "_ring_compute",
     "_ring_kinds",
+    "_ring_start",
+    "_ring_phases",
+    "_step_phases0",
     "_step_compute0",
     "_step_kinds",
     "_ring_pos",
@@ -761,3 +764,29 @@ def test_a_hook_set_to_none_is_read_from_the_instance_alone() -> None:
     held = [fast.on_late for _ in range(10_000)]
     if sys.version_info < (3, 12):
         assert sys.getrefcount(None) - before > len(held) // 2  # other code moves it by a few
+
+
+@pytest.mark.parametrize("custom", [0, 2, 3])
+def test_the_folds_agree_on_the_recent_steps_with_any_number_of_custom_phases(custom: int) -> None:
+    """No custom phase (its column stays 0), or several sharing the last column: the two folds
+    leave the same rings of the recent steps."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    rng = random.Random(custom)
+    pair = []
+    for _ in range(2):
+        tl = recorder.Timeline(clock=lambda: 0, cpu_clock=lambda: 0, recent_steps=7, window_steps=2, max_windows=4)
+        for k in range(custom):
+            tl.phase_id(f"custom-{k}")
+        tl.start(at=1_000)
+        pair.append(tl)
+    in_c, in_python = pair
+    t = 1_000
+    for _ in range(8):
+        log, t = _random_log(rng, len(in_c._totals), t, rng.randrange(0, 150))
+        native.fold(in_c, list(log))
+        in_python._fold_events(list(log))
+        assert _folded_state(in_c) == _folded_state(in_python)
+    assert in_c._steps > in_c._ring_size
+    assert any(in_c._ring_phases[recorder.RECENT_COLUMNS - 1 :: recorder.RECENT_COLUMNS]) == (custom > 0)

@@ -383,9 +383,9 @@ def test_short_epochs_are_printed_as_the_group_they_are_diagnosed_in(tmp_path: P
 def test_the_last_line_says_where_the_report_went(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A loop of the user's own prints no path itself: the console's last line names the file,
-    as written (brackets and all), relative where it lies below the working directory, and only
-    once it was written."""
+    """A loop of the user's own prints no path itself: the console's last lines name the file and
+    the page beside it, as written (brackets and all), relative where they lie below the working
+    directory, and only once they were written."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)  # not below it: the whole path
@@ -396,13 +396,19 @@ def test_the_last_line_says_where_the_report_went(
             for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
                 _train_step(scope, clocked)
     assert (report_dir / REPORT_NAME).is_file()
-    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {report_dir / REPORT_NAME}"
+    assert out.getvalue().rstrip("\n").splitlines()[-2:] == [
+        f"report: {report_dir / REPORT_NAME}",
+        f"open:   {report_dir / 'report.html'}",
+    ]
     monkeypatch.chdir(tmp_path)  # below the working directory: as the user would type it
     out = io.StringIO()
     with StallScope("runs/here", console=Console(file=out, width=100)) as scope:
         for _ in scope.iter(TimedLoader(range(3), clocked, wait_ms=5)):
             _train_step(scope, clocked)
-    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {Path('runs/here') / REPORT_NAME}"
+    assert out.getvalue().rstrip("\n").splitlines()[-2:] == [
+        f"report: {Path('runs/here') / REPORT_NAME}",
+        f"open:   {Path('runs/here') / 'report.html'}",
+    ]
     gone = tmp_path / "gone"
     gone.mkdir()
     monkeypatch.chdir(gone)
@@ -413,7 +419,10 @@ def test_the_last_line_says_where_the_report_went(
         gone.rmdir()  # the working directory removed under the run: the whole path, nothing turned off
     assert scope.report is not None
     assert not any("turned itself off" in note for note in scope.report.notes)
-    assert out.getvalue().rstrip("\n").splitlines()[-1] == f"report: {report_dir / REPORT_NAME}"
+    assert out.getvalue().rstrip("\n").splitlines()[-2:] == [
+        f"report: {report_dir / REPORT_NAME}",
+        f"open:   {report_dir / 'report.html'}",
+    ]
     monkeypatch.chdir(tmp_path)
     blocked = tmp_path / "a file"
     blocked.write_text("not a folder")

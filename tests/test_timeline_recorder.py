@@ -1141,3 +1141,49 @@ def test_groups_of_epochs_close_when_long_enough_together_and_add_their_epochs_u
     else:
         assert left is None
     assert tl.close_group() is None
+
+
+# -- the record of the most recent steps -------------------------------------------------------
+
+
+def test_the_recent_record_holds_each_steps_start_and_phase_times(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    """Each step's start and its time per phase, exactly as driven, oldest first; a custom phase
+    has the last column, named after it; the step in progress is not in it."""
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=3)
+    tl.start()
+    clock.advance(50)
+    starts = []
+    for i in range(5):
+        starts.append(clock.now)
+        _step(tl, clock, wait=100 + i, compute=1000 * (i + 1), other=7)
+        tl.enter(tl.phase_id("forward-hooks"))
+        clock.advance(11)
+        tl.leave()
+    tl.data_begin()  # the sixth step begins: the fifth ends here
+    clock.advance(3)
+    tl.run_snapshot()
+    record = tl.recent_record()
+    assert record.columns == (*BUILTIN_PHASES, "forward-hooks")
+    assert record.steps == 5
+    assert list(record.start_ns) == starts[2:]
+    rows = [list(record.phase_ns[i * 8 : (i + 1) * 8]) for i in range(3)]
+    # data, h2d, compute, logging, checkpoint, validation, other, forward-hooks
+    assert rows == [[100 + i, 0, 1000 * (i + 1), 0, 0, 0, 7, 11] for i in (2, 3, 4)]
+    assert record.run_start_ns == 0
+    assert record.clock_ns == clock.now
+
+
+def test_the_recent_record_is_bounded_and_wraps(clock: FakeClock, cpu_clock: FakeClock) -> None:
+    """A run of many steps keeps the last ``recent_steps`` of them, whatever its length."""
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, recent_steps=4)
+    tl.start()
+    for i in range(1001):
+        _step(tl, clock, wait=i, compute=5)
+    tl.data_begin()
+    tl.run_snapshot()
+    record = tl.recent_record()
+    assert record.steps == 1001
+    assert len(record.start_ns) == 4
+    assert len(record.phase_ns) == 4 * 8
+    assert [record.phase_ns[i * 8] for i in range(4)] == [997, 998, 999, 1000]
+    assert record.columns[-1] == ""  # no custom phase

@@ -1,4 +1,5 @@
-"""The ``stallscope`` command: ``show``, ``check`` (the CI gate), ``diff``, ``baseline`` and ``tune``.
+"""The ``stallscope`` command: ``show``, ``check`` (the CI gate), ``diff``, ``baseline``, ``trace``,
+``html`` and ``tune``.
 
 One module per command; each has ``add_parser(subparsers)`` and ``run(args, console) -> int``.
 ``main`` owns the exit status (SPEC §5): 0 no regression, 1 regression, 2 for a usage error or
@@ -22,6 +23,8 @@ from rich.console import Console
 from stallscope._exceptions import StallScopeError
 from stallscope._version import __version__
 from stallscope.cli import baseline, check, diff, show, tune
+from stallscope.cli import html as html_cmd
+from stallscope.cli import trace as trace_cmd
 from stallscope.report.safe import plain
 
 EXIT_OK = 0
@@ -44,11 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 ok, 1 regression (check), 2 usage error or unreadable report",
     )
     parser.add_argument("--version", action="version", version=f"stallscope {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{show,check,diff,baseline,tune}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{show,check,diff,baseline,trace,html,tune}")
     show.add_parser(sub)
     check.add_parser(sub)
     diff.add_parser(sub)
     baseline.add_parser(sub)
+    trace_cmd.add_parser(sub)
+    html_cmd.add_parser(sub)
     tune.add_parser(sub)
     return parser
 

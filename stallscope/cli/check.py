@@ -20,7 +20,7 @@ from stallscope.analysis.regression import (
     compare,
     compare_paired,
 )
-from stallscope.cli import github
+from stallscope.cli import check_html, github
 from stallscope.cli.verdict import Paths, print_verdict, verdict_to_dict
 from stallscope.report.history import load_reports
 from stallscope.report.safe import plain
@@ -158,6 +158,7 @@ def add_parser(sub: Any) -> None:
         help="also append markdown to $GITHUB_STEP_SUMMARY and print an ::error annotation on failure",
     )
     p.add_argument("--allow-mismatch", action="store_true", help="compare runs even when they do not look comparable")
+    check_html.add_argument(p)
     p.set_defaults(run=run, parser=p)
 
 
@@ -206,6 +207,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
         if len(args.baseline) == 1
         else args.baseline,
     }
+    check_html.write(args, verdict_to_dict(verdict, **paths))
     if args.format == "json":
         sys.stdout.write(json.dumps(verdict_to_dict(verdict, **paths), indent=2) + "\n")
     elif args.github:  # the verdict quotes the reports: no workflow command inside it

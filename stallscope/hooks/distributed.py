@@ -61,6 +61,7 @@ from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
 from stallscope.report.job import fractions_of, job_summary, rank_entry
+from stallscope.report.recent import RecentSteps, recent_from_dict, recent_to_dict
 from stallscope.report.schema import (
     EpochReport,
     RankEntry,
@@ -367,6 +368,8 @@ def _payload(
             "findings": [finding_to_dict(f) for f in report.findings],
         }
         out["notes"] = list(report.notes)
+        if name == "final" and report.recent:  # its last steps, once: for the job's timeline
+            out["recent"] = recent_to_dict(report.recent[0])
     if epoch is not None:
         out["epoch"] = {
             "index": epoch.index,
@@ -537,6 +540,8 @@ class Job:
         self._rank_findings: dict[int, tuple[Finding, ...]] = {}
         self._group_first: int | None = None
         self._group_summaries: dict[int, Summary] = {}
+        #: rank 0: each other rank's record of its last steps, from its final payload
+        self._recent_steps: dict[int, RecentSteps] = {}
 
     @property
     def leader(self) -> bool:
@@ -882,6 +887,9 @@ class Job:
             if text is not None:
                 self._note(text)
         job = job_report(report, spans, tuple(self.epochs), min_saving=self.min_saving)
+        others = tuple(r for _, r in sorted(self._recent_steps.items()) if r.rank != 0)
+        if others:
+            job = replace(job, recent=(*job.recent, *others))
         return job, job.ranks
 
     def report_later(self) -> Callable[[Report], Report]:
@@ -933,6 +941,8 @@ class Job:
         ending = payload.get("ending")
         if isinstance(ending, str) and ending:
             self.endings[rank] = ending
+        if "recent" in payload:
+            self._recent_steps[rank] = recent_from_dict(payload["recent"], f"rank {rank}'s recent steps")
         if "run" not in payload:
             return
         span = _span(payload, "run")

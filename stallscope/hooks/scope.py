@@ -176,8 +176,10 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
     """Watches a training loop and tells why the accelerator waits.
 
     ``StallScope(report_dir="stallscope", *, console=True, nvml_device=None, min_saving=0.02,
-    sample_interval_s=0.2, recent_steps=4096, print_interval_s=None)``; bad values raise
-    ``ValueError`` naming them. ``print_interval_s``: by default every epoch's diagnosis is
+    sample_interval_s=0.2, recent_steps=4096, print_interval_s=None, html=True)``; bad values raise
+    ``ValueError`` naming them. ``recent_steps``: the last steps the report keeps, each one's start
+    and phase times (``stallscope trace``, the timeline of ``report.html``); ``html``: write
+    ``report.html`` beside the final ``report.json``. ``print_interval_s``: by default every epoch's diagnosis is
     printed unless the panels would take more than 1% of the run (many very short epochs: then
     they are spaced out, and a panel says how many epochs it skipped); a number prints one when at
     least that many seconds passed since the last printed one; ``0`` prints every epoch's. The
@@ -197,6 +199,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         sample_interval_s: float = 0.2,
         recent_steps: int = 4096,
         print_interval_s: float | None = None,
+        html: bool = True,
     ) -> None:
         self._config = ScopeConfig.create(
             tune_trial.report_dir(report_dir),  # a trial of `stallscope tune` writes to its own folder
@@ -206,6 +209,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             sample_interval_s=sample_interval_s,
             recent_steps=recent_steps,
             print_interval_s=print_interval_s,
+            html=html,
         )
         self._keyed()
         self._reset()

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, NamedTuple, TypeVar, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from rich.console import Console
 
@@ -41,8 +41,11 @@ from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
+from stallscope.report.html import render_report
+from stallscope.report.html_io import HTML_NAME, write_html
 from stallscope.report.io import REPORT_NAME, write_report
 from stallscope.report.lock import FolderLock
+from stallscope.report.recent import RecentSteps, Series, recent_from_record, series_from_samples
 from stallscope.report.render import print_diagnosis
 from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
@@ -122,6 +125,20 @@ SIGTERM_ENDING = "the run was stopped by SIGTERM"
 
 #: the longest exception message a note quotes
 NOTE_MESSAGE_CHARS = 300
+
+
+def _ring_copy(sampler: object) -> list[Any]:
+    """A sampler's ring of recent readings, copied without its lock (which its thread may hold):
+    a copy that meets an append is taken again, and given up after a few tries."""
+    ring = getattr(sampler, "_ring", None)
+    if ring is None:
+        return []
+    for _ in range(4):
+        try:
+            return list(ring)
+        except RuntimeError:  # the deque was appended to during the copy
+            continue
+    return []
 
 
 def _one_line(message: str) -> str:
@@ -387,6 +404,8 @@ class Session:
         self._device_kind: str | None = None
         #: a write of report.json failed (noted once; later epoch ends try again)
         self._write_failed = False
+        #: where the final report.html went (None: not written)
+        self._html_path: Path | None = None
         #: the final report was made (``finish``), and written
         self._final_made = False
         self._final_written = False
@@ -1009,6 +1028,7 @@ class Session:
             self.print(title, report.summary, report.findings, notes, ranks=ranks)
         self.write()
         self._final_written = True
+        self._write_html(report)
         self._print_where()
         return report
 
@@ -1055,6 +1075,22 @@ class Session:
         more = f" (and {len(ranks) - 1} more ranks)" if len(ranks) > 1 else ""
         return f"rank {ranks[0]}: {self.job.endings[ranks[0]]}{more}"
 
+    def _write_html(self, report: Report) -> None:
+        """``report.html`` beside the final ``report.json`` (rank 0 alone). Any failure costs the
+        page only: it is said once on stderr, and the run and its report.json stay as they are."""
+        self._html_path = None
+        if self.config.report_dir is None or self._write_failed or not self.config.html:
+            return
+        if self.job is not None and not self.job.leader:
+            return
+        try:
+            path = self.config.report_dir / HTML_NAME
+            write_html(render_report(report), path)
+            self._html_path = path
+        except Exception as exc:  # the page is extra: never the run's or report.json's failure
+            text = f"report.html could not be written ({type(exc).__name__}: {exc})"
+            print(f"stallscope: {plain(text)}", file=sys.stderr)
+
     def _print_where(self) -> None:
         """Say where the final report went (rank 0 alone, when it was written)."""
         if self._console is None or self.config.report_dir is None or self._write_failed:
@@ -1072,6 +1108,9 @@ class Session:
         # (a file name that is not UTF-8) written as their escapes
         where = plain(path)
         self._console.print(f"report: {where}", markup=False, highlight=False, soft_wrap=True)
+        if self._html_path is not None:  # beside it: the page to open
+            page = plain(os.path.join(os.path.dirname(path), HTML_NAME))
+            self._console.print(f"open:   {page}", markup=False, highlight=False, soft_wrap=True)
 
     def _claim_folder(self) -> None:
         """Take the report folder's lock (``report/lock.py``), once, as the writer of ``report.json``
@@ -1239,10 +1278,12 @@ class Session:
         epochs = tuple(self.epochs)
         notes = tuple(self.notes)
         tail = self.tail
+        recent = self._recent_later()
 
         def build() -> Report:
             span = snapshot.stats()
             scatter = scatter_note(span) if complete else None  # the numbers move until the end
+            steps, series = recent()
             return Report(
                 run=run,
                 summary=self.summarize(span, signals),
@@ -1251,9 +1292,42 @@ class Session:
                 notes=(*notes, scatter) if scatter is not None else notes,
                 complete=complete,
                 tail=tail,
+                recent=steps,
+                series=series,
             )
 
         return Later(build)
+
+    def _recent_later(self) -> Callable[[], tuple[tuple[RecentSteps, ...], tuple[Series, ...]]]:
+        """The most recent steps and the samplers' recent readings as of now, copied (the timeline
+        has just been folded; the samplers' rings are copied without their locks), in the report's
+        form when called (on any thread). A failure here costs the report these, nothing else."""
+        try:
+            record = self.timeline.recent_record()
+            unix_ns = time.time_ns()
+            nvml = _ring_copy(self.signals.nvml)
+            host = _ring_copy(self.signals.host)
+        except Exception:
+            return lambda: ((), ())
+        rank = self.job.info.rank if self.job is not None else None
+        host_name = self.host.name
+
+        def make() -> tuple[tuple[RecentSteps, ...], tuple[Series, ...]]:
+            try:
+                steps = recent_from_record(record, rank=rank, host=host_name, unix_ns=unix_ns)
+                start = record.run_start_ns
+                made: list[Series | None] = [
+                    series_from_samples("gpu_util", "fraction", [(s.end_ns, s.util) for s in nvml], start)
+                ]
+                pairs = list(zip(host, host[1:], strict=False))
+                for name, which in (("host_cpu", 1), ("workers_cpu", 2)):
+                    points = [(b[0], b[which] / ((b[0] - a[0]) / 1e9)) for a, b in pairs if b[0] > a[0]]
+                    made.append(series_from_samples(name, "cores", points, start))
+            except Exception:
+                return (), ()
+            return ((steps,) if steps.steps else ()), tuple(s for s in made if s is not None)
+
+        return make
 
     def _run_info(self) -> RunInfo:
         return RunInfo(

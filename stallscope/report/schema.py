@@ -15,6 +15,14 @@ from typing import Any
 
 from stallscope._exceptions import ReportError
 from stallscope.analysis.finding import Finding
+from stallscope.report.recent import (
+    RecentSteps,
+    Series,
+    recent_from_dict,
+    recent_to_dict,
+    series_from_dict,
+    series_to_dict,
+)
 
 SCHEMA_VERSION = 1
 
@@ -176,6 +184,9 @@ class Report:
     tail: Summary | None = None
     #: a distributed job's ranks, on the job's report (rank 0's ``report.json``); else empty
     ranks: tuple[RankEntry, ...] = ()
+    #: the most recent steps, one record per rank (``report/recent.py``); the samplers' series
+    recent: tuple[RecentSteps, ...] = ()
+    series: tuple[Series, ...] = ()
 
     def finding(self, finding_id: str) -> Finding | None:
         """The run-level finding with ``finding_id``, if any."""
@@ -351,6 +362,10 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         out["tail"] = summary_to_dict(r.tail)
     if r.ranks:
         out["ranks"] = [rank_to_dict(e) for e in r.ranks]
+    if r.recent:
+        out["recent_steps"] = [recent_to_dict(e) for e in r.recent]
+    if r.series:
+        out["series"] = [series_to_dict(e) for e in r.series]
     return out
 
 
@@ -616,6 +631,13 @@ def report_from_dict(d: Any) -> Report:
         if d.get("tail") is not None
         else None,
         ranks=tuple(rank_from_dict(e, f"report.ranks[{i}]") for i, e in enumerate(_opt_list(d, "ranks", "report"))),
+        recent=tuple(
+            recent_from_dict(e, f"report.recent_steps[{i}]")
+            for i, e in enumerate(_opt_list(d, "recent_steps", "report"))
+        ),
+        series=tuple(
+            series_from_dict(e, f"report.series[{i}]") for i, e in enumerate(_opt_list(d, "series", "report"))
+        ),
     )
 
 

@@ -42,6 +42,9 @@
 #define OTHER_ID 6
 /* a step's phases as bits of an int64 (recorder.KIND_BITS): ids from this one on share its bit */
 #define KIND_BITS 62
+/* a recent step's phase times are kept per column (recorder.RECENT_COLUMNS): phase id ``i`` in
+ * column ``i``; ids from the last column on (the custom phases) share it */
+#define RECENT_COLUMNS 8
 
 static PyObject *perf_counter_ns; /* time.perf_counter_ns */
 static PyObject *code_leave; /* LEAVE as an int, for a timer whose target is a callable */
@@ -865,10 +868,12 @@ static const char *state_names[S_COUNT] = {
 };
 static PyObject *state_attrs[S_COUNT];
 static PyObject *name_totals, *name_counts, *name_stack, *name_ring_step, *name_ring_wait, *name_ring_compute,
-    *name_ring_kinds, *name_ring_size, *name_window_steps;
+    *name_ring_kinds, *name_ring_start, *name_ring_phases, *name_step_phases0, *name_ring_size, *name_window_steps;
 
-/* the timeline's rings of recent steps, in ``Timeline._recent_values`` order */
-enum { R_STEP, R_WAIT, R_COMPUTE, R_KINDS, R_COUNT };
+/* the timeline's rings of recent steps, in ``Timeline._recent_values`` order, then the steps'
+ * starts, their phase times (``RECENT_COLUMNS`` a step) and the phase times when the step in
+ * progress began (``RECENT_COLUMNS`` items) */
+enum { R_STEP, R_WAIT, R_COMPUTE, R_KINDS, R_START, R_PHASES, R_PHASES0, R_COUNT };
 
 /* an attribute of ``obj`` as a C long long */
 static int
@@ -1010,6 +1015,18 @@ stack_push(Folding *f, long long value)
     return 0;
 }
 
+/* the phases' totals by column (``RECENT_COLUMNS``): the last one sums the phases from its id on */
+static void
+phase_columns(const Folding *f, long long *out)
+{
+    for (int c = 0; c < RECENT_COLUMNS; c++) {
+        out[c] = 0;
+    }
+    for (Py_ssize_t i = 0; i < f->phases; i++) {
+        out[i < RECENT_COLUMNS ? i : RECENT_COLUMNS - 1] += f->totals[i];
+    }
+}
+
 /* the events' loop of Timeline._fold: stops at the first error, with the state as of the events
  * before the one that failed (a window's close that fails leaves its step counted) */
 static int
@@ -1019,6 +1036,7 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
     long long *st = f->state;
     long long *steps_ring = rings[R_STEP].buf, *waits_ring = rings[R_WAIT].buf;
     long long *compute_ring = rings[R_COMPUTE].buf, *kinds_ring = rings[R_KINDS].buf;
+    long long *start_ring = rings[R_START].buf, *phases_ring = rings[R_PHASES].buf, *phases0 = rings[R_PHASES0].buf;
     if (n % 2) {
         PyErr_SetString(PyExc_ValueError, "stallscope: the event log has an odd length");
         return -1;
@@ -1056,6 +1074,15 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
                 waits_ring[pos] = st[S_STEP_WAIT];
                 compute_ring[pos] = f->totals[COMPUTE_ID] - st[S_STEP_COMPUTE0];
                 kinds_ring[pos] = st[S_STEP_KINDS];
+                start_ring[pos] = st[S_STEP_START];
+                {
+                    long long column[RECENT_COLUMNS];
+                    phase_columns(f, column);
+                    long long *row = phases_ring + pos * RECENT_COLUMNS;
+                    for (int c = 0; c < RECENT_COLUMNS; c++) {
+                        row[c] = column[c] - phases0[c];
+                    }
+                }
                 st[S_RING_POS] = pos + 1 < ring_size ? pos + 1 : 0;
                 st[S_STEPS] += 1;
                 if (--f->window_left <= 0) { /* below 0 after a close that was cut short */
@@ -1086,6 +1113,7 @@ fold_events(PyObject *timeline, const long long *events, Py_ssize_t n, Folding *
                     st[S_STEP_START] = t;
                     st[S_STEP_COMPUTE0] = f->totals[COMPUTE_ID];
                     st[S_STEP_KINDS] = 0;
+                    phase_columns(f, phases0);
                 }
                 st[S_DATA_MARK] = t;
                 if (stack_push(f, st[S_CUR]) < 0) {
@@ -1157,7 +1185,8 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
     }
     Folding f = {0};
     Py_buffer rings[R_COUNT] = {{0}};
-    PyObject *ring_names[R_COUNT] = {name_ring_step, name_ring_wait, name_ring_compute, name_ring_kinds};
+    PyObject *ring_names[R_COUNT] = {name_ring_step,  name_ring_wait,   name_ring_compute, name_ring_kinds,
+                                     name_ring_start, name_ring_phases, name_step_phases0};
     int have_rings = 0, rc = -1;
     long long ring_size, window_steps;
     PyObject *result = NULL;
@@ -1206,12 +1235,16 @@ native_fold(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs
         goto done;
     }
     f.window_left = window_steps - f.state[S_WIN_STEPS];
-    if (ring_size < 1 || f.state[S_RING_POS] < 0 || f.state[S_RING_POS] >= ring_size) {
+    if (ring_size < 1 || ring_size > PY_SSIZE_T_MAX / RECENT_COLUMNS || f.state[S_RING_POS] < 0 ||
+        f.state[S_RING_POS] >= ring_size) {
         PyErr_SetString(PyExc_ValueError, "stallscope: the timeline's ring position is out of range");
         goto done;
     }
     for (; have_rings < R_COUNT; have_rings++) {
-        if (get_ring(timeline, ring_names[have_rings], (Py_ssize_t)ring_size, &rings[have_rings]) < 0) {
+        Py_ssize_t items = have_rings == R_PHASES    ? (Py_ssize_t)ring_size * RECENT_COLUMNS
+                           : have_rings == R_PHASES0 ? RECENT_COLUMNS
+                                                     : (Py_ssize_t)ring_size;
+        if (get_ring(timeline, ring_names[have_rings], items, &rings[have_rings]) < 0) {
             goto done;
         }
     }
@@ -1971,6 +2004,9 @@ PyInit__native(void)
     name_ring_wait = PyUnicode_InternFromString("_ring_wait");
     name_ring_compute = PyUnicode_InternFromString("_ring_compute");
     name_ring_kinds = PyUnicode_InternFromString("_ring_kinds");
+    name_ring_start = PyUnicode_InternFromString("_ring_start");
+    name_ring_phases = PyUnicode_InternFromString("_ring_phases");
+    name_step_phases0 = PyUnicode_InternFromString("_step_phases0");
     name_ring_size = PyUnicode_InternFromString("_ring_size");
     name_window_steps = PyUnicode_InternFromString("_window_steps");
     for (int i = 0; i < K_COUNT; i++) {
@@ -1984,7 +2020,7 @@ PyInit__native(void)
         return NULL;
     }
     if (!name_totals || !name_counts || !name_stack || !name_ring_step || !name_ring_wait || !name_ring_compute ||
-        !name_ring_kinds || !name_ring_size ||
+        !name_ring_kinds || !name_ring_start || !name_ring_phases || !name_step_phases0 || !name_ring_size ||
         !name_window_steps) {
         return NULL;
     }
@@ -2011,7 +2047,8 @@ PyInit__native(void)
         PyModule_AddIntConstant(module, "DATA_ID", DATA_ID) < 0 ||
         PyModule_AddIntConstant(module, "COMPUTE_ID", COMPUTE_ID) < 0 ||
         PyModule_AddIntConstant(module, "OTHER_ID", OTHER_ID) < 0 ||
-        PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0) {
+        PyModule_AddIntConstant(module, "KIND_BITS", KIND_BITS) < 0 ||
+        PyModule_AddIntConstant(module, "RECENT_COLUMNS", RECENT_COLUMNS) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -39,6 +39,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from operator import sub
 from threading import get_ident
 from typing import NamedTuple, TypeVar
 
@@ -59,6 +60,10 @@ _NEVER = 1 << 62
 #: a step's phases are kept as bits of an int64 (``Timeline._ring_kinds``): phase id ``i`` sets
 #: bit ``i``; ids from this one on share its bit
 KIND_BITS = 62
+
+#: a recent step's phase times are kept in this many columns (``Timeline._ring_phases``): phase id
+#: ``i`` in column ``i``; the custom phases (ids from the last column on) share the last one
+RECENT_COLUMNS = 8
 
 #: the log is folded into the totals when it holds this many entries (two per event)
 FOLD_AT = 2048
@@ -99,6 +104,7 @@ _NATIVE_CONSTANTS = {
     "COMPUTE_ID": _COMPUTE,
     "OTHER_ID": _OTHER,
     "KIND_BITS": KIND_BITS,
+    "RECENT_COLUMNS": RECENT_COLUMNS,
 }
 if _native is not None and (
     os.environ.get("STALLSCOPE_NO_NATIVE")  # a way out, should the C code ever be in doubt
@@ -154,6 +160,25 @@ class _Mark(NamedTuple):
     cpu_gap: int
     #: given the epoch's snapshot: whether to take the run's as of the same instant as well
     run_if: Callable[[SpanSnapshot], bool] | None
+
+
+class RecentRecord(NamedTuple):
+    """The most recent steps (``Timeline.recent_record``), oldest first, copied: what the report's
+    record of them is made of, on any thread."""
+
+    #: the name of each phase column (``RECENT_COLUMNS``; the last: the custom phase, or
+    #: ``"custom"`` when there are several)
+    columns: tuple[str, ...]
+    #: steps in the run: the first one kept is step ``steps - len(start_ns)``
+    steps: int
+    #: when each step began, on the timeline's clock (ns)
+    start_ns: array[int]
+    #: each step's time in each column, ``len(columns)`` a step (ns)
+    phase_ns: array[int]
+    #: a reading of the timeline's clock, taken when the record was, and the run's start on it
+    #: (as read: StallScope's own time is not cut out of the steps' starts)
+    clock_ns: int
+    run_start_ns: int
 
 
 class PhaseProbe(NamedTuple):
@@ -228,6 +253,7 @@ class Timeline:
         "_stack",
         "_mark",
         "_start_ns",
+        "_origin_ns",
         "_started",
         "_paused_at",
         "_paused_cpu",
@@ -243,6 +269,9 @@ class Timeline:
         "_ring_wait",
         "_ring_compute",
         "_ring_kinds",
+        "_ring_start",
+        "_ring_phases",
+        "_step_phases0",
         "_ring_pos",
         "_step_compute0",
         "_step_kinds",
@@ -342,6 +371,8 @@ class Timeline:
         self._stack: list[int] = []
         self._mark = 0
         self._start_ns = 0
+        #: when the run began, as read (``_start_ns`` moves later past StallScope's own time)
+        self._origin_ns = 0
         self._started = False
         #: while StallScope does its own work (``pause``): when the clock stopped
         self._paused_at: int | None = None
@@ -362,6 +393,12 @@ class Timeline:
         #: phases past bit 61 share bit 62): which steps saved, validated or logged (``kinds``)
         self._ring_compute = array("q", bytes(8 * recent_steps))
         self._ring_kinds = array("q", bytes(8 * recent_steps))
+        #: per recent step: when it began (the timeline's clock, ns), and its time in each phase,
+        #: ``RECENT_COLUMNS`` a step (``recent_steps``: what the report's record of them holds)
+        self._ring_start = array("q", bytes(8 * recent_steps))
+        self._ring_phases = array("q", bytes(8 * RECENT_COLUMNS * recent_steps))
+        #: the phases' times (by column) when the step in progress began
+        self._step_phases0 = array("q", bytes(8 * RECENT_COLUMNS))
         self._ring_pos = 0
         #: compute credited when the step in progress began, and the phases entered in it so far
         self._step_compute0 = 0
@@ -437,7 +474,7 @@ class Timeline:
         """Start the clock: the run (and its first epoch) begins now (or at ``at``, a reading of
         the clock already taken)."""
         now = self._clock() if at is None else at
-        self._start_ns = self._mark = self._ep_start_ns = self._win_start = now
+        self._start_ns = self._mark = self._ep_start_ns = self._win_start = self._origin_ns = now
         self._cpu_start = self._ep_cpu = self._cpu_clock()
         self._ep_totals = self._gr_totals = list(self._totals)
         self._ep_counts = self._gr_counts = list(self._counts)
@@ -853,6 +890,15 @@ class Timeline:
         ring_wait = self._ring_wait
         ring_compute = self._ring_compute
         ring_kinds = self._ring_kinds
+        ring_start = self._ring_start
+        # a step's phase times are the totals at its end less those at its start (``begin``):
+        # both are copied here per step, as they are (two list extends, the cheapest way in
+        # Python), and turned into the ring's rows by column at the fold's end (``_phase_rows``)
+        width = len(totals)  # fixed during a fold: no phase is registered in one
+        begin = _uncolumns(self._step_phases0, width)
+        ends: list[int] = []
+        begins: list[int] = []
+        rows_at = self._ring_pos
         step_compute0 = self._step_compute0
         step_kinds = self._step_kinds
         pos = self._ring_pos
@@ -885,6 +931,9 @@ class Timeline:
                         ring_wait[pos] = step_wait
                         ring_compute[pos] = totals[_COMPUTE] - step_compute0
                         ring_kinds[pos] = step_kinds
+                        ring_start[pos] = step_start
+                        ends += totals
+                        begins += begin
                         pos = pos + 1 if pos + 1 < size else 0
                         steps += 1
                         window_left -= 1
@@ -897,6 +946,7 @@ class Timeline:
                             step_start = t
                             step_compute0 = totals[_COMPUTE]
                             step_kinds = 0
+                            begin = totals[:]
                         data_mark = t
                         stack.append(cur)
                         cur = _DATA
@@ -904,6 +954,8 @@ class Timeline:
                     elif code == NONE:
                         cur = stack.pop() if stack else _OTHER
         finally:
+            self._step_phases0[:] = array("q", _columns(begin))
+            _write_rows(self._ring_phases, _phase_rows(ends, begins, width), rows_at, size)
             self._in_step = in_step
             self._step_start = step_start
             self._step_wait = step_wait
@@ -1301,6 +1353,26 @@ class Timeline:
         """Phase names indexed by phase id."""
         return tuple(self._names)
 
+    def recent_record(self) -> RecentRecord:
+        """The most recent steps as folded so far (a snapshot has just folded the log), oldest
+        first: two copies of arrays, no loop over the steps."""
+        now = self._clock()
+        count = min(self._steps, self._ring_size)
+        last = RECENT_COLUMNS - 1
+        custom = self._names[last:]
+        tail = custom[0] if len(custom) == 1 else "custom" if custom else ""
+        columns = (*self._names[:last], *([""] * (last - len(self._names))), tail)
+        end = self._ring_pos
+        width = RECENT_COLUMNS
+        phases = self._ring_phases
+        if count <= end:
+            start = self._ring_start[end - count : end]
+            phase_ns = phases[(end - count) * width : end * width]
+        else:
+            start = self._ring_start[self._ring_size - (count - end) :] + self._ring_start[:end]
+            phase_ns = phases[(self._ring_size - (count - end)) * width :] + phases[: end * width]
+        return RecentRecord(columns, self._steps, start, phase_ns, now, self._origin_ns)
+
     def probe(self) -> PhaseProbe | None:
         """The phase in progress and the totals, read consistently from any thread; None before
         ``start`` or when the training thread kept rewriting the state during four attempts.
@@ -1401,6 +1473,56 @@ class Timeline:
         if count <= end:
             return ring[end - count : end]
         return ring[self._ring_size - (count - end) :] + ring[:end]
+
+
+def _uncolumns(columns: array[int], width: int) -> list[int]:
+    """Totals of ``width`` phases whose ``_columns`` are ``columns`` (the custom phases' sum in the
+    first custom one): what a step's start is compared with."""
+    last = RECENT_COLUMNS - 1
+    if width <= last:  # no custom phase: its column is 0
+        return list(columns[:width])
+    return [*columns, *([0] * (width - RECENT_COLUMNS))]
+
+
+def _phase_rows(ends: list[int], begins: list[int], width: int) -> list[int]:
+    """The ring's rows (``RECENT_COLUMNS`` a step) of steps whose totals at their end and at their
+    start are ``ends`` and ``begins`` (``width`` a step), in loops over whole columns."""
+    diff = list(map(sub, ends, begins))
+    if width == RECENT_COLUMNS:
+        return diff
+    steps = len(diff) // width
+    rows = [0] * (steps * RECENT_COLUMNS)
+    last = RECENT_COLUMNS - 1
+    for c in range(min(width, last)):
+        rows[c::RECENT_COLUMNS] = diff[c::width]
+    if width > RECENT_COLUMNS:  # several custom phases share the last column
+        rows[last::RECENT_COLUMNS] = [sum(diff[i * width + last : (i + 1) * width]) for i in range(steps)]
+    return rows
+
+
+def _write_rows(ring: array[int], rows: list[int], at: int, size: int) -> None:
+    """Write ``rows`` (``RECENT_COLUMNS`` ints each, of consecutive steps) into ``ring`` (``size``
+    rows), the first at row ``at``, wrapping; only the last ``size`` rows when there are more."""
+    width = RECENT_COLUMNS
+    count = len(rows) // width
+    if count > size:
+        at = (at + count - size) % size
+        rows = rows[(count - size) * width :]
+        count = size
+    first = min(count, size - at)
+    if first:
+        ring[at * width : (at + first) * width] = array("q", rows[: first * width])
+    if count > first:
+        ring[: (count - first) * width] = array("q", rows[first * width :])
+
+
+def _columns(totals: list[int]) -> list[int]:
+    """The phases' totals by column (``RECENT_COLUMNS``): the last sums the phases from its id on."""
+    last = RECENT_COLUMNS - 1
+    out = totals[:last]
+    out += [0] * (last - len(out))
+    out.append(sum(totals[last:]))
+    return out
 
 
 def _diff(names: list[str], known: int, now: list[int], then: list[int], counts: list[int]) -> dict[str, int]:
