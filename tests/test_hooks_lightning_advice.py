@@ -262,43 +262,47 @@ def stop_class(pl: ModuleType) -> type[Any]:
 
 
 def test_a_fit_resumed_mid_epoch_prints_its_epoch_and_counts_every_step(
-    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], clock: FakeClock
 ) -> None:
-    """Resumed at batch 10 of 24 with ``ckpt_path=``: Lightning skips ``on_train_epoch_start``.
-    The resumed epoch still gets its panel, named as Lightning numbers it, with its 14 steps."""
-    costs = Costs()
+    """Resumed at batch 10 of 50 with ``ckpt_path=``: Lightning skips ``on_train_epoch_start``.
+    The resumed epoch still gets its panel, named as Lightning numbers it, with its 40 steps
+    (steps of 40 ms on the fake clock: epochs long enough to be judged alone)."""
+    costs = Costs(clock, step=40)
     path = tmp_path / "mid.ckpt"
     first = trainer(pl, tmp_path, [stop_class(pl)(10, path)], max_epochs=2)
-    first.fit(model_class(pl)(costs), loader(96, costs))
+    first.fit(model_class(pl)(costs), loader(200, costs))
     assert path.exists()
     capsys.readouterr()
 
     scope = StallScope(tmp_path / "scope", console=True, print_interval_s=0)
     tr = trainer(pl, tmp_path, [scope], max_epochs=2)
-    tr.fit(model_class(pl)(costs), loader(96, costs), ckpt_path=path)
+    tr.fit(model_class(pl)(costs), loader(200, costs), ckpt_path=path)
 
     report = scope.report
     assert report is not None
-    assert costs.counts["step"] == 10 + 14 + 24
-    assert [e.summary.steps for e in report.epochs] == [14, 24]
-    assert report.summary.steps == 38
+    assert costs.counts["step"] == 10 + 40 + 50
+    assert [e.summary.steps for e in report.epochs] == [40, 50]
+    assert report.summary.steps == 90
     out = capsys.readouterr().out
     assert "StallScope · epoch 0" in out
     assert "StallScope · epoch 1" in out
-    assert report.tail is not None
+    # every step of the run is in an epoch (the fake clock moves only in steps: no tail)
+    tail = report.tail.wall_s if report.tail is not None else 0.0
+    assert sum(e.summary.wall_s for e in report.epochs) + tail == pytest.approx(report.summary.wall_s, abs=1e-6)
 
 
 def test_a_second_fit_names_its_epochs_as_lightning_does(
-    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pl: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], clock: FakeClock
 ) -> None:
-    costs = Costs()
+    """Epochs of 32 steps of 40 ms on the fake clock: each long enough for a panel of its own."""
+    costs = Costs(clock, step=40)
     scope = StallScope(tmp_path / "scope", console=True, print_interval_s=0)
     tr = trainer(pl, tmp_path, [scope], max_epochs=1)
     model = model_class(pl)(costs)
-    tr.fit(model, loader(16, costs))
+    tr.fit(model, loader(128, costs))
     assert "StallScope · epoch 0" in capsys.readouterr().out
     tr.fit_loop.max_epochs = 3
-    tr.fit(model, loader(16, costs))  # Lightning's epochs 1 and 2
+    tr.fit(model, loader(128, costs))  # Lightning's epochs 1 and 2
     out = capsys.readouterr().out
     assert "StallScope · epoch 1" in out
     assert "StallScope · epoch 2" in out

@@ -798,15 +798,16 @@ class Session:
 
         return Later(make)
 
-    def _close_open_group(self) -> None:
+    def _close_open_group(self) -> bool:
         """The run ends with epochs not diagnosed yet (together too short to judge): they are
-        diagnosed together all the same, their findings low confidence, held by the last of them."""
+        diagnosed together all the same, their findings low confidence, held by the last of them.
+        True when there were such epochs (no panel has shown their diagnosis)."""
         group = self._group
         if group.first is None or group.latest is None:
-            return
+            return False
         snapshot = self.timeline.close_group()
         if snapshot is None:
-            return
+            return False
         self._group = _Group()
         signals = self.signals.close_group(Signals(), alone=False, host=True)
         run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
@@ -814,6 +815,7 @@ class Session:
         group.view = self._group_view(snapshot, signals, known, group.steps_before, run_span, self.epoch_steps)
         group.last = group.latest
         self._closed_group = group
+        return True
 
     def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
         """An epoch end of a distributed job: this rank's epoch is made now and sent to rank 0,
@@ -983,7 +985,9 @@ class Session:
 
     def _finish(self, *, print_run: bool) -> Report:
         self._settle()
-        self._close_open_group()
+        # epochs diagnosed only now: the run's panel shows it (a one-epoch Lightning fit too short
+        # to judge printed nothing else)
+        print_run = self._close_open_group() or print_run
         if self._folder_lock is not None:
             self._claim_folder()
             self._release_folder()
