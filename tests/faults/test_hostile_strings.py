@@ -58,7 +58,10 @@ def test_hostile_phase_names_and_messages_round_trip(tmp_path: Path, capsys: pyt
     assert "\x1b]" not in printed
     assert "\x1b[31mred" not in printed
     assert "shard-\\udcff\\udcfe.bin" in printed.replace("\n", "")  # shown as its escape
-    assert printed.rstrip("\n").endswith("report.json")  # the last line names the file, harmless
+    # the last lines name the files, harmless: report.json, then the report.html beside it
+    *_, json_line, html_line = printed.rstrip("\n").split("\n")
+    assert json_line.endswith("report.json")
+    assert html_line.endswith("report.html")
     capsys.readouterr()
     assert main(["show", str(report_dir)]) == 0
     shown = capsys.readouterr().out
