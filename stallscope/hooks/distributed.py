@@ -60,7 +60,7 @@ from stallscope._threads import start_quiet
 from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
-from stallscope.report.job import fractions_of, job_summary, rank_entry
+from stallscope.report.job import consecutive_summary, job_summary, rank_entry
 from stallscope.report.recent import RecentSteps, recent_from_dict, recent_to_dict
 from stallscope.report.schema import (
     EpochReport,
@@ -990,23 +990,7 @@ def _extended(span: _Span, epochs: Sequence[_Span]) -> _Span:
     per phase and idle time (the step-time statistics stay the run summary's)."""
     if not epochs:
         return span
-    parts = [span.summary, *(e.summary for e in epochs)]
-    wall = sum(p.wall_s for p in parts)
-    steps = sum(p.steps for p in parts)
-    seconds: dict[str, float] = {}
-    for p in parts:
-        for name, share in p.phase_fractions.items():
-            seconds[name] = seconds.get(name, 0.0) + share * p.wall_s
-    idle = sum(p.gpu_idle_fraction * p.wall_s for p in parts) / wall if wall > 0 else span.summary.gpu_idle_fraction
-    summary = replace(
-        span.summary,
-        wall_s=round(wall, 6),
-        steps=steps,
-        steps_per_s=round(steps / wall, 4) if wall > 0 else 0.0,
-        gpu_idle_fraction=round(min(1.0, max(0.0, idle)), 6),
-        phase_fractions=fractions_of(seconds, wall),
-        phase_seconds={name: round(s, 6) for name, s in seconds.items()},
-    )
+    summary = consecutive_summary([span.summary, *(e.summary for e in epochs)])
     return replace(span, summary=summary, epochs=span.epochs + len(epochs))
 
 
