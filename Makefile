@@ -29,11 +29,12 @@ typecheck: $(STAMP)
 # the whole suite on the C hot path, then again on its Python twin (what an install without a C
 # compiler runs). The twin pass leaves out the tests whose subject comes after the recorder and
 # does not change with it: reports read and written, the CLI and the CI glue, the rules and the
-# analysis fed with made-up numbers, hostile input. Every test that records a loop (the scope, the
-# hooks, the scenarios, the samplers, the distributed runs, the faults during a run) runs on both.
+# analysis fed with made-up numbers, hostile input, the HTML page in a browser. Every test that
+# records a loop (the scope, the hooks, the scenarios, the samplers, the distributed runs, the
+# faults during a run, tune's trials) runs on both.
 TWIN_IGNORE := $(foreach g,test_cli_*.py test_report_*.py test_rules_*.py test_analysis_*.py \
 	test_gate_stats.py test_regression.py test_integrations.py test_benchmarks_gpu_check.py \
-	test_config.py test_exported_members.py faults/test_cli_input.py faults/test_hostile_*.py,--ignore-glob='tests/$(g)')
+	test_config.py test_exported_members.py faults/test_cli_input.py faults/test_hostile_*.py browser/*,--ignore-glob='tests/$(g)')
 unit: $(STAMP)
 	$(PY) -m pytest -q
 	STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q $(TWIN_IGNORE)
