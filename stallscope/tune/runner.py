@@ -25,6 +25,8 @@ Status = Literal["ok", "short", "failed", "hung", "interrupted"]
 
 #: how long a group has after SIGTERM before SIGKILL
 GRACE_S = 3.0
+#: how long, after the SIGKILL, tune waits for the group's last processes to be gone
+GONE_WAIT_S = 2.0
 #: how often the child is polled
 POLL_S = 0.05
 
@@ -67,6 +69,31 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
         os.killpg(pgid, signal.SIGKILL)  # what is left of the group (workers), at once
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
+    # the workers die of the SIGKILL on their own time (on a busy machine, after the leader was
+    # reaped): wait a bounded while until the group is gone, so that no trial outlives tune
+    gone_by = time.monotonic() + GONE_WAIT_S
+    while time.monotonic() < gone_by and _group_alive(pgid):
+        time.sleep(0.01)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group is still there and not a zombie (one that is, is dead:
+    whoever adopted it reaps it)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+                return True
+    return False
 
 
 def run_trial(
