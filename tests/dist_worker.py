@@ -3,13 +3,15 @@
 ``python tests/dist_worker.py SETTINGS_JSON`` under ``torchrun`` or with ``RANK`` / ``WORLD_SIZE``
 / ``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where
 they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
-``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at`` ([rank, epoch, step]:
-that rank raises there), ``die_at`` (the same, but the process exits at once, without cleanup),
-``hidden`` (two hidden layers of that width: more compute a step), ``extra_passes`` (forward and
-backward passes a step beyond the first, outside DDP's all-reduce: a compute straggler),
-``join`` (each epoch inside DDP's ``Join``: ranks with fewer batches shadow the others'
-all-reduces), ``times`` (a folder: a rank that raises writes there how long its exception took to leave the
-scope, ``rank-<R>.s``).
+``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at``
+([rank, epoch, step]: that rank raises there), ``die_at`` (the same, but the process exits at once,
+without cleanup), ``stall_at`` (the same, but that rank waits there until a signal ends it, two
+minutes at most), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies in an
+epoch dies after every rank began it), ``hidden`` (two hidden layers of that width: more compute a
+step), ``extra_passes`` (forward and backward passes a step beyond the first, outside DDP's
+all-reduce: a compute straggler), ``join`` (each epoch inside DDP's ``Join``: ranks with fewer
+batches shadow the others' all-reduces), ``times`` (a folder: a rank that raises writes there how
+long its exception took to leave the scope, ``rank-<R>.s``).
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ def main(settings: dict[str, object]) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     raise_at = settings.get("raise_at")
     die_at = settings.get("die_at")
+    stall_at = settings.get("stall_at")
     raised = 0.0
     try:
         with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
             for epoch in range(epochs):
+                if settings.get("epoch_barrier"):
+                    dist.barrier()
                 joined = Join([model]) if settings.get("join") else contextlib.nullcontext()
                 with joined:
                     for step, (x, y) in enumerate(scope.iter(data)):
@@ -82,6 +87,8 @@ def main(settings: dict[str, object]) -> None:
                             raise RuntimeError("planted failure")
                         if die_at == [rank, epoch, step]:
                             os._exit(3)
+                        if stall_at == [rank, epoch, step]:
+                            time.sleep(120)
                         with scope.phase("compute"):
                             opt.zero_grad()
                             for _ in range(extra):  # gradients accumulated without an all-reduce

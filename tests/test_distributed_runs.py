@@ -202,14 +202,18 @@ def test_a_crash_on_rank_0_waits_for_no_rank(tmp_path: Path) -> None:
 def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> None:
     """Rank 1 is SIGKILLed-like (exits without cleanup) after two epochs; torchrun then SIGTERMs
     rank 0, which is waiting for rank 1's summary: rank 0 writes the job's report (not complete)
-    and dies of the signal as it would bare; rank 1's row counts the two epochs it closed."""
+    and dies of the signal as it would bare; rank 1's row counts the two epochs it closed. The ranks
+    meet at each epoch's start, and rank 0 stalls in the epoch rank 1 dies in: whatever the machine's
+    load, the SIGTERM finds rank 0 mid-run (not still starting, nor past the run's end)."""
     settings = {
         "report_dirs": str(tmp_path),
         "epochs": 5,
         "batches": 20,
         "latency_ms": 0.5,
         "die_at": [1, 2, 3],
+        "stall_at": [0, 2, 3],
         "gather_timeout_s": 60.0,
+        "epoch_barrier": True,
         "console": False,
     }
     cmd = [
