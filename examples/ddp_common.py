@@ -84,4 +84,8 @@ def torchrun(
 
 
 def job_report(report_dir: str | Path) -> Report:
-    return load_report(Path(report_dir) / "report.json")
+    """The job's report (rank 0's). Under ``stallscope tune`` it is in the trial's folder
+    (``STALLSCOPE_TRIAL_DIR``/report, docs/tune.md), not in ``report_dir``."""
+    trial = os.environ.get("STALLSCOPE_TRIAL_DIR")
+    folder = Path(trial) / "report" if trial else Path(report_dir)
+    return load_report(folder / "report.json")

@@ -453,4 +453,3 @@ def test_the_validation_probe_touch_point(pl: ModuleType, tmp_path: Path) -> Non
     tr.fit(model_class(pl)(costs), loader(16, costs), loader(8, costs, what="val_sample"))
     assert "run" not in vars(loop)
     assert costs.counts["val_step"] == 2
-

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from stallscope.tune import trial as trial_module
 from stallscope.tune.loaders import rebuild
 from stallscope.tune.plan import TrialPlan
 from stallscope.tune.trial import Meter, Trial, TrialStop
@@ -109,3 +110,63 @@ def test_the_trial_rebuilds_a_loader_once_and_says_what_it_applied(tmp_path: Pat
     assert trial.loader(user) is first  # the same one every epoch: persistent workers persist
     assert trial.applied == {"num_workers": 1}
     assert trial.loader([1, 2, 3]) == [1, 2, 3]  # not a DataLoader: nothing to apply
+
+
+class DictStore:
+    """The part of a rendezvous store the job's stop uses, shared by the ranks of a test."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.checks = 0
+
+    def set(self, key: str, value: bytes) -> None:
+        self.data[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        self.checks += 1
+        return all(k in self.data for k in keys)
+
+
+def test_the_ranks_of_a_job_stop_at_the_boundary_rank_0_posts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 1's clock runs fast (its own seconds budget is spent first): it stops where rank 0
+    says, two boundaries after rank 0's budget is spent, as rank 0 does."""
+    store, clocks = DictStore(), [Clock(), Clock()]
+    ranks = [Trial(TrialPlan(2, tmp_path, warmup_steps=1, steps=None, seconds=2.0), clock) for clock in clocks]
+    stopped_at: list[int | None] = [None, None]
+    for step in range(12):  # the ranks in step, as a collective keeps them
+        clocks[0].now, clocks[1].now = step * 0.5, step * 2.0
+        for rank, trial in enumerate(ranks):
+            monkeypatch.setattr(trial_module, "_job_place", lambda r=rank: (r, 2, store))
+            trial._steps = step
+            if stopped_at[rank] is None and trial._spent():
+                stopped_at[rank] = step
+    # rank 0's window opens at boundary 1 (0.5 s); its 2 s are spent at boundary 5 (2.5 s), and
+    # both ranks stop 2 boundaries later; rank 1's own budget (spent at boundary 2) stops nothing
+    assert stopped_at == [7, 7]
+    assert store.checks > 0
+
+
+def test_a_rank_of_a_job_without_a_store_stops_by_the_step_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    trial = Trial(TrialPlan(2, tmp_path, warmup_steps=1, steps=4, seconds=1.0), clock)
+    monkeypatch.setattr(trial_module, "_job_place", lambda: (1, 2, None))
+    stops = []
+    for step in range(10):
+        clock.now = step * 10.0  # the seconds budget is spent at once: not a job's stop
+        trial._steps = step
+        stops.append(trial._spent())
+    assert stops.index(True) == 5  # 4 steps after the window opened at boundary 1
+
+
+def test_rank_n_writes_its_own_measurement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trial_module, "_job_place", lambda: (1, 2, None))
+    trial = Trial(TrialPlan(1, tmp_path, warmup_steps=0, steps=2, seconds=None))
+    with pytest.raises(TrialStop):
+        list(trial.plain_pass(range(10)))
+    assert (tmp_path / "trial-rank-1.json").exists()
+    assert not (tmp_path / "trial.json").exists()

@@ -1,9 +1,13 @@
 """One trial: the user's command as a child process, with the trial's plan in its environment.
 
 The child runs in a process group of its own (``start_new_session``): a DataLoader's workers and
-anything else it starts are in it, and ``stop_group`` ends them all (SIGTERM, then SIGKILL). A
-trial is stopped when it runs past its timeout (the trial's budget x2); whatever happens, Ctrl-C
-included, ``run_trial`` leaves no process of the group running.
+anything else it starts are in it. A launcher may start processes in sessions of their own
+(``torchrun`` starts each rank so), out of that group: every process of the trial carries the
+trial's folder in its environment (``STALLSCOPE_TRIAL_DIR``, inherited), and that is how
+``stop_group`` finds them all. It sends the child's group SIGTERM (a launcher passes it on to its
+ranks), then SIGKILL to the group and to every process of the trial still there. A trial is
+stopped when it runs past its timeout (the trial's budget x2); whatever happens, Ctrl-C included,
+``run_trial`` leaves no process of the trial running.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from stallscope.tune.plan import TrialPlan
+from stallscope.tune.plan import DIR_VAR, TrialPlan
 
 Status = Literal["ok", "short", "failed", "hung", "interrupted"]
 
@@ -58,8 +62,10 @@ class TrialOutcome:
         return self.plan.report_dir / "report.json"
 
 
-def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
-    """End the child's process group: SIGTERM, then SIGKILL after ``grace_s``; reap the child."""
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S, folder: Path | None = None) -> None:
+    """End the trial: SIGTERM to the child's process group, then, after ``grace_s``, SIGKILL to
+    the group and to every process of the trial (``folder``: its environment names it) still
+    there; reap the child and wait a bounded while until they are all gone."""
     pgid = proc.pid  # start_new_session: the child leads its own group
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGTERM)
@@ -67,12 +73,16 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S) -> None:
         proc.wait(timeout=grace_s)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)  # what is left of the group (workers), at once
+    stray = trial_processes(folder) if folder is not None else set()
+    for pid in stray:  # a rank in a session of its own, its workers
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    # the workers die of the SIGKILL on their own time (on a busy machine, after the leader was
-    # reaped): wait a bounded while until the group is gone, so that no trial outlives tune
+    # the processes die of the SIGKILL on their own time (on a busy machine, after the leader was
+    # reaped): wait a bounded while until they are gone, so that no trial outlives tune
     gone_by = time.monotonic() + GONE_WAIT_S
-    while time.monotonic() < gone_by and _group_alive(pgid):
+    while time.monotonic() < gone_by and (_group_alive(pgid) or any(_alive(pid) for pid in stray)):
         time.sleep(0.01)
 
 
@@ -83,17 +93,52 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
+    return any(fields[2] == pgid for fields in _live_stats().values())
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is still there and not a zombie."""
+    stat = _stat(Path("/proc") / str(pid))
+    return stat is not None and stat[0] != "Z"
+
+
+def _stat(entry: Path) -> tuple[str, int, int] | None:
+    """A /proc entry's state, parent and process group, or None when it is gone."""
+    try:
+        fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _live_stats() -> dict[int, tuple[str, int, int]]:
+    """Every process that is not a zombie: its state, parent and group (none without /proc)."""
     proc = Path("/proc")
+    found: dict[int, tuple[str, int, int]] = {}
     if not proc.is_dir():
-        return True
+        return found
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
+        if entry.name.isdigit() and (stat := _stat(entry)) is not None and stat[0] != "Z":
+            found[int(entry.name)] = stat
+    return found
+
+
+def trial_processes(folder: Path) -> set[int]:
+    """The live processes whose environment says they belong to the trial of ``folder``
+    (``STALLSCOPE_TRIAL_DIR``); this process excluded. Empty without /proc."""
+    marker = f"{DIR_VAR}={folder}".encode()
+    own = os.getpid()
+    found: set[int] = set()
+    for pid in _live_stats():
+        if pid == own:
             continue
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
-                return True
-    return False
+        try:
+            environ = (Path("/proc") / str(pid) / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.add(pid)
+    return found
 
 
 def run_trial(
@@ -136,10 +181,11 @@ def run_trial(
                     break
                 time.sleep(POLL_S)
         except BaseException:
-            stop_group(proc)
+            stop_group(proc, folder=plan.folder)
             raise
         finally:
-            stop_group(proc, grace_s=0.5 if status is None else GRACE_S)  # no process of its group is left
+            # no process of the trial is left
+            stop_group(proc, grace_s=0.5 if status is None else GRACE_S, folder=plan.folder)
     wall = clock() - started
     result = read_result(plan.result_path)
     if status == "hung":

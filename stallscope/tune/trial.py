@@ -10,6 +10,14 @@ first step boundary ``seconds`` after it opened; then a plain loop raises ``Tria
 ``SystemExit`` with status 0: the ``with StallScope`` block still writes its report) and a Lightning
 fit sets ``trainer.should_stop``. The measurement goes to ``trial.json`` in the trial's folder:
 at the stop, or at the process's exit when the command ended first (``complete: false``).
+
+In a job of several ranks (``torchrun``, Lightning's ``ddp``) every rank must stop at the same
+step, or the ones that go on wait in their next collective for the ones that stopped. Rank 0
+decides (``JobStop``): when its budget is spent it posts, in the job's rendezvous store, the step
+boundary two steps ahead, and every rank stops there; the other ranks look for that key at each
+step boundary once their own window opened (one store lookup a step, during a trial only). Without
+a store (``torch.distributed`` not initialized), a rank of a job stops by the step budget alone,
+which every rank counts alike. Rank 0 writes ``trial.json``; rank N writes ``trial-rank-N.json``.
 """
 
 from __future__ import annotations
@@ -73,6 +81,53 @@ class Meter:
         return self.done
 
 
+#: how many step boundaries after rank 0's decision the ranks of a job stop at: a rank is at most
+#: a step ahead of another when a collective joins them every step
+STOP_LEAD = 2
+
+
+class JobStop:
+    """The ranks of a job stop at one step boundary, the one rank 0 posts in the job's store
+    (``key``) ``STOP_LEAD`` boundaries after its own budget is spent."""
+
+    def __init__(self, store: Any, rank: int, key: str) -> None:
+        self.store = store
+        self.rank = rank
+        self.key = key
+        #: the boundary every rank stops at, once known
+        self.stop_at: int | None = None
+
+    def agree(self, spent: bool, steps_done: int) -> bool:
+        """Whether this rank stops at boundary ``steps_done`` (``spent``: this rank's own budget
+        is spent; called once its measured window has opened)."""
+        if self.stop_at is None:
+            if self.rank == 0:
+                if spent:
+                    self.stop_at = steps_done + STOP_LEAD
+                    self.store.set(self.key, str(self.stop_at).encode())
+            elif self.store.check([self.key]):
+                self.stop_at = int(bytes(self.store.get(self.key)).decode())
+        return self.stop_at is not None and steps_done >= self.stop_at
+
+
+def _job_place() -> tuple[int, int, Any]:
+    """This process's rank, the job's size and its store (None when ``torch.distributed`` is not
+    initialized: the rank and size then come from the launcher's ``RANK`` and ``WORLD_SIZE``)."""
+    from stallscope.hooks.distributed import default_store
+
+    store = None
+    with contextlib.suppress(Exception):
+        store = default_store()
+    if store is not None:
+        import torch.distributed as dist
+
+        return dist.get_rank(), dist.get_world_size(), store
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), None
+    except ValueError:
+        return 0, 1, None
+
+
 class Trial:
     """This process's trial: its plan, its meter, what it applied."""
 
@@ -87,6 +142,8 @@ class Trial:
         self.framework = "plain"
         self._steps = 0
         self._written = False
+        #: this rank of a job and the job's agreement on where to stop (``_place``), once looked up
+        self._place: tuple[int, int, JobStop | None] | None = None
         #: the user's loader -> the one rebuilt with the settings (the same one every epoch, so
         #: persistent workers persist)
         self._rebuilt: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -120,7 +177,7 @@ class Trial:
     def counted(self, it: Iterator[T]) -> Iterator[T]:
         """``it``'s items, with a step boundary before each (``TrialStop`` once the budget is spent)."""
         while True:
-            if self.meter.boundary(self._steps):
+            if self._spent():
                 self.stop()
             try:
                 item = next(it)
@@ -131,7 +188,7 @@ class Trial:
 
     def step_begin(self) -> None:
         """A step is about to fetch its batch (``scope.batch``): a boundary, then the step."""
-        if self.meter.boundary(self._steps):
+        if self._spent():
             self.stop()
         self._steps += 1
 
@@ -147,10 +204,31 @@ class Trial:
         self._steps += 1
         if loss is not None and len(self.losses) < MAX_LOSSES:
             self.losses.append(loss)
-        done = self.meter.boundary(self._steps)
+        done = self._spent()
         if done:
             self.write()
         return done
+
+    def _spent(self) -> bool:
+        """A step boundary: whether the trial stops here (this rank's budget, or the job's)."""
+        spent = self.meter.boundary(self._steps)
+        if self.meter.opened is None:
+            return spent
+        if self._place is None:  # the job (if any) is up by the time the window opens
+            rank, world, store = _job_place()
+            key = f"stallscope/tune/trial{self.plan.number}/stop"
+            self._place = (rank, world, JobStop(store, rank, key) if world > 1 and store is not None else None)
+        rank, world, job = self._place
+        if world <= 1:
+            return spent
+        if job is None:  # no store: the step budget alone, which every rank counts alike
+            budget = self.plan.steps
+            opened = self.meter.opened[0]
+            return budget is not None and self._steps - opened >= budget
+        try:
+            return job.agree(spent, self._steps)
+        except Exception:  # the store is gone (the job ends): stop by this rank's own budget
+            return spent
 
     def result(self) -> dict[str, Any]:
         n, seconds = self.meter.last
@@ -176,6 +254,9 @@ class Trial:
             return
         self._written = True
         path = self.plan.result_path
+        rank = self._place[0] if self._place is not None else _job_place()[0]
+        if rank > 0:
+            path = path.with_name(f"{path.stem}-rank-{rank}{path.suffix}")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.result()), encoding="utf-8")

@@ -252,9 +252,7 @@ def test_a_sampler_wedged_at_its_last_sample_is_not_the_runs_time(
     assert not any("came after the last epoch's end" in n for n in report.notes)
 
 
-def test_a_wedged_proc_and_sys_never_stop_the_training_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_wedged_proc_and_sys_never_stop_the_training_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every open of a file under /proc or /sys blocks for good, on any thread (a wedged-open
     stand-in for a process stuck in the kernel, a hung cgroup file system). A run made on its own
     training thread, constructor, checkpoint phases, report writes and exit included, still ends,
