@@ -92,3 +92,35 @@ def test_the_fit_stops_on_budget_with_the_loader_rebuilt(tmp_path: Path) -> None
     assert result["applied"] == {"batch_sampler": True}
     assert len(result["losses"]) == 7
     assert all(isinstance(x, float) for x in result["losses"])
+
+
+def test_a_trial_fit_logs_to_the_trials_folder_not_the_users(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning makes its loggers' folders before any callback's ``setup``: in a trial, a scope
+    made before the fit moves every logger with a folder (here the user's ``CSVLogger``) to the
+    trial's folder first, and the user's log folder gets no new version."""
+    from lightning.pytorch.trainer import call
+
+    from stallscope import StallScope
+    from stallscope.tune import trial as tune_trial
+
+    monkeypatch.setattr(call, "_call_setup_hook", call._call_setup_hook)  # the wrapper undone after
+    trial = Trial(TrialPlan(1, tmp_path / "trial", {}, warmup_steps=2, steps=5))
+    monkeypatch.setattr(tune_trial, "_current", [trial])
+    data = TensorDataset(torch.randn(400, 64), torch.randint(0, 10, (400,)))
+    user_logs = tmp_path / "user-logs"
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=pl.loggers.CSVLogger(str(user_logs)),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=str(tmp_path / "user"),
+        log_every_n_steps=1,
+        callbacks=[StallScope(console=False)],
+    )
+    trainer.fit(_model(), DataLoader(data, batch_size=4))
+    assert not user_logs.exists()
+    assert list((tmp_path / "trial" / "root" / "logs").rglob("metrics.csv"))
+    assert "logger folders" not in trial.not_applied

@@ -32,6 +32,7 @@ from stallscope.report.schema import Report
 from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
+from stallscope.tune import lightning as tune_lightning
 from stallscope.tune import trial as tune_trial
 
 T = TypeVar("T")
@@ -211,6 +212,9 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             print_interval_s=print_interval_s,
             html=html,
         )
+        trial = tune_trial.current()
+        if trial is not None:  # Lightning makes its loggers' folders before a callback's ``setup``
+            tune_lightning.before_setup(trial)
         self._keyed()
         self._reset()
         self._quiet_hooks()

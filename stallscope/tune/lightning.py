@@ -15,6 +15,7 @@ import contextlib
 import functools
 import importlib
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +43,51 @@ def attach(trial: Trial, trainer: Any) -> None:
             trial.not_applied[name] = f"{type(exc).__name__}: {exc}"
     if "non_blocking" in settings:  # Lightning copies batches with non_blocking=True itself
         trial.applied["non_blocking"] = settings["non_blocking"]
+
+
+#: Lightning's modules whose ``_call_setup_hook`` makes the loggers' folders, by namespace
+_SETUP_MODULES = ("lightning.pytorch.trainer.call", "pytorch_lightning.trainer.call")
+
+
+def before_setup(trial: Trial) -> None:
+    """Lightning makes its loggers' folders (their ``experiment``) in ``_call_setup_hook``, before
+    any callback's ``setup``: in a trial, that function of each Lightning namespace imported is
+    wrapped (once) so that, for a fit with StallScope among its callbacks, every logger with a
+    folder (CSV, TensorBoard) writes to the trial's folder instead (``trial-N/root/logs``): a
+    trial adds no version to the user's logs. Called when a scope is made in a trial."""
+    for name in _SETUP_MODULES:
+        module: Any = sys.modules.get(name)
+        original = getattr(module, "_call_setup_hook", None)
+        if original is None or getattr(original, "_stallscope_trial", False):
+            continue
+
+        def wrapped(trainer: Any, _original: Callable[[Any], None] = original) -> None:
+            fitting = getattr(getattr(trainer, "state", None), "fn", None) == "fit"  # a str enum
+            if fitting and any(type(c).__name__ == "StallScope" for c in getattr(trainer, "callbacks", [])):
+                try:
+                    _logger_folders(trial, trainer)
+                except Exception as exc:  # a Lightning release that moved a touch point
+                    trial.not_applied["logger folders"] = f"{type(exc).__name__}: {exc}"
+            _original(trainer)
+
+        wrapped._stallscope_trial = True  # type: ignore[attr-defined]
+        module._call_setup_hook = wrapped
+
+
+def _logger_folders(trial: Trial, trainer: Any) -> None:
+    """Every logger that keeps its folder in ``_root_dir`` (Lightning's CSV and TensorBoard
+    loggers; the CSV logger also in ``_save_dir``) and has not made it yet, to the trial's folder;
+    one that has is said in ``not_applied``."""
+    logs = trial.plan.root_dir / "logs"
+    for logger in getattr(trainer, "loggers", None) or []:
+        if not hasattr(logger, "_root_dir"):
+            continue
+        if getattr(logger, "_experiment", None) is not None:
+            trial.not_applied["logger folders"] = f"{type(logger).__name__} had made its folder already"
+            continue
+        logger._root_dir = str(logs)  # private: where the logger makes its versions
+        if hasattr(logger, "_save_dir"):
+            logger._save_dir = str(logs)
 
 
 def _scratch_folders(trial: Trial, trainer: Any) -> None:
