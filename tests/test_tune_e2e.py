@@ -252,6 +252,9 @@ def test_ctrl_c_stops_the_search_and_prints_what_was_measured(tmp_path: Path) ->
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as in a terminal: a suite started in the background by a shell has SIGINT
+        # ignored, and a child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 240

@@ -231,8 +231,11 @@ def test_an_interrupt_during_the_final_diagnosis_still_writes_the_report(
     """Ctrl-C (Python's own SIGINT handler) or a SIGTERM handler that calls ``sys.exit(143)``
     while the final report is diagnosed: the interrupt reaches the loop unchanged, and the report
     of what ran is written anyway, the fast way (the summary of every step, no findings, a note
-    that says so). A one-epoch run had no report on disk before (the first mid-run write waits)."""
+    that says so). A one-epoch run had no report on disk before (the first mid-run write waits).
+    Python's own SIGINT handler is put in place for the test: a suite started in the background
+    by a shell inherits SIGINT ignored, and Python then installs none."""
     previous = signal.signal(signal.SIGTERM, lambda s, f: sys.exit(143))
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         scope = StallScope(tmp_path, console=False)
         session = scope._session
@@ -254,6 +257,7 @@ def test_an_interrupt_during_the_final_diagnosis_still_writes_the_report(
         scoped = plain_run(lambda epoch, item: None, data=numbers(8), epochs=epochs, scope=scope)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     assert len(finishing) == 2  # the interrupt came while the final report was being made
     assert scoped.error == (("KeyboardInterrupt", "") if signum == signal.SIGINT else ("SystemExit", "143"))
     assert len(scoped.items) == 8 * epochs
