@@ -546,21 +546,23 @@ def test_a_ranks_siblings_on_its_machine_are_the_jobs_not_other_processes() -> N
 
     from stallscope.analysis.disturbance import disturbed
 
-    def rank(on_host: int | None, local_world: int | None) -> Any:
-        job = SimpleNamespace(ranks_on_host=lambda: on_host, info=SimpleNamespace(local_world_size=local_world))
-        return SimpleNamespace(job=job)
+    def job(on_host: int | None, local_world: int | None) -> Any:
+        return SimpleNamespace(ranks_on_host=lambda: on_host, info=SimpleNamespace(local_world_size=local_world))
 
+    # the store told, torchrun's LOCAL_WORLD_SIZE, Lightning's devices, two nodes on two machines
+    assert (
+        session.ranks_here(job(2, 2)) == session.ranks_here(job(None, 2)) == session.ranks_here(job(None, None), 2) == 2
+    )
+    assert session.ranks_here(job(1, 2)) == session.ranks_here(None, 2) == 1
     quiet = host(wall_s=10.0, main_cpu_s=9.0, workers_cpu_s=1.0, cores=2, others_cores=1.0, machine_cores=2)
     assert disturbed(quiet)  # as the sampler saw it
-    for shape in (rank(2, 2), rank(None, 2)):  # the store told, or torchrun's LOCAL_WORLD_SIZE
-        mine = session.Session._without_siblings(shape, quiet)
-        assert mine is not None
-        assert mine.others_cores == pytest.approx(0.0)
-        assert not disturbed(mine)
+    mine = session.without_siblings(quiet, 2)
+    assert mine is not None
+    assert mine.others_cores == pytest.approx(0.0)
+    assert not disturbed(mine)
     busy = replace(quiet, others_cores=2.0)  # the sibling and a core of other work
-    assert session.Session._without_siblings(rank(2, 2), busy).others_cores == pytest.approx(1.0)  # type: ignore[union-attr]
-    assert session.Session._without_siblings(rank(1, 2), quiet) is quiet  # two nodes, two machines
-    assert session.Session._without_siblings(SimpleNamespace(job=None), quiet) is quiet
+    assert session.without_siblings(busy, 2).others_cores == pytest.approx(1.0)  # type: ignore[union-attr]
+    assert session.without_siblings(quiet, 1) is quiet
 
 
 def test_a_jobs_short_epochs_are_diagnosed_in_groups_and_name_the_slow_rank(

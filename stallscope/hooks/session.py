@@ -1205,7 +1205,7 @@ class Session:
             in_process_batch_s=f.in_process_batch_s,
             compute_threads=compute_threads(on_cuda=self.signals.on_cuda),
             nvml=signals.nvml,
-            host_signals=self._without_siblings(signals.host),
+            host_signals=without_siblings(signals.host, ranks_here(self.job, self.local_ranks)),
             cuda=signals.cuda,
             cuda_device=signals.cuda_device,
             precision=f.precision,
@@ -1222,29 +1222,11 @@ class Session:
             val_starts=f.val_starts,
         )
 
-    def _without_siblings(self, host: HostSummary | None) -> HostSummary | None:
-        """``host`` with the job's other ranks on this machine taken out of its "other processes"
-        (the sampler sees only this rank's process tree as the run's): each of them counted as
-        busy as this rank and its workers, as ranks of one job are. Rank 0 replaces the job's note
-        on the machine's load with the ranks' own figures (``JobSession.load_notes``)."""
-        job = self.job
-        if job is None or host is None or host.others_cores is None:
-            return host
-        local = job.ranks_on_host() or job.info.local_world_size or 1
-        if local <= 1:
-            return host
-        siblings = (local - 1) * (host.main_cores + host.workers_cores)
-        return dataclasses.replace(host, others_cores=max(0.0, host.others_cores - siblings))
-
     @property
     def rank_cores(self) -> int:
         """The cores this process's loading can count on: the host's usable cores shared among
         the job's ranks on this host (each rank runs its own workers and compute on them)."""
-        job = self.job
-        local = job.ranks_on_host() if job is not None else None  # every rank on this machine
-        local = local or (job.info.local_world_size if job is not None else None)
-        local = local or (self.local_ranks if job is not None else None) or 1
-        return max(1, self.host.usable_cores // local)
+        return max(1, self.host.usable_cores // ranks_here(self.job, self.local_ranks))
 
     def summarize(self, span: SpanStats, signals: Signals | None = None) -> Summary:
         if signals is None:
@@ -1274,7 +1256,11 @@ class Session:
         if risk is not None:
             self.note(risk)
         # the numbers move until the end
-        busy = disturbance_note(self._without_siblings(signals.host)) if complete else None
+        busy = (
+            disturbance_note(without_siblings(signals.host, ranks_here(self.job, self.local_ranks)))
+            if complete
+            else None
+        )
         if busy is not None:
             self.note(busy)
         run = self._run_info()
@@ -1414,3 +1400,23 @@ class Session:
         self.signals.stop()
         self._release_folder()
         print(f"stallscope: {plain(text)}", file=sys.stderr)
+
+
+def ranks_here(job: Job | None, local_ranks: int | None = None) -> int:
+    """How many of the job's ranks run on this machine, this one included (1 without a job):
+    every rank that posted this machine's id (``Job.ranks_on_host``), else the launcher's local
+    world size, else the devices a Lightning fit runs on (``local_ranks``)."""
+    if job is None:
+        return 1
+    return job.ranks_on_host() or job.info.local_world_size or local_ranks or 1
+
+
+def without_siblings(host: HostSummary | None, ranks: int) -> HostSummary | None:
+    """``host`` with the job's other ranks on this machine (``ranks`` in all) taken out of its
+    "other processes" (the sampler sees only this rank's process tree as the run's): each of them
+    counted as busy as this rank and its workers, as ranks of one job are. Rank 0 replaces the
+    job's note on the machine's load with the ranks' own figures (``JobSession.load_notes``)."""
+    if host is None or host.others_cores is None or ranks <= 1:
+        return host
+    siblings = (ranks - 1) * (host.main_cores + host.workers_cores)
+    return dataclasses.replace(host, others_cores=max(0.0, host.others_cores - siblings))
