@@ -188,10 +188,11 @@ def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) 
 
 
 def test_a_torchrun_job_stops_together_and_its_hung_trial_is_ended_whole(tmp_path: Path) -> None:
-    """``tune -- torchrun``: both ranks of each trial stop at the same step (the job exits 0, each
-    rank writes its measurement) and apply the setting; in trial 3 rank 1 hangs deaf to SIGTERM
-    and rank 0 waits in the all-reduce, each rank in a session of its own: tune stops the trial at
-    its timeout and leaves no rank, worker or torchrun running."""
+    """``tune -- torchrun`` on a job whose rank 1 reads slowly: both ranks of each trial stop at the
+    same step (the job exits 0, each rank writes its measurement), and the fix for rank 1 is
+    applied on rank 1 only; in trial 3 rank 1 hangs deaf to SIGTERM and rank 0 waits in the
+    all-reduce, each rank in a session of its own: tune stops the trial at its timeout and leaves
+    no rank, worker or torchrun running."""
     if os.environ.get("STALLSCOPE_NO_NATIVE"):
         # the job's stop and the trial's end are the same Python on both hot paths
         pytest.skip("run on the C hot path's pass only (70 s): what it checks does not use the recorder")
@@ -225,15 +226,17 @@ def test_a_torchrun_job_stops_together_and_its_hung_trial_is_ended_whole(tmp_pat
     top = tune["candidates"][0]
     assert top["finding"] == "data.workers"
     workers = top["change"]["num_workers"]
+    assert top["change"] == {"num_workers": workers, "rank": 1}
     candidate = trials[2]
     assert candidate["candidate"] == 0
+    assert candidate["applied"] == top["change"]  # as rank 1 said
     folder = Path(candidate["report"]).parents[1]
     measured = [json.loads((folder / name).read_text()) for name in ("trial.json", "trial-rank-1.json")]
-    assert [m["applied"] for m in measured] == [{"num_workers": workers}] * 2
+    assert [m["applied"] for m in measured] == [{}, {"num_workers": workers, "rank": 1}]
     assert measured[0]["steps_total"] == measured[1]["steps_total"]  # the ranks stopped together
     report = json.loads(Path(candidate["report"]).read_text())  # rank 0's report of the job
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert report["run"]["dataloader"]["num_workers"] == workers
+    assert report["run"]["dataloader"]["num_workers"] == 0  # rank 0's loader is the user's
     rank_1 = json.loads((Path(candidate["report"]).parent / "ranks" / "rank-1.json").read_text())
     assert rank_1["run"]["dataloader"]["num_workers"] == workers
     assert trials[3]["message"] == "stopped after 30 s"

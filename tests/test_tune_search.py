@@ -200,3 +200,40 @@ def test_the_loss_check_allows_noise_and_flags_a_changed_curve() -> None:
     assert loss_changed(base, [[2.3, 2.11, 1.9]]) == ""
     assert "step 1" in loss_changed(base, [[2.3, 3.0, 1.9]])
     assert loss_changed([[]], [[1.0]]) == ""  # nothing logged: nothing to check
+
+
+def test_a_setting_for_one_rank_is_tried_as_such_and_kept_for_that_rank(job: Job, tmp_path: Path) -> None:
+    """A job's finding names the rank its fix is for (``{"num_workers": 2, "rank": 1}``): the
+    candidate carries the rank, the trial's settings name it, and the winning settings read as
+    that rank's loader; a later suggestion for every rank would undo it and is listed by hand."""
+    everyone = job.make_finding(id="data.prefetch", est_speedup=1.5, suggestion={"prefetch_factor": 4})
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        if settings.get("num_workers", 0) < 2:
+            return (job.make_finding(est_speedup=2.2, suggestion={"num_workers": 2, "rank": 1}),)
+        return (everyone,)
+
+    job.findings = findings  # type: ignore[method-assign]
+    result = tune(job, tmp_path, neighbours=False).result
+    (workers,) = result.candidates
+    assert workers.change == {"num_workers": 2, "rank": 1}
+    assert any(p.settings == {"num_workers": 2, "rank": 1} for p in job.plans)
+    assert workers.kept
+    assert result.best == {"num_workers": 2, "rank": 1}
+    assert render.snippet("plain", result.best) == "on rank 1: DataLoader(..., num_workers=2)"
+    assert [b.finding for b in result.by_hand] == ["data.prefetch"]
+
+
+def test_which_suggestions_a_trial_applies_and_merges() -> None:
+    from stallscope.tune.applicable import in_place
+    from stallscope.tune.search import combinable
+
+    assert in_place("plain", {"num_workers": 2, "rank": 1})
+    assert in_place("lightning", {"num_workers": 2, "rank": 1})
+    assert not in_place("lightning", {"every_n_train_steps": 50, "rank": 1})  # a Trainer's, every rank's
+    assert not in_place("plain", {"rank": 1})  # a compute straggler's: nothing to set
+    assert combinable({}, {"num_workers": 2, "rank": 1})
+    assert combinable({"num_workers": 2, "rank": 1}, {"prefetch_factor": 4, "rank": 1})
+    assert not combinable({"num_workers": 2, "rank": 1}, {"num_workers": 2, "rank": 0})
+    assert not combinable({"num_workers": 2}, {"num_workers": 3, "rank": 1})
+    assert combinable({"every_n_train_steps": 50}, {"num_workers": 3, "rank": 1})

@@ -170,3 +170,27 @@ def test_rank_n_writes_its_own_measurement(tmp_path: Path, monkeypatch: pytest.M
         list(trial.plain_pass(range(10)))
     assert (tmp_path / "trial-rank-1.json").exists()
     assert not (tmp_path / "trial.json").exists()
+
+
+def test_a_setting_for_one_rank_rebuilds_that_ranks_loader_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = TrialPlan(1, tmp_path, {"num_workers": 1, "rank": 1}, steps=2)
+    loader = _loader()
+    monkeypatch.setattr(trial_module, "_job_place", lambda: (0, 2, None))
+    other = Trial(plan)
+    assert other.loader(loader) is loader
+    assert other.applied == {}
+    monkeypatch.setattr(trial_module, "_job_place", lambda: (1, 2, None))
+    mine = Trial(plan)
+    assert mine.loader(loader).num_workers == 1
+    assert mine.applied == {"num_workers": 1, "rank": 1}
+
+
+def test_the_driver_reads_what_every_rank_applied(tmp_path: Path) -> None:
+    from stallscope.tune.runner import with_ranks
+
+    (tmp_path / "trial-rank-1.json").write_text(json.dumps({"applied": {"num_workers": 1, "rank": 1}}))
+    (tmp_path / "trial-rank-2.json").write_text(json.dumps({"not_applied": {"x": "why"}, "applied": {}}))
+    merged = with_ranks({"applied": {}, "not_applied": {}, "steps_per_s": 3.0}, tmp_path / "trial.json")
+    assert merged == {"applied": {"num_workers": 1, "rank": 1}, "not_applied": {"x": "why"}, "steps_per_s": 3.0}

@@ -43,7 +43,17 @@ IN_PLACE: Mapping[str, frozenset[str]] = {
 }
 
 
+#: the key that names the one rank of a job a suggestion is for (``dist.straggler``'s, a job's
+#: ``data.workers``): its loader settings are applied on that rank only
+RANK_KEY = "rank"
+
+
 def in_place(framework: str, suggestion: Mapping[str, Any]) -> bool:
-    """Whether a trial of a ``framework`` loop applies ``suggestion`` (every key of it)."""
+    """Whether a trial of a ``framework`` loop applies ``suggestion`` (every key of it). A
+    suggestion for one rank (``"rank"``) is applied in place when the rest of it is DataLoader
+    settings (a trial rebuilds the loader of that rank only)."""
     keys = IN_PLACE.get(framework, frozenset())
-    return bool(suggestion) and set(suggestion) <= keys
+    rest = set(suggestion) - {RANK_KEY}
+    if RANK_KEY in suggestion:
+        return bool(rest) and rest <= keys & LOADER_KEYS
+    return bool(rest) and rest <= keys

@@ -15,7 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from stallscope.report.safe import plain
-from stallscope.tune.applicable import LIGHTNING_CHECKPOINT_KEYS, LIGHTNING_TRAINER_KEYS, TRANSFORMERS_KEYS
+from stallscope.tune.applicable import (
+    LIGHTNING_CHECKPOINT_KEYS,
+    LIGHTNING_TRAINER_KEYS,
+    RANK_KEY,
+    TRANSFORMERS_KEYS,
+)
 from stallscope.tune.loaders import LOADER_KEYS
 from stallscope.tune.search import Candidate, TuneResult
 
@@ -65,11 +70,14 @@ def snippet(framework: str, settings: Mapping[str, Any]) -> str:
         return ", ".join(f"{k}={settings[k]!r}" for k in sorted(settings) if k in keys)
 
     lines = []
+    where = f"on rank {settings[RANK_KEY]}: " if RANK_KEY in settings else ""  # a setting of one rank's loader
     loader = {k: v for k, v in settings.items() if k in LOADER_KEYS and k != "batch_sampler"}
     if loader:
-        lines.append(f"DataLoader(..., {args(frozenset(loader))})")
+        lines.append(f"{where}DataLoader(..., {args(frozenset(loader))})")
     if settings.get("batch_sampler"):
-        lines.append("DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last), batch_size=None)")
+        lines.append(
+            f"{where}DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last), batch_size=None)"
+        )
     if framework == "transformers":
         if hf := args(TRANSFORMERS_KEYS):
             lines.append(f"TrainingArguments(..., {hf})")

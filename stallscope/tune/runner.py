@@ -187,7 +187,7 @@ def run_trial(
             # no process of the trial is left
             stop_group(proc, grace_s=0.5 if status is None else GRACE_S, folder=plan.folder)
     wall = clock() - started
-    result = read_result(plan.result_path)
+    result = with_ranks(read_result(plan.result_path), plan.result_path)
     if status == "hung":
         return TrialOutcome(plan, "hung", proc.returncode, wall, result, log, f"stopped after {timeout_s:.0f} s")
     rc = proc.returncode
@@ -199,6 +199,23 @@ def run_trial(
     if not result.get("complete"):
         return TrialOutcome(plan, "short", rc, wall, result, log, "the command ended before the trial's budget")
     return TrialOutcome(plan, "ok", rc, wall, result, log)
+
+
+def with_ranks(result: dict[str, Any] | None, path: Path) -> dict[str, Any] | None:
+    """Rank 0's measurement (``result``) with what the job's other ranks applied and could not
+    (their ``trial-rank-N.json`` beside ``path``) added to its ``applied`` and ``not_applied``: a
+    setting for one rank is applied by that rank."""
+    if result is None:
+        return None
+    for other in sorted(path.parent.glob(f"{path.stem}-rank-*{path.suffix}")):
+        theirs = read_result(other)
+        if theirs is None:
+            continue
+        for key in ("applied", "not_applied"):
+            mine, more = result.get(key), theirs.get(key)
+            if isinstance(mine, dict) and isinstance(more, dict):
+                result[key] = {**more, **mine}
+    return result
 
 
 def read_result(path: Path) -> dict[str, Any] | None:

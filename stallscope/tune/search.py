@@ -27,7 +27,8 @@ from stallscope._exceptions import ReportError
 from stallscope.report.io import load_report
 from stallscope.report.schema import Report
 from stallscope.tune import runner
-from stallscope.tune.applicable import in_place
+from stallscope.tune.applicable import RANK_KEY, in_place
+from stallscope.tune.loaders import LOADER_KEYS
 from stallscope.tune.plan import TrialPlan
 from stallscope.tune.stats import Speedup, decide, paired_speedup
 
@@ -298,7 +299,7 @@ class Tuner:
             suggestion = dict(finding.suggestion)
             if finding.est_speedup < threshold or not suggestion:
                 continue
-            if not in_place(self.result.framework, suggestion):
+            if not in_place(self.result.framework, suggestion) or not combinable(base, suggestion):
                 if all(b.finding != finding.id for b in self.result.by_hand):
                     self.result.by_hand.append(
                         ByHand(finding.id, suggestion, finding.est_speedup, finding.est_speedup_bound, finding.fix)
@@ -506,6 +507,16 @@ class Tuner:
 
     def _left(self) -> float:
         return self.options.budget_s - (self._clock() - self._started)
+
+
+def combinable(base: Mapping[str, Any], suggestion: Mapping[str, Any]) -> bool:
+    """Whether ``suggestion`` merges into the settings kept so far (``base``) without undoing one
+    of them: a trial's DataLoader settings are for every rank or for one (``"rank"``), so a
+    suggestion for another rank than the loader settings kept, or for every rank where those are
+    one rank's, is applied by hand."""
+    if base.get(RANK_KEY) == suggestion.get(RANK_KEY):
+        return True
+    return not any(key in LOADER_KEYS for key in base)
 
 
 #: losses further apart than this, relative, beyond the baselines' own spread, read as changed

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from stallscope.tune.applicable import RANK_KEY
 from stallscope.tune.loaders import LOADER_KEYS, is_loader, rebuild
 from stallscope.tune.plan import TrialPlan
 
@@ -159,10 +160,16 @@ class Trial:
         return self.counted(iter(self.loader(iterable)))
 
     def loader(self, iterable: Any) -> Any:
-        """The user's DataLoader rebuilt with the plan's loader settings (once per loader)."""
+        """The user's DataLoader rebuilt with the plan's loader settings (once per loader); with a
+        ``"rank"`` among them, on that rank of the job only."""
         keys = {k: v for k, v in self.plan.settings.items() if k in LOADER_KEYS}
         if not keys or not is_loader(iterable):
             return iterable
+        if RANK_KEY in self.plan.settings:
+            wanted, rank = self.plan.settings[RANK_KEY], _job_place()[0]
+            if rank != wanted:
+                return iterable  # another rank's setting: this rank's loader is the user's
+            keys[RANK_KEY] = wanted  # said applied with the rest
         try:
             made = self._rebuilt.get(iterable)
             if made is None:

@@ -1,5 +1,6 @@
-"""A two-rank DDP loop (gloo, CPU) whose ranks both wait on slow reads (``num_workers=0``), for
-``stallscope tune``'s tests under ``torchrun --standalone --nproc-per-node 2``.
+"""A two-rank DDP loop (gloo, CPU) where rank 1 waits on slow reads (``num_workers=0``) and rank 0
+waits for it in the all-reduce, for ``stallscope tune``'s tests under ``torchrun --standalone
+--nproc-per-node 2``.
 
 ``TUNE_TEST_HANG=N``: in trial N, rank 1 hangs at its third step, deaf to SIGTERM (as a rank
 stuck in native code can be); rank 0 then waits in the all-reduce. torchrun passes tune's SIGTERM
@@ -22,11 +23,14 @@ from stallscope import StallScope
 
 
 class SlowReads(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    def __init__(self, latency_s: float) -> None:
+        self.latency_s = latency_s
+
     def __len__(self) -> int:
         return 4000
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(0.002)  # a read from slow storage
+        time.sleep(self.latency_s)  # a read from slow storage
         return torch.full((8,), float(i % 7)), torch.tensor(i % 2)
 
 
@@ -38,7 +42,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = DataLoader(SlowReads(), batch_size=4, num_workers=0)
+    data = DataLoader(SlowReads(0.002 if rank == 1 else 0.0), batch_size=4, num_workers=0)
     with StallScope("runs/ddp_loop", console=False) as scope:
         for step, (x, y) in enumerate(scope.iter(data)):
             if hang and step == 2:
