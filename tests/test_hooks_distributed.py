@@ -14,33 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from store_fakes import DictStore
 
 from stallscope import StallScope
 from stallscope.config import ScopeConfig
 from stallscope.hooks import distributed, session
 from stallscope.hooks.distributed import Exchange, Job, RankInfo, load_notes_once, rank_info
 from stallscope.report.schema import RankEntry, Report
-
-
-class DictStore:
-    """The part of ``torch.distributed.Store`` the exchange uses."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.checks = 0
-
-    def set(self, key: str, value: bytes) -> None:
-        self.data[key] = value
-
-    def get(self, key: str) -> bytes:
-        return self.data[key]
-
-    def check(self, keys: list[str]) -> bool:
-        self.checks += 1
-        return all(k in self.data for k in keys)
-
-    def delete_key(self, key: str) -> bool:
-        return self.data.pop(key, None) is not None
 
 
 class Clock:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from store_fakes import DictStore
 from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope.tune import trial as trial_module
@@ -110,24 +111,6 @@ def test_the_trial_rebuilds_a_loader_once_and_says_what_it_applied(tmp_path: Pat
     assert trial.loader(user) is first  # the same one every epoch: persistent workers persist
     assert trial.applied == {"num_workers": 1}
     assert trial.loader([1, 2, 3]) == [1, 2, 3]  # not a DataLoader: nothing to apply
-
-
-class DictStore:
-    """The part of a rendezvous store the job's stop uses, shared by the ranks of a test."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.checks = 0
-
-    def set(self, key: str, value: bytes) -> None:
-        self.data[key] = value
-
-    def get(self, key: str) -> bytes:
-        return self.data[key]
-
-    def check(self, keys: list[str]) -> bool:
-        self.checks += 1
-        return all(k in self.data for k in keys)
 
 
 def test_the_ranks_of_a_job_stop_at_the_boundary_rank_0_posts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
