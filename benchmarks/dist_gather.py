@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -47,12 +48,12 @@ def worker(report_dir: str, epochs: int, batches: int, step_ms: float = 0.0, con
         session = scope._session
         end_epoch = session.end_epoch
 
-        def timed_end_epoch() -> object:  # the epoch ends when its iterator is exhausted
+        def timed_end_epoch(*args: Any, **kwargs: Any) -> object:  # the epoch ends when its iterator is exhausted
             job = session.job
             assert job is not None
             before, start = job.gather_s, time.perf_counter()
             try:
-                return end_epoch()
+                return end_epoch(*args, **kwargs)
             finally:
                 ends.append(time.perf_counter() - start)
                 gathers.append(job.gather_s - before)
