@@ -866,6 +866,24 @@ def test_an_epoch_snapshot_that_pauses_reads_each_clock_once_and_cuts_the_pause_
 # -- epochs closed later (``mark_epoch``) ------------------------------------------------------
 
 
+def _random_step(
+    tl: Timeline, clock: FakeClock, cpu_clock: FakeClock, rng: random.Random, epoch: int, compute_ns: int
+) -> None:
+    """One step of a random run: a wait with data CPU, compute of up to ``compute_ns``, and now and
+    then a logging or custom phase."""
+    tl.data_begin()
+    clock.advance(rng.randint(0, 30))
+    cpu_clock.advance(rng.randint(0, 20))
+    tl.data_end(got_item=True)
+    tl.enter(tl.phase_id("compute"))
+    clock.advance(rng.randint(1, compute_ns))
+    tl.leave()
+    if rng.random() < 0.1:
+        tl.enter(tl.phase_id(rng.choice(("logging", f"custom-{epoch}"))))
+        clock.advance(rng.randint(1, 50))
+        tl.leave()
+
+
 def _scripted_run(seed: int, end: Callable[[Timeline, FakeClock, FakeClock], None]) -> Timeline:
     """A run of random epochs (steps with waits, compute, a custom phase now and then, data CPU,
     a pass's boundary) on fake clocks; ``end`` ends each epoch. The same seed drives the same run."""
@@ -878,17 +896,7 @@ def _scripted_run(seed: int, end: Callable[[Timeline, FakeClock, FakeClock], Non
         _open_pass(tl, clock, iter_ns=rng.randint(0, 50))
         # up to 600 steps: some epochs span a fold of the log (FOLD_AT entries) or wrap the ring
         for _ in range(rng.choice((0, 1, 3, 40, 600))):
-            tl.data_begin()
-            clock.advance(rng.randint(0, 30))
-            cpu_clock.advance(rng.randint(0, 20))
-            tl.data_end(got_item=True)
-            tl.enter(tl.phase_id("compute"))
-            clock.advance(rng.randint(1, 100))
-            tl.leave()
-            if rng.random() < 0.1:
-                tl.enter(tl.phase_id(rng.choice(("logging", f"custom-{epoch}"))))
-                clock.advance(rng.randint(1, 50))
-                tl.leave()
+            _random_step(tl, clock, cpu_clock, rng, epoch, compute_ns=100)
         _close_pass(tl, clock, last_ns=rng.randint(0, 20))
         tl.note_boundary(EpochBoundary(epoch, 1, 2, 3))
         clock.advance(rng.randint(0, 40))  # the user's code after the pass
@@ -1090,17 +1098,7 @@ def test_groups_of_epochs_close_when_long_enough_together_and_add_their_epochs_u
         tl.begin_epoch(in_process_data=rng.random() < 0.7)
         _open_pass(tl, clock, iter_ns=rng.randint(0, 50))
         for _ in range(rng.choice((1, 3, 8, 40, 300))):
-            tl.data_begin()
-            clock.advance(rng.randint(0, 30))
-            cpu_clock.advance(rng.randint(0, 20))
-            tl.data_end(got_item=True)
-            tl.enter(tl.phase_id("compute"))
-            clock.advance(rng.randint(1, 60))
-            tl.leave()
-            if rng.random() < 0.1:
-                tl.enter(tl.phase_id(rng.choice(("logging", f"custom-{epoch}"))))
-                clock.advance(rng.randint(1, 50))
-                tl.leave()
+            _random_step(tl, clock, cpu_clock, rng, epoch, compute_ns=60)
         _close_pass(tl, clock, last_ns=rng.randint(0, 20))
         tl.note_boundary(EpochBoundary(epoch, 1, 2, 3))
         if marked:

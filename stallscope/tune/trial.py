@@ -112,21 +112,17 @@ class JobStop:
 
 
 def _job_place() -> tuple[int, int, Any]:
-    """This process's rank, the job's size and its store (None when ``torch.distributed`` is not
-    initialized: the rank and size then come from the launcher's ``RANK`` and ``WORLD_SIZE``)."""
-    from stallscope.hooks.distributed import default_store
+    """This process's rank, the job's size (``rank_info``: 0 and 1 for a single process) and the
+    job's store (None when ``torch.distributed`` is not initialized)."""
+    from stallscope.hooks.distributed import default_store, rank_info
 
+    info = rank_info()
+    if info is None:
+        return 0, 1, None
     store = None
     with contextlib.suppress(Exception):
         store = default_store()
-    if store is not None:
-        import torch.distributed as dist
-
-        return dist.get_rank(), dist.get_world_size(), store
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), None
-    except ValueError:
-        return 0, 1, None
+    return info.rank, info.world_size, store
 
 
 class Trial:
