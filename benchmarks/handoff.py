@@ -145,6 +145,53 @@ def measure(case: Case, batches: int) -> dict[str, float]:
     }
 
 
+def step_cpu_s(loader: DataLoader[Any], hidden: int, steps: int) -> float:
+    """Median thread CPU seconds of one training step of a small MLP fed by ``loader``."""
+    torch.manual_seed(0)
+    features = loader.dataset[0][0].numel()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(features, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 10),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    it = endless(loader)
+    cpus: list[float] = []
+    for i in range(steps + 30):
+        x, y = next(it)
+        c0 = time.thread_time()
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y.long() % 10).backward()
+        opt.step()
+        if i >= 30:  # past the workers' start and the first batches already queued
+            cpus.append(time.thread_time() - c0)
+    return statistics.median(cpus)
+
+
+def drag(hidden: int, steps: int) -> tuple[float, float]:
+    """(step CPU with in-process loading, step CPU with one worker) for a 64-float batch of 64."""
+    ds = TensorDataset(torch.randn(20_000, 64), torch.randint(0, 10, (20_000,)))
+    inline = step_cpu_s(DataLoader(ds, batch_size=64, shuffle=True), hidden, steps)
+    worker = DataLoader(ds, batch_size=64, shuffle=True, num_workers=1, persistent_workers=True)
+    return inline, step_cpu_s(worker, hidden, steps)
+
+
+def print_drag(repeats: int, steps: int) -> None:
+    print("| step | in-process loading ms | one worker ms | drag ms |")
+    print("|---|---|---|---|")
+    for hidden in (256, 1024):
+        pairs = []
+        for _ in range(repeats):
+            print(f"measuring the drag, hidden {hidden} ...", file=sys.stderr, flush=True)
+            pairs.append(drag(hidden, steps))
+        inline = statistics.median(p[0] for p in pairs)
+        worker = statistics.median(p[1] for p in pairs)
+        diff = statistics.median(p[1] - p[0] for p in pairs)
+        print(f"| MLP 64-{hidden}-{hidden}-10 | {inline * 1e3:.3f} | {worker * 1e3:.3f} | {diff * 1e3:.3f} |")
+
+
 def fit(rows: list[tuple[Case, float]]) -> tuple[float, float, float]:
     """Least squares ``cost = base + per_tensor * tensors + per_byte * bytes``."""
     a = torch.tensor([[1.0, c.tensors, c.batch_bytes] for c, _ in rows], dtype=torch.float64)
@@ -157,8 +204,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=300, help="batches timed per case and loader")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case; medians are printed")
+    parser.add_argument("--drag-only", action="store_true", help="measure only the drag on the step (item 4)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.drag_only:
+        print_drag(args.repeats, args.batches)
+        return 0
     results: dict[str, list[dict[str, float]]] = {c.name: [] for c in CASES}
     for _ in range(args.repeats):
         for case in CASES:
@@ -178,6 +229,8 @@ def main() -> int:
             f"{key}: {base * 1e3:.3f} ms per batch + {per_tensor * 1e3:.3f} ms per tensor "
             f"+ {per_byte * 1e9:.3f} ms per MB"
         )
+    print()
+    print_drag(args.repeats, args.batches)
     return 0
 
 

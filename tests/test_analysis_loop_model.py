@@ -9,6 +9,9 @@ import pytest
 from stallscope.analysis import loop_model
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.loop_model import (
+    COLD_GAP_S,
+    COLD_STEP_BASE_S,
+    COLD_STEP_SHARE,
     MAIN_TRANSFER_BASE_S,
     MAIN_TRANSFER_PER_BYTE_S,
     MAIN_TRANSFER_PER_TENSOR_S,
@@ -200,9 +203,47 @@ def test_an_in_memory_batch_cheaper_than_its_hand_over_predicts_fewer_workers() 
     assert model.load_source == "probe"
     assert model.load_s == pytest.approx(0.3e-3)
     assert model.transfer_main_s == pytest.approx(XM)  # 1.3 ms estimated, under the 1.5 ms waits
-    assert model.predict_step_s(0) == pytest.approx(1.0e-3 + 0.3e-3)
+    # the measured 1 ms step followed a batch from a worker: cold in full. Without workers it
+    # follows 0.3 ms of indexing, cold for 0.3 / COLD_GAP_S of d
+    hot = (1.0e-3 - COLD_STEP_BASE_S) / (1 + COLD_STEP_SHARE)
+    drag = COLD_STEP_BASE_S + COLD_STEP_SHARE * hot
+    assert model.step_drag_s == pytest.approx(drag)
+    assert model.predict_step_s(0) == pytest.approx(hot + drag * 0.3e-3 / COLD_GAP_S + 0.3e-3)
     assert model.predict_step_s(2) >= 1.0e-3 + XM
     assert model.best_workers(2, lowest=0) == 0
+
+
+def test_brief_in_process_loading_leaves_the_step_warm_and_workers_would_not() -> None:
+    """0.4 ms of indexing before each 1 ms step: a fifth of d now, all of it with workers."""
+    from signal_fakes import record_span
+
+    span = record_span(steps=200, data_ms=0.4, data_cpu_ms=0.4, compute_ms=1.0)
+    model = build_loop_model(Context(span=span, loader=loader(0), cores=2, config=AnalysisConfig()))
+    assert model is not None
+    share = 0.4e-3 / COLD_GAP_S
+    hot = (1.0e-3 - COLD_STEP_BASE_S * share) / (1 + COLD_STEP_SHARE * share)
+    assert model.step_drag_s == pytest.approx(COLD_STEP_BASE_S + COLD_STEP_SHARE * hot)
+    assert model.consumer_at(0) == pytest.approx(1.0e-3)
+    assert model.consumer_at(1) == pytest.approx(hot + model.step_drag_s)
+    assert model.consumer_at(1) > 1.0e-3
+
+
+def test_long_in_process_loading_leaves_the_step_as_cold_as_workers_do() -> None:
+    span = starved_span(wait_ms=8, consumer_ms=2)  # 8 ms of loading: past COLD_GAP_S
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.step_drag_s > 0
+    assert model.consumer_at(0) == model.consumer_at(1) == model.consumer_at(4) == pytest.approx(2e-3)
+
+
+def test_on_a_gpu_the_step_does_not_change_with_the_workers() -> None:
+    from signal_fakes import cuda_device
+
+    context = replace(handed_over(probe_s=0.3e-3), cuda_device=cuda_device())
+    model = build_loop_model(context)
+    assert model is not None
+    assert model.step_drag_s == 0
+    assert model.predict_step_s(0) == pytest.approx(1.0e-3 + 0.3e-3)
 
 
 def test_the_fastest_waits_cap_the_estimated_hand_over() -> None:

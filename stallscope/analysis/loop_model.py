@@ -45,6 +45,18 @@ scaled by the training process's share of a core on a loaded host), or from the 
 production rate (an upper bound: a loop bound by x_m leaves its workers idle part of the time).
 When x_m + c exceeds c + P, fewer workers (down to none) win.
 
+On the CPU the consumer itself changes with the workers. A step that follows other work of its
+thread, or a pause, starts with cold caches and runs slower than one that follows at once. On the
+2-core box a small MLP's step took a median 0.32 ms more CPU after a batch received from a worker
+than after 0.25 ms of in-process indexing (0.17 to 0.71 ms over nine runs; 0.28 and 0.41 ms for
+steps of 1.9 and 7 ms), and 0.4 to 0.5 ms more after 2 ms of in-process loading or of sleep than
+after none. ``d`` (``step_drag_s``), ``COLD_STEP_BASE_S`` plus ``COLD_STEP_SHARE`` of the step,
+is that cost in full; a batch from a worker (a receive that maps new memory, round trips that
+sleep) pays it in full, in-process loading in proportion to its time P up to ``COLD_GAP_S``. So
+dropping the workers of an in-memory dataset also speeds the step up, and adding them to brief
+in-process loading slows it down. How much moves from run to run, so ``data.workers`` gives the
+range from none of it to twice the median. On a GPU the host only queues the work: ``d`` is 0.
+
 The constants below were measured on a 2-core x86-64 box with torch 2.13 (``benchmarks/handoff.py``
 measures them, ``benchmarks/whatif.py`` checks the predictions they make; method and numbers in
 ``docs/predictions.md``, "Workers and the handoff").
@@ -79,6 +91,11 @@ DEFAULT_BATCH_TENSORS = 2
 #: start-up plus shutdown of a pass with workers, besides its first batch: base + per worker
 PASS_START_BASE_S = 0.015
 PASS_START_PER_WORKER_S = 0.010
+#: a CPU step after other work of its thread runs slower (cold caches): base + share of the step
+COLD_STEP_BASE_S = 0.30e-3
+COLD_STEP_SHARE = 0.015
+#: in-process loading this long before each step leaves it as cold as a batch from a worker
+COLD_GAP_S = 2.0e-3
 
 
 def transfer_s(tensors: int | None, nbytes: int | None) -> tuple[float, float]:
@@ -134,6 +151,10 @@ class LoopModel:
     #: tensors times the switch interval); 0 when loading is not measured CPU work, or tensors
     #: do not travel as file descriptors
     gil_wait_s: float = 0.0
+    #: d: what a step on the CPU runs slower when it starts cold (0 on a GPU)
+    step_drag_s: float = 0.0
+    #: the share of d the measured ``consumer_s`` includes (``cold_share`` of the span's loading)
+    drag_measured: float = 0.0
 
     @property
     def step_s(self) -> float:
@@ -154,12 +175,24 @@ class LoopModel:
         """How much of making a batch is CPU work (1.0: CPU-bound, near 0: waiting on I/O)."""
         return min(1.0, self.load_cpu_s / self.load_s) if self.load_s > 0 else 1.0
 
+    def cold_share(self, workers: int) -> float:
+        """How cold each step starts with ``workers``: in full after a batch from a worker, in
+        proportion to the in-process loading's time before it up to ``COLD_GAP_S``."""
+        return 1.0 if workers > 0 else min(1.0, self.load_s / COLD_GAP_S)
+
+    def consumer_at(self, workers: int) -> float:
+        """The consumer time per step with ``workers``: the measured one with its share of d
+        exchanged for the share it would have."""
+        if self.step_drag_s <= 0:
+            return self.consumer_s
+        return self.consumer_s + self.step_drag_s * (self.cold_share(workers) - self.drag_measured)
+
     def predict_step_s(self, workers: int) -> float:
         """Steady-state step time with ``workers`` loader processes."""
         if workers <= 0:
-            return self.consumer_s + self.load_s
+            return self.consumer_at(0) + self.load_s
         xm, xw = self.transfer_main_s, self.transfer_worker_s
-        consumer = self.consumer_s + xm
+        consumer = self.consumer_at(workers) + xm
         production = (self.load_s + xw) / workers
         cores = self.cores_step_s
         g = self._gil_wait(max(consumer, production, cores))
@@ -198,16 +231,19 @@ class LoopModel:
     def predict_pass_overhead_s(self, workers: int) -> float:
         """Start-up and shutdown of one pass with ``workers`` (non-persistent) workers, with
         the pass's first step (its first batch and its consumer time)."""
+        consumer = self.consumer_at(workers)
         if workers <= 0:
-            return self.load_s + self.consumer_s
-        return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.transfer_s + self.consumer_s
+            return self.load_s + consumer
+        return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.transfer_s + consumer
 
     def predict_saving_s(self, workers: int) -> float:
         """Seconds the span would have saved with ``workers`` workers (negative: it would lose)."""
         now = self.steps * self.step_s + self.pass_overhead_s
         passes = max(1, self.passes)
         if self.persistent and workers > 0:
-            after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (self.load_s + self.consumer_s)
+            after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (
+                self.load_s + self.consumer_at(workers)
+            )
         else:
             after_overhead = passes * self.predict_pass_overhead_s(workers)
         if workers > 0 and self.workers > 0:
@@ -318,6 +354,12 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
     cpu_work = measured and load_s > 0 and load_cpu_s >= 0.5 * load_s
     tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
     gil_wait = tensors * sys.getswitchinterval() if cpu_work and _tensors_as_descriptors() else 0.0
+    # a step on the CPU starts cold after a batch from a worker or long in-process loading: d
+    cold = 1.0 if workers > 0 else min(1.0, load_s / COLD_GAP_S)
+    drag = 0.0
+    if ctx.cuda_device is None and ctx.cuda is None:
+        hot = max(0.5 * consumer_s, (consumer_s - COLD_STEP_BASE_S * cold) / (1 + COLD_STEP_SHARE * cold))
+        drag = (consumer_s - hot) / cold if cold > 0 else COLD_STEP_BASE_S + COLD_STEP_SHARE * hot
     # the first batch of each pass is counted in the start-up, not in the steady steps
     return LoopModel(
         steps=steady_steps,
@@ -336,6 +378,8 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         persistent=bool(ctx.loader.persistent_workers) if ctx.loader is not None else False,
         load_source=source,
         gil_wait_s=gil_wait,
+        step_drag_s=drag,
+        drag_measured=cold if drag > 0 else 0.0,
     )
 
 

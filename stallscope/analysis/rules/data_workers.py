@@ -122,25 +122,40 @@ def rule(ctx: Context) -> Finding | None:
         suggestion["torch_num_threads"] = threads
     speedup = round(speedup_for(saving), 3)
     confidence: Confidence = "low" if threads is not None else "high" if model.load_cpu_measured else "medium"
-    shared_evidence: dict[str, object] = {}
+    range_evidence: dict[str, object] = {}
+    ends = [speedup]
+    reasons: list[str] = []
     if shared is not None:
-        other = round(speedup * shared.step_ratio, 3)
-        low, high = sorted((speedup, other))
-        shared_evidence = {
-            "est_speedup_range": [low, high],
+        ends.append(round(speedup * shared.step_ratio, 3))
+        range_evidence = {
             "cores_demand_now": round(shared.demand_now, 2),
             "cores_demand_after": round(shared.demand_after, 2),
         }
-        if high > SPREAD * low:
-            confidence = "low" if confidence == "low" else "medium"
-            slower = other < speedup
-            fix += (
-                f" The workers share the {ctx.cores} usable cores with the training process"
-                + (f" and other processes ({shared.others:.1f} cores' worth)" if shared.others > 0 else "")
-                + f": about {shared.demand_now:.1f} cores of work now, {shared.demand_after:.1f} with the change,"
-                + (" so the training step itself may run slower" if slower else " so the step itself may run faster")
-                + f". The realized speedup may land anywhere from x{low:.2f} to x{high:.2f}."
+        slower = ends[-1] < speedup
+        reasons.append(
+            f"The workers share the {ctx.cores} usable cores with the training process"
+            + (f" and other processes ({shared.others:.1f} cores' worth)" if shared.others > 0 else "")
+            + f": about {shared.demand_now:.1f} cores of work now, {shared.demand_after:.1f} with the change,"
+            + (" so the training step itself may run slower." if slower else " so the step itself may run faster.")
+        )
+    cold = _cold_step_ends(ctx, model, suggested)
+    if cold is not None:
+        ends.extend(cold)
+        range_evidence["cold_step_ms"] = ms(model.step_drag_s)
+        reasons.append(
+            (
+                "Without workers each step also starts with warm caches (no batch to receive from a worker"
+                if suggested == 0
+                else "With workers each step also starts with cold caches (after receiving a batch from a worker"
             )
+            + f" first): about {fmt_ms(model.step_drag_s)} a step on this host, varying from run to run."
+        )
+    low, high = min(ends), max(ends)
+    if high > low:
+        range_evidence["est_speedup_range"] = [low, high]
+    if high > SPREAD * low:
+        confidence = "low" if confidence == "low" else "medium"
+        fix += " " + " ".join(reasons) + f" The realized speedup may land anywhere from x{low:.2f} to x{high:.2f}."
     return Finding(
         id=ID,
         title=(
@@ -179,7 +194,7 @@ def rule(ctx: Context) -> Finding | None:
             "pass_start_ms": ms(model.pass_overhead_s / max(1, model.passes)),
             "predicted_pass_start_ms": ms(model.predict_pass_overhead_s(suggested)),
             "predicted_saving_ms": ms(model.predict_saving_s(suggested)),
-            **shared_evidence,
+            **range_evidence,
         },
         fix=fix,
         suggestion=suggestion,
@@ -236,6 +251,25 @@ def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
 
 #: a range whose ends differ by more than this factor lowers the finding's confidence
 SPREAD = 1.3
+#: the most the cold-step cost is taken to reach, as a multiple of its modelled median
+COLD_STEP_SPREAD = 2.0
+
+
+def _cold_step_ends(ctx: Context, model: LoopModel, suggested: int) -> list[float] | None:
+    """The speedups with none of the cold-step cost's change and with ``COLD_STEP_SPREAD`` times
+    it, where the change moves the step between starting cold and warm (on the CPU only); None
+    where it does not. The run-to-run spread of that cost (0.17 to 0.71 ms over nine runs of the
+    same step, ``loop_model``) is the range's reason."""
+    if model.step_drag_s <= 0 or abs(model.cold_share(suggested) - model.drag_measured) < 0.05:
+        return None
+    if ctx.span.wall_s <= 0:
+        return None
+    ends = []
+    for scale in (0.0, COLD_STEP_SPREAD):
+        other = replace(model, step_drag_s=model.step_drag_s * scale)
+        saving = frac(cap_by_device_idle(other.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
+        ends.append(round(speedup_for(saving), 3) if saving > 0 else 1.0)
+    return ends
 
 
 @dataclass(frozen=True)
