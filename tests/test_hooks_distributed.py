@@ -392,6 +392,51 @@ def test_many_short_epochs_of_a_job_keep_to_the_budget(
     assert not any("sent no summary" in n for n in job.notes)
 
 
+def test_rank_0s_two_files_share_one_write_budget(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 writes the job's report.json and its own rank-0.json, 2 ms a write on a fake clock,
+    over 8 s of 20-step epochs: their mid-run writes together keep to one budget (0.25% of the
+    run, and a write's worth for each file's first), not one each."""
+    from conftest import FakeClock
+
+    from stallscope.hooks import scope as scope_module
+    from stallscope.report import writer as writer_module
+    from stallscope.report.writer import WRITE_SHARE
+
+    clock = FakeClock()
+    monkeypatch.setattr(scope_module, "Session", functools.partial(session.Session, clock=clock, cpu_clock=clock))
+    mid_run: dict[str, int] = {}
+    real_write = writer_module.write_report
+
+    def write(report: Report, path: Path, *, durable: bool) -> None:
+        clock.advance_ms(2)
+        if not durable:
+            mid_run[f"{path.parent.name}/{path.name}"] = mid_run.get(f"{path.parent.name}/{path.name}", 0) + 1
+        real_write(report, path, durable=durable)
+
+    monkeypatch.setattr(writer_module, "write_report", write)
+
+    def train_steps(report_dir: Path) -> None:
+        with StallScope(report_dir, console=False) as scope:
+            for _ in range(400):
+                for _batch in scope.iter(range(20)):
+                    with scope.phase("compute"):
+                        clock.advance_ms(1)
+
+    two_ranks(1)
+    train_steps(tmp_path / "node1")
+    mid_run.clear()
+    two_ranks(0)
+    start = clock()
+    train_steps(tmp_path / "node0")
+    run_s = (clock() - start) / 1e9
+    rank0 = mid_run.get("node0/report.json", 0) + mid_run.get("ranks/rank-0.json", 0)
+    assert mid_run.get("node0/report.json", 0) >= 1
+    assert mid_run.get("ranks/rank-0.json", 0) >= 1
+    assert rank0 * 2e-3 <= WRITE_SHARE * run_s + 2 * 2e-3
+
+
 def _epoch(index: int, steps: int = 4) -> Any:
     from stallscope.report.schema import EpochReport
     from stallscope.timeline.stats import Distribution

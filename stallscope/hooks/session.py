@@ -49,7 +49,7 @@ from stallscope.report.recent import RecentSteps, Series, recent_from_record, se
 from stallscope.report.render import print_diagnosis
 from stallscope.report.safe import plain
 from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report, RunInfo, Summary
-from stallscope.report.writer import FIRST_WRITE_S, ReportWriter
+from stallscope.report.writer import FIRST_WRITE_S, WRITE_SHARE, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
 from stallscope.signals.forward import ForwardProbe, timer_for
@@ -440,6 +440,11 @@ class Session:
         if self.job is not None and report_dir is not None and self._rank_writer is None:
             # this rank's own file, on the same budget as report.json
             self._rank_writer = self._new_writer(self.job.rank_path(report_dir))
+            if self.job.leader and self._writer is not None:
+                # rank 0 writes both: the job's report.json and its own file share one budget (the
+                # job's epoch ends are rank 0's, and three budgets of 0.25% with the panels' were
+                # most of its cost in short epochs)
+                self._writer.share = self._rank_writer.share = WRITE_SHARE / 2
         if self.job is not None and self._term is None:
             self._term = TermGuard(self._write_on_term, self._stop_waiting)
             self._term.install()

@@ -66,7 +66,9 @@ class ReportWriter:
     ) -> None:
         self.path = path
         self._clock = clock
-        self._share = share
+        #: the share of the run's time this writer's mid-run writes may take (read at each write:
+        #: rank 0 of a job lowers it once it knows it writes two files)
+        self.share = share
         self._max_interval_ns = round(max_interval_s * 1e9)
         #: ``write_report`` (looked up now, so a test can replace the module's)
         self._write = write if write is not None else write_report
@@ -179,5 +181,5 @@ class ReportWriter:
         self._written = number
         self.writes += 1
         end = self._clock()
-        self._interval_ns = min(self._max_interval_ns, round((end - start) / self._share))
+        self._interval_ns = min(self._max_interval_ns, round((end - start) / self.share))
         self._next_ns = end + self._interval_ns
