@@ -39,6 +39,7 @@ class Job:
         self.plans: list[TrialPlan] = []
         self.fail: Callable[[TrialPlan], str | None] = lambda plan: None
         self.noise: Callable[[TrialPlan], float] = lambda plan: 1 + 0.01 * (plan.number % 3)
+        self.rates = dict(RATES)
 
     def clock(self) -> float:
         return self.now
@@ -68,7 +69,7 @@ class Job:
         self.plans.append(plan)
         self.now += 1.0
         settings = dict(plan.settings)
-        rate = RATES[settings.get("num_workers", 0)] * self.noise(plan)
+        rate = self.rates[settings.get("num_workers", 0)] * self.noise(plan)
         plan.report_dir.mkdir(parents=True)
         write_report(
             dataclasses.replace(self.make_report(), findings=self.findings(settings)), plan.report_dir / "report.json"
@@ -147,6 +148,31 @@ def test_after_the_first_rounds_only_the_fastest_candidate_goes_on(job: Job, tmp
     for c in first:
         if c.index not in ran and c.verdict == "drop":
             assert c.note.startswith(f"slower than {leader.label}")
+
+
+def test_a_neighbour_ahead_of_the_prediction_gets_the_rounds_to_show_it(job: Job, tmp_path: Path) -> None:
+    """3 workers run 20% faster than the predicted 2, on a host whose noise leaves the two within
+    each other's interval after the first 3 rounds: rounds go on for their head-to-head until
+    it is decided, and the faster neighbour is kept."""
+    job.rates[3] = 24.0
+    # the first three trials of each: 3 workers slow, fast, even; 2 workers fast, slow, even
+    first = {2: [1.1, 0.9, 1.0], 3: [0.85, 1.15, 1.0]}
+    seen: dict[int, int] = {}
+
+    def noise(plan: TrialPlan) -> float:
+        workers = dict(plan.settings).get("num_workers", 0)
+        n = seen[workers] = seen.get(workers, 0) + 1
+        factors = first.get(workers, [])
+        return factors[n - 1] if n <= len(factors) else 1.0
+
+    job.noise = noise
+    result = tune(job, tmp_path).result
+    two, _one, three = result.candidates[:3]
+    assert three.kept
+    assert not two.kept
+    assert two.verdict == "keep"  # faster than the baseline, but not as fast as its neighbour
+    assert len(three.pairs) > 3  # the head-to-head needed more than the first rounds
+    assert result.best.get("num_workers") == 3
 
 
 def test_a_hung_candidate_is_reported_and_never_kept(job: Job, tmp_path: Path) -> None:

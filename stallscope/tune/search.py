@@ -365,7 +365,7 @@ class Tuner:
             if not live:
                 break
             if rnd >= opts.min_rounds:
-                if all(c.verdict != "undecided" for c in live):
+                if all(c.verdict != "undecided" for c in live) and self._rival(live) is None:
                     break
                 live = self._narrowed(live, rnd)
                 running = live
@@ -420,6 +420,23 @@ class Tuner:
                 self.result.stopped_because = "the budget is spent"
                 break
         return self._finish(candidates, "drop")
+
+    def _rival(self, live: list[Candidate]) -> Candidate | None:
+        """A neighbour kept, ahead of the predicted value (kept too) so far, but not yet surely
+        faster than it: the rounds go on for their head-to-head (``_finish`` keeps the predicted
+        value unless a neighbour is surely faster). None when there is none."""
+        main = next((c for c in live if not c.neighbour and c.verdict == "keep" and c.realized), None)
+        if main is None or main.realized is None:
+            return None
+        for other in live:
+            if not other.neighbour or other.verdict != "keep" or other.realized is None:
+                continue
+            if other.realized.median <= main.realized.median:
+                continue
+            head = paired_speedup([(a[1], b[1]) for a, b in zip(main.pairs, other.pairs, strict=False)])
+            if decide(head, self.options.min_saving) == "undecided":
+                return other
+        return None
 
     def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
         """After ``min_rounds``, the rounds go on for the fastest candidate only (and the
