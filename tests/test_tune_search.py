@@ -22,7 +22,7 @@ from stallscope.report.io import write_report
 from stallscope.report.schema import Report
 from stallscope.tune import record, render
 from stallscope.tune.plan import TrialPlan
-from stallscope.tune.runner import TrialOutcome
+from stallscope.tune.runner import TrialOutcome, printed_losses
 from stallscope.tune.search import TuneOptions, Tuner, loss_changed
 
 #: steps per second by num_workers, and with persistent workers
@@ -40,6 +40,8 @@ class Job:
         self.fail: Callable[[TrialPlan], str | None] = lambda plan: None
         self.noise: Callable[[TrialPlan], float] = lambda plan: 1 + 0.01 * (plan.number % 3)
         self.rates = dict(RATES)
+        #: what a trial prints, from its settings (a plain loop's own log lines)
+        self.output: Callable[[dict[str, Any]], str] = lambda settings: ""
 
     def clock(self) -> float:
         return self.now
@@ -75,6 +77,8 @@ class Job:
             dataclasses.replace(self.make_report(), findings=self.findings(settings)), plan.report_dir / "report.json"
         )
         result = {"steps_per_s": rate, "steps": 50, "complete": True, "applied": settings, "framework": "plain"}
+        plan.folder.mkdir(parents=True, exist_ok=True)
+        (plan.folder / "output.log").write_text(self.output(settings))
         why = self.fail(plan)
         status = "hung" if why else "ok"
         return TrialOutcome(plan, status, 0, 1.0, result, plan.folder / "output.log", why or "")  # type: ignore[arg-type]
@@ -226,6 +230,41 @@ def test_the_loss_check_allows_noise_and_flags_a_changed_curve() -> None:
     assert loss_changed(base, [[2.3, 2.11, 1.9]]) == ""
     assert "step 1" in loss_changed(base, [[2.3, 3.0, 1.9]])
     assert loss_changed([[]], [[1.0]]) == ""  # nothing logged: nothing to check
+
+
+def test_a_plain_loops_printed_losses_are_checked(job: Job, tmp_path: Path) -> None:
+    """A plain loop hands StallScope no loss, but prints it: with 2 workers (a seeding bug, say)
+    its curve changes, and the candidate is reported, not kept; the neighbours' are unchanged."""
+
+    def output(settings: dict[str, Any]) -> str:
+        shift = 1.0 if settings.get("num_workers") == 2 else 0.0
+        bar = "epoch 0:  40%|####   | 4/10 [00:01<00:01, 3.9it/s, loss=9.99]\r"  # by the clock: not read
+        return bar + "".join(f"step {i} loss {2.5 - 0.1 * i + shift:.4f}\n" for i in range(5))
+
+    job.output = output
+    result = tune(job, tmp_path).result
+    two, one, three = result.candidates[:3]
+    assert two.verdict == "loss changed"
+    assert two.note == "the loss at step 0 was 3.5 against 2.5 in the baseline"
+    assert not two.kept
+    assert two.losses[0] == [3.5, 3.4, 3.3, 3.2, 3.1]
+    assert one.verdict != "loss changed"
+    assert three.verdict != "loss changed"
+    assert result.best.get("num_workers") != 2
+
+
+def test_printed_losses_are_read_as_scripts_print_them(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    log.write_text(
+        "step 1 loss 2.31\n"
+        "step 2: loss=2.2, val_loss 3.0\n"  # val_loss is another curve
+        "{'loss': 2.1, 'grad_norm': 1.0, 'learning_rate': 5e-05, 'epoch': 0.1}\n"  # transformers
+        " 50%|#####     | 5/10 [00:01<00:01, 4.2it/s, loss=1.9]\r 60%|######    | 6/10 loss=1.8\n"
+        "{'eval_loss': 2.5, 'train_loss': 9.0} Loss: 1e-3\n"
+    )
+    assert printed_losses(log) == [2.31, 2.2, 2.1, 0.001]
+    assert printed_losses(log, limit=2) == [2.31, 2.2]
+    assert printed_losses(tmp_path / "missing.log") == []
 
 
 def test_a_setting_for_one_rank_is_tried_as_such_and_kept_for_that_rank(job: Job, tmp_path: Path) -> None:

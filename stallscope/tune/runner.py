@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -33,6 +34,16 @@ GRACE_S = 3.0
 GONE_WAIT_S = 2.0
 #: how often the child is polled
 POLL_S = 0.05
+#: the most losses read from a trial's output, and how much of it is read
+MAX_PRINTED_LOSSES = 32
+MAX_OUTPUT_READ = 1 << 20
+#: a loss a script printed: ``loss 2.31``, ``loss: 2.31``, ``loss=2.31``, ``'loss': 2.31`` (not
+#: ``val_loss``: the word must start there)
+PRINTED_LOSS = re.compile(
+    r"""(?<![\w])['"]?loss['"]?\s*[:=]?\s*([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)""", re.IGNORECASE
+)
+#: a progress bar's line (its updates come by the clock, not by the step)
+PROGRESS_BAR = re.compile(r"it/s|s/it|%\|")
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,35 @@ class TrialOutcome:
     @property
     def report(self) -> Path:
         return self.plan.report_dir / "report.json"
+
+    @property
+    def losses(self) -> list[float]:
+        """The first losses of the trial: as its framework handed them over (``trial.json``), else
+        as the script printed them (``printed_losses``)."""
+        handed = (self.result or {}).get("losses")
+        if handed:
+            return [float(v) for v in handed]
+        return printed_losses(self.log)
+
+
+def printed_losses(log: Path, limit: int = MAX_PRINTED_LOSSES) -> list[float]:
+    """The first ``limit`` losses a script printed, from its output (a plain loop's ``print``, a
+    transformers Trainer's log lines). Progress bars are skipped: what they show depends on the
+    clock, so two runs of the same steps would not show the same values. [] when none."""
+    try:
+        with log.open("rb") as f:
+            text = f.read(MAX_OUTPUT_READ).decode("utf-8", "replace")
+    except OSError:
+        return []
+    found: list[float] = []
+    for line in re.split(r"[\r\n]", text):
+        if PROGRESS_BAR.search(line):
+            continue
+        for match in PRINTED_LOSS.finditer(line):
+            found.append(float(match.group(1)))
+            if len(found) >= limit:
+                return found
+    return found
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = GRACE_S, folder: Path | None = None) -> None:

@@ -389,7 +389,7 @@ class Tuner:
                         self._finish(candidates, "undecided")
                         return None
                     base_rate = out.steps_per_s
-                    base_losses = list((out.result or {}).get("losses") or [])
+                    base_losses = out.losses
                 else:
                     record = self._trial(item.settings, item, rnd)
                     out = record.outcome
@@ -406,7 +406,7 @@ class Tuner:
                         self.observer.candidate_done(item)
                         continue
                     rates[item.index] = out.steps_per_s
-                    item.losses.append(list((out.result or {}).get("losses") or []))
+                    item.losses.append(out.losses)
             for item in live:
                 if item.index in rates and base_rate is not None and item.active:
                     item.pairs.append((base_rate, rates[item.index]))
