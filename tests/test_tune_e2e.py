@@ -187,6 +187,54 @@ def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) 
     assert trial_processes(tmp_path / "scratch") == []
 
 
+def test_tune_applies_the_workers_suggestion_in_a_transformers_trainer(tmp_path: Path) -> None:
+    """A tiny transformers ``Trainer`` (a model from a config, synthetic data) whose collator
+    costs 40 ms a batch: the trials apply ``dataloader_num_workers`` to its
+    ``TrainingArguments``, stop through ``control.should_training_stop`` at the budget, and
+    write the Trainer's output to the scratch folder."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    if os.environ.get("STALLSCOPE_NO_NATIVE"):
+        # the plain and Lightning trials above run on both hot paths; this one adds the Trainer
+        pytest.skip("run on the C hot path's pass only (45 s): the plain and Lightning trials cover both")
+    command = [sys.executable, str(ROOT / "examples" / "transformers_starved_loader.py"), "--quiet"]
+    tune, stdout = run_tune(
+        tmp_path,
+        {},
+        "--budget",
+        "240",
+        "--steps",
+        "10",
+        "--warmup",
+        "3",
+        "--timeout",
+        "120",
+        "--no-neighbours",
+        "--max-rounds",
+        "3",
+        command=command,
+    )
+    assert tune["framework"] == "transformers"
+    assert tune["trials"][0]["status"] == "ok"
+    top = tune["candidates"][0]
+    assert top["finding"] == "data.workers"
+    assert set(top["change"]) == {"dataloader_num_workers"}  # the Trainer's own vocabulary
+    workers = top["change"]["dataloader_num_workers"]
+    assert workers >= 1
+    measured = [t for t in tune["trials"] if t["candidate"] == 0]
+    assert len(measured) >= 3
+    for trial in measured:
+        assert trial["applied"] == top["change"]
+        assert trial["status"] == "ok"  # it stopped itself, at the budget
+        assert trial["steps"] == 10
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["framework"] == "transformers"
+        assert report["run"]["dataloader"]["num_workers"] == workers
+    assert not (tmp_path / "runs").exists()  # the Trainer's output_dir went to the scratch folder
+    assert "dataloader_num_workers" in stdout
+    assert trial_processes(tmp_path / "scratch") == []
+
+
 def test_a_torchrun_job_stops_together_and_its_hung_trial_is_ended_whole(tmp_path: Path) -> None:
     """``tune -- torchrun`` on a job whose rank 1 reads slowly: both ranks of each trial stop at the
     same step (the job exits 0, each rank writes its measurement), and the fix for rank 1 is

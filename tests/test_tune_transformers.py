@@ -26,6 +26,36 @@ def test_settings_go_on_the_arguments_and_outputs_to_the_scratch_folder(tmp_path
     assert trial.framework == "transformers"
 
 
+def test_a_trial_trainer_makes_its_output_dir_in_the_scratch_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Trainer.__init__`` makes ``output_dir`` before any callback hears of it: in a trial, the
+    wrapped ``__init__`` points it at the trial's folder first, for a Trainer with StallScope
+    among its callbacks (a Trainer without one is left alone)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    import transformers_common as common
+
+    from stallscope import StallScope
+
+    monkeypatch.setattr(transformers.Trainer, "__init__", transformers.Trainer.__init__)  # restored after
+    trial = Trial(TrialPlan(1, tmp_path / "trial", {"dataloader_num_workers": 1}, steps=10))
+    tune_transformers.before_init(trial)
+    tune_transformers.before_init(trial)  # once is enough: not wrapped twice
+    assert getattr(transformers.Trainer.__init__, "_stallscope_trial", False)
+
+    def make(name: str, callbacks: list[object]) -> object:
+        args = transformers.TrainingArguments(output_dir=str(tmp_path / name), report_to=[], use_cpu=True)
+        return transformers.Trainer(model=common.tiny_model(), args=args, callbacks=callbacks)
+
+    trainer = make("user", [StallScope(tmp_path / "runs", console=False)])
+    assert not (tmp_path / "user").exists()
+    assert trainer.args.output_dir == str(tmp_path / "trial" / "root" / "output_dir")  # type: ignore[attr-defined]
+    assert trainer.args.dataloader_num_workers == 1  # type: ignore[attr-defined]
+    assert trial.applied == {"dataloader_num_workers": 1}
+    make("other", [])  # no scope: not a trial's Trainer
+    assert (tmp_path / "other").exists()
+
+
 def test_which_suggestions_a_transformers_trial_applies() -> None:
     assert in_place("transformers", {"dataloader_num_workers": 2})
     assert in_place("transformers", {"save_strategy": "steps", "save_steps": 500})

@@ -33,6 +33,7 @@ from stallscope.signals.loader import LoaderConfig, LoaderReader
 from stallscope.timeline.phases import BUILTIN_PHASES, CHECKPOINT, LOGGING, OTHER, check_phase_name
 from stallscope.timeline.stats import EpochBoundary
 from stallscope.tune import lightning as tune_lightning
+from stallscope.tune import transformers as tune_transformers
 from stallscope.tune import trial as tune_trial
 
 T = TypeVar("T")
@@ -213,8 +214,9 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
             html=html,
         )
         trial = tune_trial.current()
-        if trial is not None:  # Lightning makes its loggers' folders before a callback's ``setup``
-            tune_lightning.before_setup(trial)
+        if trial is not None:  # Lightning makes its loggers' folders before a callback's ``setup``,
+            tune_lightning.before_setup(trial)  # transformers its output_dir before on_init_end
+            tune_transformers.before_init(trial)
         self._keyed()
         self._reset()
         self._quiet_hooks()

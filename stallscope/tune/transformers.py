@@ -2,13 +2,19 @@
 the trial's scratch folder. (The stop on budget is in the hook's ``on_step_end``, through
 ``control.should_training_stop``.)
 
-``attach`` is called from StallScope's ``on_init_end``: the end of ``Trainer.__init__``, before
-``train()`` builds its loader from the arguments and reads its intervals. A scope added later
-(``trainer.add_callback``) sees no ``on_init_end``: the trial then applies nothing, and says so.
+``attach`` is called at the start of ``Trainer.__init__`` (``before_init``: ``__init__`` makes
+``output_dir``, so the folders must be the trial's before it runs), and again from StallScope's
+``on_init_end``, before ``train()`` builds its loader from the arguments and reads its
+intervals (for a script that imports transformers only after making its scope). A scope added
+later (``trainer.add_callback``) sees no ``on_init_end``: the trial then applies nothing, and
+says so.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from stallscope.tune.applicable import TRANSFORMERS_KEYS
@@ -34,3 +40,27 @@ def attach(trial: Trial, args: Any) -> None:
             trial.applied[key] = value
         except Exception as exc:
             trial.not_applied[key] = f"{type(exc).__name__}: {exc}"
+
+
+def before_init(trial: Trial) -> None:
+    """Wrap ``transformers.Trainer.__init__`` (once, where transformers is imported) so that a
+    Trainer made with StallScope among its callbacks gets the trial's settings and folders on
+    its ``args`` before ``__init__`` makes ``output_dir``: a trial makes no folder among the
+    user's. Subclasses (``Seq2SeqTrainer``, TRL's) reach it through ``super().__init__``. Called
+    when a scope is made in a trial."""
+    module: Any = sys.modules.get("transformers")
+    trainer: Any = getattr(module, "Trainer", None) if module is not None else None
+    original: Callable[..., None] | None = getattr(trainer, "__init__", None)
+    if original is None or getattr(original, "_stallscope_trial", False):
+        return
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
+        callbacks = kwargs.get("callbacks") or []
+        if arguments is not None and any(type(c).__name__ == "StallScope" for c in callbacks):
+            attach(trial, arguments)
+        original(self, *args, **kwargs)
+
+    init._stallscope_trial = True  # type: ignore[attr-defined]
+    trainer.__init__ = init
