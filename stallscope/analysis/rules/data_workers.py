@@ -148,7 +148,8 @@ def rule(ctx: Context) -> Finding | None:
                 if suggested == 0
                 else "With workers each step also starts with cold caches (after receiving a batch from a worker"
             )
-            + f" first): about {fmt_ms(model.step_drag_s)} a step on this host, varying from run to run."
+            + f" first): about {fmt_ms(model.step_drag_s)} a step as modelled, a cost that varies from run to"
+            " run and from host to host."
         )
     low, high = min(ends), max(ends)
     if high > low:
