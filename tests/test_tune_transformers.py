@@ -56,6 +56,14 @@ def test_a_trial_trainer_makes_its_output_dir_in_the_scratch_folder(
     assert (tmp_path / "other").exists()
 
 
+def test_without_transformers_imported_nothing_is_wrapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain loop's trial (transformers not imported): the scope is made as usual."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "transformers")
+    tune_transformers.before_init(Trial(TrialPlan(1, tmp_path / "trial", {}, steps=10)))
+
+
 def test_which_suggestions_a_transformers_trial_applies() -> None:
     assert in_place("transformers", {"dataloader_num_workers": 2})
     assert in_place("transformers", {"save_strategy": "steps", "save_steps": 500})

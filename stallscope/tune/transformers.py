@@ -50,8 +50,10 @@ def before_init(trial: Trial) -> None:
     when a scope is made in a trial."""
     module: Any = sys.modules.get("transformers")
     trainer: Any = getattr(module, "Trainer", None) if module is not None else None
-    original: Callable[..., None] | None = getattr(trainer, "__init__", None)
-    if original is None or getattr(original, "_stallscope_trial", False):
+    if not isinstance(trainer, type):
+        return  # transformers not imported (yet): ``on_init_end`` applies the settings
+    original: Callable[..., None] = trainer.__init__
+    if getattr(original, "_stallscope_trial", False):
         return
 
     @functools.wraps(original)
