@@ -52,8 +52,8 @@ def before_init(trial: Trial) -> None:
     trainer: Any = getattr(module, "Trainer", None) if module is not None else None
     if not isinstance(trainer, type):
         return  # transformers not imported (yet): ``on_init_end`` applies the settings
-    original: Callable[..., None] = trainer.__init__
-    if getattr(original, "_stallscope_trial", False):
+    original: Callable[..., None] | None = vars(trainer).get("__init__")
+    if original is None or getattr(original, "_stallscope_trial", False):
         return
 
     @functools.wraps(original)
@@ -65,4 +65,4 @@ def before_init(trial: Trial) -> None:
         original(self, *args, **kwargs)
 
     init._stallscope_trial = True  # type: ignore[attr-defined]
-    trainer.__init__ = init
+    setattr(trainer, "__init__", init)  # noqa: B010
