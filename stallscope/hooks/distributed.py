@@ -517,9 +517,12 @@ class Job:
         #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``), each
         #: with its forward passes
         self._pending: list[tuple[EpochReport, dict[str, Any], tuple[int, int] | None]] = []
-        #: this rank's forward passes (``signals/forward.py``) in its latest epoch and its run so
-        #: far, as ``{"epoch": ..., "run": ...}``; the session sets it before each exchange
+        #: this rank's forward passes (``signals/forward.py``) in its latest epoch, as
+        #: ``{"epoch": ...}``; the session sets it before each exchange
         self.forward: dict[str, Any] = {}
+        #: its forward passes in its run so far, made when a run summary goes out (sorting the
+        #: run's samples at every epoch end cost each rank a tenth of a millisecond)
+        self.forward_run: Callable[[], Mapping[str, Any] | None] = lambda: None
         #: rank 0: the job's latest epoch and its rank rows, by index
         self._recent: dict[int, tuple[EpochReport, tuple[RankEntry, ...]]] = {}
         #: this rank's run-level summary goes out every ``run_every``-th epoch (``note_run_cost``)
@@ -605,7 +608,7 @@ class Job:
                     report=report,
                     run_every=self.run_every,
                     ending=self.ending if name == "final" else None,
-                    forward={k: v for k, v in self.forward.items() if k == "run" or epoch is not None},
+                    forward=self._forward_payload(epoch is not None, report is not None),
                     host_id=self.host_id(),
                     cores=self.cores,
                     load=self.load if report is not None else None,
@@ -906,10 +909,21 @@ class Job:
 
         return make
 
+    def _forward_payload(self, epoch: bool, run: bool) -> dict[str, Any]:
+        """This rank's forward passes for a payload: in the epoch, and in the run when its run
+        summary goes with it (rank 0 reads them only there)."""
+        out: dict[str, Any] = {}
+        if epoch and "epoch" in self.forward:
+            out["epoch"] = self.forward["epoch"]
+        made = self.forward_run() if run else None
+        if made:
+            out["run"] = dict(made)
+        return out
+
     @property
     def _own_span_of(self) -> Callable[[Report], _Span]:
         """Rank 0's run as a span, given its report (its forward passes and node as of now)."""
-        host, forward, node = self.host, dict(self.forward.get("run") or {}), self.info.node_rank
+        host, forward, node = self.host, dict(self.forward_run() or {}), self.info.node_rank
         host_id, cores = self.host_id() or "", self.cores
 
         def own_span(own: Report) -> _Span:

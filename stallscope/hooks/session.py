@@ -465,12 +465,14 @@ class Session:
             if self._epoch_index > self._forward_since:  # a whole epoch looked
                 probe.give_up()
             return
-        epoch, run = timer.take_epoch(), timer.run()
-        job.forward = {
-            name: stats.to_dict(n)
-            for name, stats, n in (("epoch", epoch, steps), ("run", run, self._steps_ended))
-            if stats is not None
-        }
+        epoch, steps_ended = timer.take_epoch(), self._steps_ended
+        job.forward = {"epoch": epoch.to_dict(steps)} if epoch is not None else {}
+
+        def run() -> dict[str, Any] | None:  # made only when the run's summary goes out
+            stats = timer.run()
+            return stats.to_dict(steps_ended) if stats is not None else None
+
+        job.forward_run = run
 
     def _stop_waiting(self, ending: str = SIGTERM_ENDING) -> None:
         """A SIGTERM came while the run ends: say so, and wait for no other rank from now on."""
