@@ -250,8 +250,14 @@ class Store(Protocol):
 class Exchange:
     """Summaries over a key-value store: ranks ``post``, rank 0 ``collect`` s.
 
-    ``collect`` polls with ``check`` (no blocking ``wait``), first after ``FIRST_POLL_S``, backing
-    off to ``max_poll_s``: one ``check`` of all the keys first (ranks in step: one round trip), then
+    Where the store has queues (``TCPStore``, torch's default rendezvous store, and
+    ``HashStore``), a rank pushes its payload to its key's queue and rank 0 pops it without
+    blocking: one round trip a payload where set, get and delete took three. Elsewhere
+    (``FileStore``: its queue calls raise ``NotImplementedError``, on every rank alike) the key is
+    set, and rank 0 checks, reads and deletes it.
+
+    ``collect`` polls (no blocking ``wait``), first after ``FIRST_POLL_S``, backing off to
+    ``max_poll_s``: one ``check`` of all the keys first (ranks in step: one round trip), then
     rank by rank; ``clock`` and ``sleep`` are injected for tests."""
 
     def __init__(
@@ -277,18 +283,42 @@ class Exchange:
         #: ranks that missed a deadline (not waited for again) or posted their final summary
         self.late: set[int] = set()
         self.done: set[int] = set()
+        #: whether payloads go through the store's queues (until a queue call says it has none)
+        self.queues = callable(getattr(store, "queue_push", None)) and callable(getattr(store, "queue_pop", None))
 
     def key(self, rank: int, name: str) -> str:
         return f"{self.prefix}/rank{rank}/{name}"
 
     def post(self, name: str, payload: Mapping[str, Any]) -> None:
-        self.store.set(self.key(self.rank, name), json.dumps(payload, separators=(",", ":")).encode())
+        raw = json.dumps(payload, separators=(",", ":")).encode()
+        key = self.key(self.rank, name)
+        if self.queues:
+            try:
+                self.store.queue_push(key, raw)  # type: ignore[attr-defined]
+                return
+            except NotImplementedError:  # a store without queues (FileStore): every rank alike
+                self.queues = False
+        self.store.set(key, raw)
 
-    def _take(self, key: str) -> dict[str, Any] | None:
+    def take(self, key: str) -> tuple[bool, dict[str, Any] | None]:
+        """(whether a payload was there, the payload when of this version) at ``key``, taken off
+        the store: popped from its queue (one round trip), else checked, read and deleted."""
+        if self.queues:
+            try:
+                raw = self.store.queue_pop(key, block=False)  # type: ignore[attr-defined]
+            except NotImplementedError:
+                self.queues = False
+            except Exception as exc:  # torch's QueueEmptyError (a RuntimeError): nothing there
+                if not _queue_empty(exc):
+                    raise
+                return False, None
+            else:
+                return True, _decode(raw)
+        if not self.store.check([key]):
+            return False, None
         raw = self.store.get(key)
         self.store.delete_key(key)
-        data = json.loads(bytes(raw).decode())
-        return data if isinstance(data, dict) and data.get("v") == PAYLOAD_VERSION else None
+        return True, _decode(raw)
 
     def collect(self, name: str) -> dict[int, dict[str, Any]]:
         """Each other rank's ``name`` payload, or its ``final`` one when it has ended; waits until
@@ -301,16 +331,15 @@ class Exchange:
             wanted_keys = [self.key(r, name) for r in pending]
             if len(pending) > 1 and self.store.check(wanted_keys):  # the usual case: all in step
                 for r, key in zip(list(pending), wanted_keys, strict=True):
-                    payload = self._take(key)
+                    _, payload = self.take(key)
                     if payload is not None:
                         got[r] = payload
                     self.late.discard(r)
                 break
             for r in list(pending):
                 for wanted in (name, "final"):
-                    key = self.key(r, wanted)
-                    if self.store.check([key]):
-                        payload = self._take(key)
+                    found, payload = self.take(self.key(r, wanted))
+                    if found:
                         if payload is not None:
                             got[r] = payload
                         if wanted == "final":
@@ -325,6 +354,16 @@ class Exchange:
             self._sleep(poll)
             poll = min(poll * 2, self.max_poll_s)
         return got
+
+
+def _decode(raw: bytes) -> dict[str, Any] | None:
+    data = json.loads(bytes(raw).decode())
+    return data if isinstance(data, dict) and data.get("v") == PAYLOAD_VERSION else None
+
+
+def _queue_empty(exc: Exception) -> bool:
+    """Whether ``exc`` is a store's "queue is empty" (torch's ``QueueEmptyError``)."""
+    return type(exc).__name__ == "QueueEmptyError" or "queue is empty" in str(exc)
 
 
 def _payload(
@@ -720,11 +759,8 @@ class Job:
         try:
             for r in range(1, self.info.world_size):
                 for index in range(start, start + MAX_TAKEN_AHEAD):
-                    key = exchange.key(r, f"epoch{index}")
-                    if not exchange.store.check([key]):
-                        break
-                    payload = exchange._take(key)
-                    if payload is None or "epoch" not in payload:
+                    found, payload = exchange.take(exchange.key(r, f"epoch{index}"))
+                    if not found or payload is None or "epoch" not in payload:
                         break
                     self._take(payload)
                     if "run" not in payload:
