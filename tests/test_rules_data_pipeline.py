@@ -299,6 +299,28 @@ def test_dropping_workers_that_shared_the_cores_may_speed_the_step_up_too() -> N
     assert "cores of work now" in finding.fix
 
 
+def test_the_cold_steps_range_never_takes_the_step_below_half_of_what_was_measured() -> None:
+    """A 0.4 ms step beside its workers, its batch 0.05 ms in-process: the cold cost is at its
+    most already (half the step); the range's far end keeps the warm step at that half."""
+    from test_analysis_loop_model import handed_over
+
+    context = handed_over(probe_s=0.05e-3, wait_ms=1.5, compute_cpu_ms=0.4)
+    context = dataclasses.replace(context, span=_short_consumer_span())
+    finding = data_workers.rule(context)
+    model = build_loop_model(context)
+    assert finding is not None
+    assert model is not None
+    # the fastest a step could be without workers: half the measured consumer, and the batch
+    fastest = model.step_s / (0.5 * model.consumer_s + model.load_s)
+    assert finding.evidence["est_speedup_range"][1] <= fastest  # it read x31 before the bound
+
+
+def _short_consumer_span() -> SpanStats:
+    from signal_fakes import record_span
+
+    return record_span(steps=200, data_ms=1.5, data_cpu_ms=1.5, compute_ms=0.4, in_process=False)
+
+
 def test_dropping_workers_on_the_cpu_gives_the_range_of_the_step_starting_warm() -> None:
     """Without workers the step no longer starts cold after each hand-over; how much that saves
     varies from run to run: the range runs from none of it to twice the modelled cost."""
@@ -311,13 +333,16 @@ def test_dropping_workers_on_the_cpu_gives_the_range_of_the_step_starting_warm()
     assert model is not None
     wall = context.span.wall_s
     ends = []
-    for drag in (0.0, 2 * model.step_drag_s):
+    # twice d, at most what leaves the warm step at half the measured 1 ms
+    for drag in (0.0, min(2 * model.step_drag_s, 0.5e-3)):
         other = dataclasses.replace(model, step_drag_s=drag)
         ends.append(round(1 / (1 - other.predict_saving_s(0) / wall), 3))
     assert finding.evidence["est_speedup_range"] == pytest.approx(ends, abs=2e-3)
     assert ends[0] < finding.est_speedup < ends[1]
-    assert finding.evidence["cold_step_ms"] == pytest.approx(model.step_drag_s * 1e3, abs=1e-3)
-    assert "warm caches" in finding.fix
+    # the step's change: d less the share of it 0.3 ms of loading leaves (0.3 / 2 ms)
+    change_ms = model.step_drag_s * (1 - 0.3e-3 / 2e-3) * 1e3
+    assert finding.evidence["cold_step_ms"] == pytest.approx(change_ms, abs=1e-3)
+    assert "warmer caches" in finding.fix
     assert f"from x{ends[0]:.2f} to x{ends[1]:.2f}" in finding.fix
     assert finding.confidence == "medium"  # a range that wide is not "high"
 

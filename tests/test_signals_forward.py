@@ -44,6 +44,28 @@ def test_the_timer_sums_each_epochs_forwards_on_its_clock() -> None:
     assert timer.run().calls == 4  # type: ignore[union-attr]
 
 
+def test_the_runs_forwards_summed_later_are_as_of_when_they_were_taken() -> None:
+    """``run_later`` copies the run's forwards now and sums them up when called: forwards timed
+    after it are not in it (a job's run summary goes out at an epoch end, with that epoch's
+    steps)."""
+    clock = Clock()
+    timer = ForwardTimer(clock=clock)
+    for ms in (2, 4):
+        timer.begin()
+        clock.now += ms * 1_000_000
+        timer.end()
+    later = timer.run_later()
+    timer.begin()
+    clock.now += 100 * 1_000_000
+    timer.end()
+    then = later()
+    assert then is not None
+    assert (then.calls, then.total_s, then.p90_s) == (2, pytest.approx(0.006), pytest.approx(0.004, abs=0.0005))
+    now = timer.run()
+    assert now is not None
+    assert now.calls == 3
+
+
 def test_the_cycle_is_the_training_threads_work_from_one_forward_to_the_next() -> None:
     """Forwards of 1 ms CPU (2 ms wall: a busy machine) every 5 ms of CPU; an evaluation
     between two of them and an epoch's end break the cycle, and a 60 ms cycle (a save) is an

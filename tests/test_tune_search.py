@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def test_a_plain_loops_printed_losses_are_checked(job: Job, tmp_path: Path) -> N
     result = tune(job, tmp_path).result
     two, one, three = result.candidates[:3]
     assert two.verdict == "loss changed"
-    assert two.note == "the loss at step 0 was 3.5 against 2.5 in the baseline"
+    assert two.note == "the loss 1 the command printed was 3.5 against 2.5 in the baseline"
     assert not two.kept
     assert two.losses[0] == [3.5, 3.4, 3.3, 3.2, 3.1]
     assert one.verdict != "loss changed"
@@ -260,11 +261,34 @@ def test_printed_losses_are_read_as_scripts_print_them(tmp_path: Path) -> None:
         "step 2: loss=2.2, val_loss 3.0\n"  # val_loss is another curve
         "{'loss': 2.1, 'grad_norm': 1.0, 'learning_rate': 5e-05, 'epoch': 0.1}\n"  # transformers
         " 50%|#####     | 5/10 [00:01<00:01, 4.2it/s, loss=1.9]\r 60%|######    | 6/10 loss=1.8\n"
+        " 70%|#######   | 7/10 [00:02<00:01, 3.90it/s]step 7 loss 1.7\n"  # a print after the bar's update
         "{'eval_loss': 2.5, 'train_loss': 9.0} Loss: 1e-3\n"
+        "{'loss': '1.6', 'grad_norm': '0.9'}\n"  # transformers 5 prints its values as strings
+        "loss: tensor(1.5000, grad_fn=<NllLossBackward0>)\n"
+        "step 9 loss nan\n"
     )
-    assert printed_losses(log) == [2.31, 2.2, 2.1, 0.001]
+    losses = printed_losses(log)
+    assert losses[:7] == [2.31, 2.2, 2.1, 1.7, 0.001, 1.6, 1.5]
+    assert len(losses) == 8
+    assert math.isnan(losses[7])  # a diverged loss is read, and never matches a finite one
     assert printed_losses(log, limit=2) == [2.31, 2.2]
     assert printed_losses(tmp_path / "missing.log") == []
+
+
+def test_a_jobs_printed_losses_are_not_read(tmp_path: Path) -> None:
+    """The ranks of a torchrun job print into one output, in an order that changes from run to
+    run: their printed losses cannot be compared position by position."""
+    log = tmp_path / "output.log"
+    log.write_text("rank 0 loss 2.3\nrank 1 loss 2.4\n")
+    plan = TrialPlan(1, tmp_path / "trial", {}, steps=10)
+
+    def outcome(result: dict[str, Any]) -> TrialOutcome:
+        return TrialOutcome(plan, "ok", 0, 1.0, result, log)
+
+    assert outcome({"steps_per_s": 1.0}).losses == [2.3, 2.4]
+    assert outcome({"steps_per_s": 1.0, "ranks": 2}).losses == []
+    assert outcome({"losses": [1.0, 0.9], "ranks": 2}).losses == [1.0, 0.9]  # handed over by rank 0
+    assert not outcome({"losses": [1.0]}).losses_printed
 
 
 def test_a_setting_for_one_rank_is_tried_as_such_and_kept_for_that_rank(job: Job, tmp_path: Path) -> None:

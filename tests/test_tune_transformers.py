@@ -39,9 +39,12 @@ def test_a_trial_trainer_makes_its_output_dir_in_the_scratch_folder(
 
     monkeypatch.setattr(transformers.Trainer, "__init__", transformers.Trainer.__init__)  # restored after
     trial = Trial(TrialPlan(1, tmp_path / "trial", {"dataloader_num_workers": 1}, steps=10))
-    tune_transformers.before_init(trial)
-    tune_transformers.before_init(trial)  # once is enough: not wrapped twice
-    assert getattr(transformers.Trainer.__init__, "_stallscope_trial", False)
+    monkeypatch.setattr(tune_transformers, "current", lambda: trial)
+    tune_transformers.before_init()
+    wrapped = transformers.Trainer.__init__
+    tune_transformers.before_init()  # once is enough: not wrapped twice
+    assert transformers.Trainer.__init__ is wrapped
+    assert getattr(wrapped, "_stallscope_trial", False)
 
     def make(name: str, callbacks: list[object]) -> object:
         args = transformers.TrainingArguments(output_dir=str(tmp_path / name), report_to=[], use_cpu=True)
@@ -60,8 +63,11 @@ def test_without_transformers_imported_nothing_is_wrapped(tmp_path: Path, monkey
     """A plain loop's trial (transformers not imported): the scope is made as usual."""
     import sys
 
+    unwrapped = transformers.Trainer.__init__
+    monkeypatch.setattr(transformers.Trainer, "__init__", unwrapped)  # restored after
     monkeypatch.delitem(sys.modules, "transformers")
-    tune_transformers.before_init(Trial(TrialPlan(1, tmp_path / "trial", {}, steps=10)))
+    tune_transformers.before_init()
+    assert transformers.Trainer.__init__ is unwrapped
 
 
 def test_which_suggestions_a_transformers_trial_applies() -> None:

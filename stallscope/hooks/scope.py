@@ -215,11 +215,16 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         )
         trial = tune_trial.current()
         if trial is not None:  # Lightning makes its loggers' folders before a callback's ``setup``,
-            try:  # transformers its output_dir before on_init_end
+            # transformers its output_dir before on_init_end: each wrapped first, in a trial only;
+            # a release that moved a touch point is said in the trial's result
+            try:
                 tune_lightning.before_setup(trial)
-                tune_transformers.before_init(trial)
-            except Exception as exc:  # a release that moved a touch point: the trial says so
-                trial.not_applied["output folders"] = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:
+                trial.not_applied["logger folders"] = f"{type(exc).__name__}: {exc}"
+            try:
+                tune_transformers.before_init()
+            except Exception as exc:
+                trial.not_applied["output_dir"] = f"{type(exc).__name__}: {exc}"
         self._keyed()
         self._reset()
         self._quiet_hooks()

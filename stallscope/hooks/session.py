@@ -465,11 +465,11 @@ class Session:
             if self._epoch_index > self._forward_since:  # a whole epoch looked
                 probe.give_up()
             return
-        epoch, steps_ended = timer.take_epoch(), self._steps_ended
+        epoch, later, steps_ended = timer.take_epoch(), timer.run_later(), self._steps_ended
         job.forward = {"epoch": epoch.to_dict(steps)} if epoch is not None else {}
 
-        def run() -> dict[str, Any] | None:  # made only when the run's summary goes out
-            stats = timer.run()
+        def run() -> dict[str, Any] | None:  # summed up only when the run's summary goes out
+            stats = later()  # the run's forwards as of this epoch end, over its steps
             return stats.to_dict(steps_ended) if stats is not None else None
 
         job.forward_run = run
@@ -488,6 +488,9 @@ class Session:
         function returned, on another thread; no other rank is waited for."""
         self._stop_waiting()
         own = self._report_job(complete=False)
+        if self.job is not None:  # the forwards read here, not on the writing thread
+            forward_run = self.job.forward_run()
+            self.job.forward_run = lambda: forward_run
 
         def write(writer: ReportWriter | None, report: Report) -> None:
             # straight to the file (atomically, as the writer does), not through the writer: the

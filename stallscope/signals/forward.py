@@ -131,6 +131,13 @@ class _Span:
         #: the forwards' wall time, where the CPU clock timed them
         self.wall_s = 0.0
 
+    def copy(self) -> _Span:
+        other = _Span()
+        other.calls, other.total_s, other.wall_s = self.calls, self.total_s, self.wall_s
+        other.samples.extend(self.samples)
+        other.cycles.extend(self.cycles)
+        return other
+
     def add(self, seconds: float, wall_s: float = 0.0) -> None:
         self.calls += 1
         self.total_s += seconds
@@ -230,6 +237,14 @@ class ForwardTimer:
         """The run's forwards so far."""
         self._resolve()
         return self._run.stats(self.source)
+
+    def run_later(self) -> Callable[[], ForwardStats | None]:
+        """The run's forwards as of now, summed up when the function returned is called: the
+        copy is cheap, the sort of up to ``MAX_SAMPLES`` samples is not, and a job needs the
+        run's only when a run summary goes out."""
+        self._resolve()
+        span, source = self._run.copy(), self.source
+        return lambda: span.stats(source)
 
 
 class ForwardProbe:

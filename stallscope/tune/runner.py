@@ -37,13 +37,16 @@ POLL_S = 0.05
 #: the most losses read from a trial's output, and how much of it is read
 MAX_PRINTED_LOSSES = 32
 MAX_OUTPUT_READ = 1 << 20
-#: a loss a script printed: ``loss 2.31``, ``loss: 2.31``, ``loss=2.31``, ``'loss': 2.31`` (not
+#: a loss a script printed: ``loss 2.31``, ``loss: 2.31``, ``loss=2.31``, ``'loss': 2.31``,
+#: ``'loss': '2.31'`` (transformers 5), ``loss: tensor(2.3100, ...)``, ``loss nan`` (not
 #: ``val_loss``: the word must start there)
 PRINTED_LOSS = re.compile(
-    r"""(?<![\w])['"]?loss['"]?\s*[:=]?\s*([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)""", re.IGNORECASE
+    r"""(?<![\w])['"]?loss['"]?\s*[:=]?\s*(?:tensor\(|['"])?([-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|nan|[-+]?inf)""",
+    re.IGNORECASE,
 )
-#: a progress bar's line (its updates come by the clock, not by the step)
-PROGRESS_BAR = re.compile(r"it/s|s/it|%\|")
+#: a progress bar's update up to its closing bracket (tqdm: ``... 3.90it/s, loss=1.9]``): what it
+#: shows depends on the clock
+PROGRESS_BAR = re.compile(r"^.*?(?:it/s|s/it|%\|)[^\]]*\]?")
 
 
 @dataclass(frozen=True)
@@ -75,11 +78,19 @@ class TrialOutcome:
     @property
     def losses(self) -> list[float]:
         """The first losses of the trial: as its framework handed them over (``trial.json``), else
-        as the script printed them (``printed_losses``)."""
+        as the script printed them (``printed_losses``; not for a job of several ranks, whose
+        output interleaves theirs in an order that changes from run to run)."""
         handed = (self.result or {}).get("losses")
         if handed:
             return [float(v) for v in handed]
+        if int((self.result or {}).get("ranks") or 1) > 1:
+            return []
         return printed_losses(self.log)
+
+    @property
+    def losses_printed(self) -> bool:
+        """Whether ``losses`` come from the trial's output rather than from its framework."""
+        return not (self.result or {}).get("losses")
 
 
 def printed_losses(log: Path, limit: int = MAX_PRINTED_LOSSES) -> list[float]:
@@ -93,8 +104,8 @@ def printed_losses(log: Path, limit: int = MAX_PRINTED_LOSSES) -> list[float]:
         return []
     found: list[float] = []
     for line in re.split(r"[\r\n]", text):
-        if PROGRESS_BAR.search(line):
-            continue
+        # a bar's update is cut off, not the line: a print may follow it on the same line
+        line = PROGRESS_BAR.sub("", line, count=1)
         for match in PRINTED_LOSS.finditer(line):
             found.append(float(match.group(1)))
             if len(found) >= limit:
@@ -247,7 +258,10 @@ def with_ranks(result: dict[str, Any] | None, path: Path) -> dict[str, Any] | No
     setting for one rank is applied by that rank."""
     if result is None:
         return None
-    for other in sorted(path.parent.glob(f"{path.stem}-rank-*{path.suffix}")):
+    others = sorted(path.parent.glob(f"{path.stem}-rank-*{path.suffix}"))
+    if others:
+        result["ranks"] = 1 + len(others)
+    for other in others:
         theirs = read_result(other)
         if theirs is None:
             continue

@@ -106,6 +106,8 @@ class Candidate:
     #: losses of its trials and of the baselines beside them (the loss-curve check)
     losses: list[list[float]] = field(default_factory=list)
     base_losses: list[list[float]] = field(default_factory=list)
+    #: whether its losses are what the command printed (not one a step, as a framework hands them)
+    losses_printed: bool = False
 
     @property
     def label(self) -> str:
@@ -407,13 +409,14 @@ class Tuner:
                         continue
                     rates[item.index] = out.steps_per_s
                     item.losses.append(out.losses)
+                    item.losses_printed = out.losses_printed
             for item in live:
                 if item.index in rates and base_rate is not None and item.active:
                     item.pairs.append((base_rate, rates[item.index]))
                     item.base_losses.append(base_losses)
                     item.realized = paired_speedup(item.pairs)
                     item.verdict = decide(item.realized, opts.min_saving)
-                    loss_note = loss_changed(item.base_losses, item.losses)
+                    loss_note = loss_changed(item.base_losses, item.losses, printed=item.losses_printed)
                     if loss_note:
                         item.verdict, item.note = "loss changed", loss_note
             if self._left() <= 0:
@@ -434,7 +437,7 @@ class Tuner:
             if other.realized.median <= main.realized.median:
                 continue
             head = paired_speedup([(a[1], b[1]) for a, b in zip(main.pairs, other.pairs, strict=False)])
-            if decide(head, self.options.min_saving) == "undecided":
+            if head.pairs >= 2 and decide(head, self.options.min_saving) == "undecided":
                 return other
         return None
 
@@ -540,11 +543,12 @@ def combinable(base: Mapping[str, Any], suggestion: Mapping[str, Any]) -> bool:
 LOSS_TOLERANCE = 0.05
 
 
-def loss_changed(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]]) -> str:
+def loss_changed(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]], *, printed: bool = False) -> str:
     """Why the candidate's first logged losses differ from the baseline's beyond noise, or ``""``.
 
     Noise is how far the baselines' own losses are apart at each step (same seed: often 0), plus
-    ``LOSS_TOLERANCE`` of the loss. Where the script hands over no loss, there is nothing to check."""
+    ``LOSS_TOLERANCE`` of the loss. Where the script hands over no loss, there is nothing to check.
+    ``printed``: the losses are the ones the command printed, in order (not one a step)."""
     runs = [list(b) for b in base if b]
     others = [list(c) for c in cand if c]
     if not runs or not others:
@@ -559,7 +563,8 @@ def loss_changed(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]
         allowed = 3 * spread + LOSS_TOLERANCE * abs(middle) + 1e-6
         for c in others:
             if not math.isfinite(c[i]) or abs(c[i] - middle) > allowed:
-                return f"the loss at step {i} was {c[i]:.4g} against {middle:.4g} in the baseline"
+                where = f"loss {i + 1} the command printed" if printed else f"loss at step {i}"
+                return f"the {where} was {c[i]:.4g} against {middle:.4g} in the baseline"
     return ""
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stallscope.tune.applicable import TRANSFORMERS_KEYS
-from stallscope.tune.trial import Trial
+from stallscope.tune.trial import Trial, current
 
 
 def attach(trial: Trial, args: Any) -> None:
@@ -42,12 +42,14 @@ def attach(trial: Trial, args: Any) -> None:
             trial.not_applied[key] = f"{type(exc).__name__}: {exc}"
 
 
-def before_init(trial: Trial) -> None:
+def before_init() -> None:
     """Wrap ``transformers.Trainer.__init__`` (once, where transformers is imported) so that a
-    Trainer made with StallScope among its callbacks gets the trial's settings and folders on
-    its ``args`` before ``__init__`` makes ``output_dir``: a trial makes no folder among the
-    user's. Subclasses (``Seq2SeqTrainer``, TRL's) reach it through ``super().__init__``. Called
-    when a scope is made in a trial."""
+    Trainer made in a trial with a StallScope among its ``callbacks`` (passed by name, as is
+    usual) gets the trial's settings and folders on its ``args`` before ``__init__`` makes
+    ``output_dir``: a trial makes no folder among the user's. Subclasses (``Seq2SeqTrainer``,
+    TRL's) reach it through ``super().__init__``. The trial is looked up at each call. Called when
+    a scope is made in a trial. A Trainer made without ``args`` (its defaults) is left to
+    ``on_init_end``."""
     module: Any = sys.modules.get("transformers")
     trainer: Any = getattr(module, "Trainer", None) if module is not None else None
     if not isinstance(trainer, type):
@@ -58,9 +60,12 @@ def before_init(trial: Trial) -> None:
 
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        from stallscope.hooks.scope import StallScope
+
+        trial = current()
         arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
         callbacks = kwargs.get("callbacks") or []
-        if arguments is not None and any(type(c).__name__ == "StallScope" for c in callbacks):
+        if trial is not None and arguments is not None and any(isinstance(c, StallScope) for c in callbacks):
             attach(trial, arguments)
         original(self, *args, **kwargs)
 

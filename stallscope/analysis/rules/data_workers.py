@@ -141,18 +141,19 @@ def rule(ctx: Context) -> Finding | None:
     cold = _cold_step_ends(ctx, model, suggested)
     if cold is not None:
         ends.extend(cold)
-        range_evidence["cold_step_ms"] = ms(model.step_drag_s)
+        change_s = abs(model.consumer_at(suggested) - model.consumer_at(model.workers))
+        range_evidence["cold_step_ms"] = ms(change_s)
         reasons.append(
             (
-                "Without workers each step also starts with warm caches (no batch to receive from a worker"
-                if suggested == 0
-                else "With workers each step also starts with cold caches (after receiving a batch from a worker"
+                "Without workers each step also starts with warmer caches (no batch to receive from a worker"
+                if suggested < model.workers
+                else "With workers each step also starts with colder caches (after receiving a batch from a worker"
             )
-            + f" first): about {fmt_ms(model.step_drag_s)} a step as modelled, a cost that varies from run to"
-            " run and from host to host."
+            + f" first): about {fmt_ms(change_s)} a step as modelled, a cost that varies from run to run and"
+            " from host to host."
         )
     low, high = min(ends), max(ends)
-    if high > low:
+    if shared is not None or cold is not None:
         range_evidence["est_speedup_range"] = [low, high]
     if high > SPREAD * low:
         confidence = "low" if confidence == "low" else "medium"
@@ -265,8 +266,13 @@ def _cold_step_ends(ctx: Context, model: LoopModel, suggested: int) -> list[floa
         return None
     if ctx.span.wall_s <= 0:
         return None
+    # the larger cost, no larger than leaves the warm step at half the measured consumer (the
+    # most ``build_loop_model`` takes off it)
+    most = COLD_STEP_SPREAD
+    if model.drag_measured > 0:
+        most = min(most, 0.5 * model.consumer_s / (model.step_drag_s * model.drag_measured))
     ends = []
-    for scale in (0.0, COLD_STEP_SPREAD):
+    for scale in (0.0, max(1.0, most)):
         other = replace(model, step_drag_s=model.step_drag_s * scale)
         saving = frac(cap_by_device_idle(other.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
         ends.append(round(speedup_for(saving), 3) if saving > 0 else 1.0)
