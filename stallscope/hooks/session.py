@@ -1010,7 +1010,9 @@ class Session:
             self._forward.stop()  # the user's model keeps no hook of ours
         for writer in (self._writer, self._rank_writer):
             if writer is not None:
-                writer.close()  # no mid-run report is written after this
+                waited = writer.close()  # no mid-run report is written after this
+                if waited:  # seen twice at the end of a run on a busy host, cause not found yet
+                    self.note(f"the run's end waited {waited:.1f} s for a mid-run write of {writer.path.name}")
         no_steps = self.framework == "plain" and not self.epochs and self.timeline.started and self.timeline.steps == 0
         if no_steps:  # phases alone: what they took is in the report, but no step to judge
             self.note(NO_STEPS_NOTE)

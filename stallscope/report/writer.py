@@ -48,6 +48,8 @@ FIRST_WRITE_S = 0.002
 #: how long ``close`` waits for a write in progress before going on (the final write still
 #: waits for it, under the lock: it must come last)
 JOIN_TIMEOUT_S = 5.0
+#: a ``close`` that waited this long for a write in progress says so (seconds)
+SLOW_CLOSE_S = 1.0
 
 
 class ReportWriter:
@@ -120,15 +122,19 @@ class ReportWriter:
                 start_quiet(self._thread)
             self._cond.notify()
 
-    def close(self) -> None:
-        """Drop the pending report and stop the thread (waiting a while for a write in progress)."""
-        with self._cond:
+    def close(self) -> float:
+        """Drop the pending report and stop the thread (waiting a while for a write in progress).
+        Returns the seconds it waited for a write in progress (0.0 when none was)."""
+        start = time.perf_counter()
+        with self._cond:  # held by the thread while it writes
             self._closed = True
             self._pending = None
             self._cond.notify()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(JOIN_TIMEOUT_S)
+        waited = time.perf_counter() - start
+        return waited if waited >= SLOW_CLOSE_S else 0.0
 
     def write_final(self, report: Report) -> None:
         """Write ``report`` last: after any write in progress, durably, and no other after it."""
