@@ -84,6 +84,34 @@ def run_tune(tmp_path: Path, extra: dict[str, str], *options: str, command: list
     return json.loads(out.read_text()), proc.stdout
 
 
+def quick_tune(tmp_path: Path, example: str, *, steps: int, warmup: int) -> tuple[Any, str]:
+    """``tune`` on an example of ``examples/``: the predicted value alone, three rounds at most."""
+    command = [sys.executable, str(ROOT / "examples" / example), "--quiet"]
+    options = ["--budget", "240", "--steps", str(steps), "--warmup", str(warmup), "--timeout", "120"]
+    return run_tune(tmp_path, {}, *options, "--no-neighbours", "--max-rounds", "3", command=command)
+
+
+def workers_applied(tune: Any, framework: str, key: str, *, steps: int) -> tuple[Any, list[Any]]:
+    """The first candidate (``data.workers``'s ``key``) and its trials: at least three, each
+    applied as asked, stopped at its budget, its own report showing the loader's new workers."""
+    assert tune["framework"] == framework
+    assert tune["trials"][0]["status"] == "ok"
+    top = tune["candidates"][0]
+    assert top["finding"] == "data.workers"
+    workers = top["change"][key]
+    assert workers >= 1
+    measured = [t for t in tune["trials"] if t["candidate"] == 0]
+    assert len(measured) >= 3
+    for trial in measured:
+        assert trial["applied"] == top["change"]
+        assert trial["status"] == "ok"
+        assert trial["steps"] == steps
+        report = json.loads(Path(trial["report"]).read_text())
+        assert report["run"]["framework"] == framework
+        assert report["run"]["dataloader"]["num_workers"] == workers
+    return top, measured
+
+
 def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> None:
     command = [sys.executable, str(ROOT / "examples" / "starved_loader.py"), "--quiet"]
     tune, stdout = run_tune(
@@ -146,38 +174,9 @@ def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> Non
 
 def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
-    command = [sys.executable, str(ROOT / "examples" / "lightning_starved_loader.py"), "--quiet"]
-    tune, stdout = run_tune(
-        tmp_path,
-        {},
-        "--budget",
-        "240",
-        "--steps",
-        "20",
-        "--warmup",
-        "4",
-        "--timeout",
-        "120",
-        "--no-neighbours",
-        "--max-rounds",
-        "3",
-        command=command,
-    )
-    assert tune["framework"] == "lightning"
-    assert tune["trials"][0]["status"] == "ok"
-    top = tune["candidates"][0]
-    assert top["finding"] == "data.workers"
-    workers = top["change"]["num_workers"]
-    measured = [t for t in tune["trials"] if t["candidate"] == 0]
-    assert len(measured) >= 3
-    for trial in measured:
-        assert trial["applied"] == top["change"]
-        # the fit stopped itself through trainer.should_stop, at the budget
-        assert trial["status"] == "ok"
-        assert trial["steps"] == 20
-        report = json.loads(Path(trial["report"]).read_text())
-        assert report["run"]["framework"] == "lightning"
-        assert report["run"]["dataloader"]["num_workers"] == workers
+    tune, stdout = quick_tune(tmp_path, "lightning_starved_loader.py", steps=20, warmup=4)
+    # the fit stopped itself through trainer.should_stop, at the budget
+    top, measured = workers_applied(tune, "lightning", "num_workers", steps=20)
     # the fit's losses reached tune (the loss-curve check) and did not change with the workers
     result = json.loads((Path(measured[0]["report"]).parents[1] / "trial.json").read_text())
     assert len(result["losses"]) >= 20
@@ -197,39 +196,10 @@ def test_tune_applies_the_workers_suggestion_in_a_transformers_trainer(tmp_path:
     if os.environ.get("STALLSCOPE_NO_NATIVE"):
         # the plain and Lightning trials above run on both hot paths; this one adds the Trainer
         pytest.skip("run on the C hot path's pass only (45 s): the plain and Lightning trials cover both")
-    command = [sys.executable, str(ROOT / "examples" / "transformers_starved_loader.py"), "--quiet"]
-    tune, stdout = run_tune(
-        tmp_path,
-        {},
-        "--budget",
-        "240",
-        "--steps",
-        "10",
-        "--warmup",
-        "3",
-        "--timeout",
-        "120",
-        "--no-neighbours",
-        "--max-rounds",
-        "3",
-        command=command,
-    )
-    assert tune["framework"] == "transformers"
-    assert tune["trials"][0]["status"] == "ok"
-    top = tune["candidates"][0]
-    assert top["finding"] == "data.workers"
+    tune, stdout = quick_tune(tmp_path, "transformers_starved_loader.py", steps=10, warmup=3)
+    # it stopped itself through control.should_training_stop, at the budget
+    top, _ = workers_applied(tune, "transformers", "dataloader_num_workers", steps=10)
     assert set(top["change"]) == {"dataloader_num_workers"}  # the Trainer's own vocabulary
-    workers = top["change"]["dataloader_num_workers"]
-    assert workers >= 1
-    measured = [t for t in tune["trials"] if t["candidate"] == 0]
-    assert len(measured) >= 3
-    for trial in measured:
-        assert trial["applied"] == top["change"]
-        assert trial["status"] == "ok"  # it stopped itself, at the budget
-        assert trial["steps"] == 10
-        report = json.loads(Path(trial["report"]).read_text())
-        assert report["run"]["framework"] == "transformers"
-        assert report["run"]["dataloader"]["num_workers"] == workers
     assert not (tmp_path / "runs").exists()  # the Trainer's output_dir went to the scratch folder
     assert "dataloader_num_workers" in stdout
     assert trial_processes(tmp_path / "scratch") == []
