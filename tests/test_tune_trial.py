@@ -176,4 +176,10 @@ def test_the_driver_reads_what_every_rank_applied(tmp_path: Path) -> None:
     (tmp_path / "trial-rank-1.json").write_text(json.dumps({"applied": {"num_workers": 1, "rank": 1}}))
     (tmp_path / "trial-rank-2.json").write_text(json.dumps({"not_applied": {"x": "why"}, "applied": {}}))
     merged = with_ranks({"applied": {}, "not_applied": {}, "steps_per_s": 3.0}, tmp_path / "trial.json")
-    assert merged == {"applied": {"num_workers": 1, "rank": 1}, "not_applied": {"x": "why"}, "steps_per_s": 3.0}
+    assert merged == {
+        "applied": {"num_workers": 1, "rank": 1},
+        "not_applied": {"x": "why"},
+        "steps_per_s": 3.0,
+        "ranks": 3,  # rank 0 and the two files beside its own: a job's output is not read for losses
+    }
+    assert with_ranks({"applied": {}}, tmp_path / "other.json") == {"applied": {}}  # one process: no count
