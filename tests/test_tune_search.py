@@ -231,6 +231,10 @@ def test_the_loss_check_allows_noise_and_flags_a_changed_curve() -> None:
     assert loss_changed(base, [[2.3, 2.11, 1.9]]) == ""
     assert "step 1" in loss_changed(base, [[2.3, 3.0, 1.9]])
     assert loss_changed([[]], [[1.0]]) == ""  # nothing logged: nothing to check
+    printed = [[2.0] * 23, [2.0] * 23]
+    assert "the 12th loss the command printed" in loss_changed(printed, [[2.0] * 11 + [9.0]], printed=True)
+    assert "the 22nd loss" in loss_changed(printed, [[2.0] * 21 + [9.0]], printed=True)
+    assert "the 3rd loss" in loss_changed(printed, [[2.0] * 2 + [9.0]], printed=True)
 
 
 def test_a_plain_loops_printed_losses_are_checked(job: Job, tmp_path: Path) -> None:
@@ -246,7 +250,7 @@ def test_a_plain_loops_printed_losses_are_checked(job: Job, tmp_path: Path) -> N
     result = tune(job, tmp_path).result
     two, one, three = result.candidates[:3]
     assert two.verdict == "loss changed"
-    assert two.note == "the loss 1 the command printed was 3.5 against 2.5 in the baseline"
+    assert two.note == "the 1st loss the command printed was 3.5 against 2.5 in the baseline"
     assert not two.kept
     assert two.losses[0] == [3.5, 3.4, 3.3, 3.2, 3.1]
     assert one.verdict != "loss changed"

@@ -563,9 +563,15 @@ def loss_changed(base: Sequence[Sequence[float]], cand: Sequence[Sequence[float]
         allowed = 3 * spread + LOSS_TOLERANCE * abs(middle) + 1e-6
         for c in others:
             if not math.isfinite(c[i]) or abs(c[i] - middle) > allowed:
-                where = f"loss {i + 1} the command printed" if printed else f"loss at step {i}"
+                where = f"{_ordinal(i + 1)} loss the command printed" if printed else f"loss at step {i}"
                 return f"the {where} was {c[i]:.4g} against {middle:.4g} in the baseline"
     return ""
+
+
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``..."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 def scratch_for(out: Path, clock: Callable[[], float] = time.time) -> Path:
