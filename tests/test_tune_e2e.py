@@ -6,8 +6,10 @@ setting (its own report shows it), the trials wrote to the scratch folder and no
 report folder, ``tune.json`` holds what the search did, and no process of any trial is left. A
 ``torchrun`` job's ranks stop together, and its hung trial is stopped at its timeout, ranks and
 all; Ctrl-C (a real SIGINT) stops the search and still prints what was measured. The children
-inherit ``STALLSCOPE_NO_NATIVE``: ``make unit`` runs these on both hot paths (C, then
-``STALLSCOPE_NO_NATIVE=1``), in tune's children too.
+inherit ``STALLSCOPE_NO_NATIVE``: ``make unit`` runs the plain loop's search and Ctrl-C on both
+hot paths (C, then ``STALLSCOPE_NO_NATIVE=1``), in tune's children too; the Lightning, transformers
+and ``torchrun`` searches (45 to 65 s each: what they add is the frameworks' trial code, the same
+Python on both paths) on the C pass only, which keeps ``make test`` within CI's 15 minutes.
 """
 
 from __future__ import annotations
@@ -172,8 +174,15 @@ def test_tune_applies_the_workers_suggestion_in_the_child(tmp_path: Path) -> Non
     assert trial_processes(tmp_path / "scratch") == []
 
 
+def c_pass_only() -> None:
+    """Skip on ``make unit``'s second pass (``STALLSCOPE_NO_NATIVE=1``): see the module docstring."""
+    if os.environ.get("STALLSCOPE_NO_NATIVE"):
+        pytest.skip("run on the C hot path's pass only: the frameworks' trial code is the same Python on both")
+
+
 def test_tune_applies_the_workers_suggestion_in_a_lightning_fit(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
+    c_pass_only()
     tune, stdout = quick_tune(tmp_path, "lightning_starved_loader.py", steps=20, warmup=4)
     # the fit stopped itself through trainer.should_stop, at the budget
     top, measured = workers_applied(tune, "lightning", "num_workers", steps=20)
@@ -193,9 +202,7 @@ def test_tune_applies_the_workers_suggestion_in_a_transformers_trainer(tmp_path:
     write the Trainer's output to the scratch folder."""
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    if os.environ.get("STALLSCOPE_NO_NATIVE"):
-        # the plain and Lightning trials above run on both hot paths; this one adds the Trainer
-        pytest.skip("run on the C hot path's pass only (45 s): the plain and Lightning trials cover both")
+    c_pass_only()
     tune, stdout = quick_tune(tmp_path, "transformers_starved_loader.py", steps=10, warmup=3)
     # it stopped itself through control.should_training_stop, at the budget
     top, _ = workers_applied(tune, "transformers", "dataloader_num_workers", steps=10)
@@ -211,9 +218,7 @@ def test_a_torchrun_job_stops_together_and_its_hung_trial_is_ended_whole(tmp_pat
     applied on rank 1 only; in trial 3 rank 1 hangs deaf to SIGTERM and rank 0 waits in the
     all-reduce, each rank in a session of its own: tune stops the trial at its timeout and leaves
     no rank, worker or torchrun running."""
-    if os.environ.get("STALLSCOPE_NO_NATIVE"):
-        # the job's stop and the trial's end are the same Python on both hot paths
-        pytest.skip("run on the C hot path's pass only (70 s): what it checks does not use the recorder")
+    c_pass_only()  # the job's stop and the trial's end do not use the recorder
     command = [
         sys.executable,
         "-m",
