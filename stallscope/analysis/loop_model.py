@@ -176,9 +176,8 @@ class LoopModel:
         return min(1.0, self.load_cpu_s / self.load_s) if self.load_s > 0 else 1.0
 
     def cold_share(self, workers: int) -> float:
-        """How cold each step starts with ``workers``: in full after a batch from a worker, in
-        proportion to the in-process loading's time before it up to ``COLD_GAP_S``."""
-        return 1.0 if workers > 0 else min(1.0, self.load_s / COLD_GAP_S)
+        """How cold each step starts with ``workers`` (``cold_share``)."""
+        return cold_share(workers, self.load_s)
 
     def consumer_at(self, workers: int) -> float:
         """The consumer time per step with ``workers``: the measured one with its share of d
@@ -355,7 +354,7 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
     tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
     gil_wait = tensors * sys.getswitchinterval() if cpu_work and _tensors_as_descriptors() else 0.0
     # a step on the CPU starts cold after a batch from a worker or long in-process loading: d
-    cold = 1.0 if workers > 0 else min(1.0, load_s / COLD_GAP_S)
+    cold = cold_share(workers, load_s)
     drag = 0.0
     if ctx.cuda_device is None and ctx.cuda is None:
         hot = max(0.5 * consumer_s, (consumer_s - COLD_STEP_BASE_S * cold) / (1 + COLD_STEP_SHARE * cold))
@@ -381,6 +380,12 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
         step_drag_s=drag,
         drag_measured=cold if drag > 0 else 0.0,
     )
+
+
+def cold_share(workers: int, load_s: float) -> float:
+    """How cold each step starts, as a share of d: in full after a batch from a worker, in
+    proportion to the in-process loading's time ``load_s`` before it, up to ``COLD_GAP_S``."""
+    return 1.0 if workers > 0 else min(1.0, load_s / COLD_GAP_S)
 
 
 def host_share(ctx: Context, main_cpu_s: float, consumer_s: float) -> float:

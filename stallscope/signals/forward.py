@@ -235,8 +235,7 @@ class ForwardTimer:
 
     def run(self) -> ForwardStats | None:
         """The run's forwards so far."""
-        self._resolve()
-        return self._run.stats(self.source)
+        return self.run_later()()
 
     def run_later(self) -> Callable[[], ForwardStats | None]:
         """The run's forwards as of now, summed up when the function returned is called: the
