@@ -218,9 +218,9 @@ def test_bad_constructor_arguments_raise_naming_them(tmp_path: Path) -> None:
 
 
 def test_report_is_written_at_each_epoch_end_and_at_exit(tmp_path: Path, clocked: FakeClock) -> None:
-    # epochs of 1.2 s: each report is written at its epoch's end (the first write waits 0.8 s
+    # epochs of 2.4 s: each report is written at its epoch's end (the first write waits 2 s
     # into the run: see test_a_thousand_instant_epochs_keep_to_the_budget for short epochs)
-    loader = TimedLoader(range(3), clocked, wait_ms=400)
+    loader = TimedLoader(range(3), clocked, wait_ms=800)
     with StallScope(tmp_path, console=False) as scope:
         assert scope.report is None
         assert not (tmp_path / REPORT_NAME).exists()
@@ -245,7 +245,7 @@ def test_report_is_written_at_each_epoch_end_and_at_exit(tmp_path: Path, clocked
 
 def test_scope_report_is_what_the_json_holds(tmp_path: Path, clocked: FakeClock) -> None:
     with StallScope(tmp_path, console=False) as scope:
-        for _ in scope.iter(TimedLoader(range(5), clocked, wait_ms=200)):  # long enough to be written at once
+        for _ in scope.iter(TimedLoader(range(5), clocked, wait_ms=500)):  # long enough to be written at once
             _train_step(scope, clocked)
         assert scope.report is not None
         assert report_to_dict(scope.report) == _read(tmp_path)

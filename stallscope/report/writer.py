@@ -9,7 +9,7 @@ as a builder (``Callable[[], Report]``), and the writer writes it:
   ``1 / share`` times what that write took (``share`` = 0.25%; the epoch panels have as much,
   so together they take at most about 0.5% of the run), and an epoch longer than that has each of
   its reports written at its end, as before. The first write waits as if a write of
-  ``first_write_s`` had just ended when the writer was made (the session's: 2 ms, so 0.8 s): a
+  ``first_write_s`` had just ended when the writer was made (the session's: 5 ms, so 2 s): a
   run of many short epochs does not pay for a write at its very first epoch end;
 * else later: it is kept as the pending report, and a background thread writes it once it has
   waited that long itself, unless an epoch end writes a newer one first (with short epochs, one
@@ -43,8 +43,11 @@ WRITE_SHARE = 0.0025
 #: the longest wait between two mid-run writes (a write that takes more than 12.5 ms, on a slow
 #: network disk, is then more than 0.25% of the time)
 MAX_INTERVAL_S = 5.0
-#: what the session's writer takes a write to cost before it has timed one
-FIRST_WRITE_S = 0.002
+#: what the session's writer takes a write to cost before it has timed one. A run of short
+#: epochs pays most for its first write: it makes the summaries of the epochs so far, the record
+#: of the recent steps and their JSON (12 ms at 0.8 s into loop (d), a hundred epochs of 30 steps:
+#: docs/overhead.md); a run killed by a signal after 2 s still leaves a report.
+FIRST_WRITE_S = 0.005
 #: how long ``close`` waits for a write in progress before going on (the final write still
 #: waits for it, under the lock: it must come last)
 JOIN_TIMEOUT_S = 5.0

@@ -53,7 +53,7 @@ def _check_whole(scope: StallScope, report_dir: Path, capsys: pytest.CaptureFixt
 
 
 def _write_from_the_first_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These runs last a fraction of a second: without the first write's wait (0.8 s into the
+    """These runs last a fraction of a second: without the first write's wait (2 s into the
     run, ``report/writer.py``) each epoch end writes the report, so the fault meets a write at
     the epoch it is planted in."""
     monkeypatch.setattr(session_module, "FIRST_WRITE_S", 0.0)
