@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from stallscope.report.safe import plain
+from stallscope.report.safe import _scrub, plain
 
 
 @pytest.mark.parametrize(
@@ -34,3 +34,13 @@ def test_plain(text: str, shown: str) -> None:
 def test_plain_is_idempotent() -> None:
     text = "x\n::a::b\x1b[1m\u202e"
     assert plain(plain(text)) == plain(text)
+
+
+@pytest.mark.parametrize("code", range(256))
+def test_the_fast_path_keeps_only_what_scrubbing_would_keep(code: int) -> None:
+    """``plain`` returns a printable ASCII string without ``::`` as it is: for every character
+    of the first 256, alone, between letters and beside colons, it gives what the full scrub
+    gives."""
+    c = chr(code)
+    for text in (c, f"a{c}b", f":{c}", f"{c}:", f"x{c}{c}y", f"\x1b[{c}m"):
+        assert plain(text) == _scrub(text), repr(text)

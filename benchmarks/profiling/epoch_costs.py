@@ -61,6 +61,11 @@ WRAPPED = (
     ("stallscope.timeline.recorder", "Timeline", "resume"),
     ("stallscope.timeline.stats", "SpanSnapshot", "stats"),
     ("stallscope.signals.collector", "SignalCollector", "close_window"),
+    ("stallscope.hooks.session", "Session", "_write_html"),
+    ("stallscope.hooks.session", "Session", "print"),
+    ("stallscope.hooks.session", "Session", "build_report"),
+    ("stallscope.report.writer", "ReportWriter", "write_final"),
+    ("stallscope.report.writer", "ReportWriter", "_write_locked"),
 )
 
 #: the same, for the parts a CUDA run adds (``--cuda``)
@@ -134,6 +139,12 @@ def main() -> int:
         cls = getattr(importlib.import_module(module_name), class_name)
         setattr(cls, name, wrap(getattr(cls, name), f"{class_name}.{name}", spent, calls, walls))
     session.diagnose = wrap(session.diagnose, "diagnose (an epoch's or the run's)", spent, calls, walls)
+    # the run's end, by part (module functions, wrapped where the session and the writer find them)
+    from stallscope.report import io
+
+    session.recent_from_record = wrap(session.recent_from_record, "recent_from_record", spent, calls, walls)
+    session.render_report = wrap(session.render_report, "render_report (report.html)", spent, calls, walls)
+    io.report_to_dict = wrap(io.report_to_dict, "report_to_dict", spent, calls, walls)
     if args.cuda:
         from stallscope.signals import collector
 

@@ -102,7 +102,8 @@ def _secs(s: float) -> str:
 
 def _n(x: float) -> str:
     """A coordinate: one decimal at most."""
-    return f"{x:.1f}".rstrip("0").rstrip(".")
+    text = f"{x:.1f}"
+    return text[:-2] if text.endswith(".0") else text
 
 
 # -- the page ----------------------------------------------------------------------------------

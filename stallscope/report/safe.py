@@ -34,6 +34,13 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-
 
 def plain(text: str) -> str:
     """``text`` as data: safe for a terminal, a log and a CI runner (see the module's docstring)."""
+    if text.isascii() and text.isprintable() and "::" not in text:
+        return text  # no escape, break, control or non-ASCII character: ``_scrub`` would keep it
+    return _scrub(text)
+
+
+def _scrub(text: str) -> str:
+    """``plain``'s work for any string."""
     text = _SEQUENCE.sub("", text)
     text = _BREAK.sub(" ", text)
     text = _CONTROL.sub("", text)
