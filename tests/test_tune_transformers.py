@@ -58,6 +58,20 @@ def test_a_trial_trainer_makes_its_output_dir_in_the_scratch_folder(
     make("other", [])  # no scope: not a trial's Trainer
     assert (tmp_path / "other").exists()
 
+    # the callbacks by place (the tenth parameter after ``self``)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "by-place"), report_to=[], use_cpu=True)
+    scope = StallScope(tmp_path / "runs", console=False)
+    trainer = transformers.Trainer(common.tiny_model(), args, None, None, None, None, None, None, None, [scope])
+    assert not (tmp_path / "by-place").exists()
+    assert trainer.args.output_dir == str(tmp_path / "trial" / "root" / "output_dir")  # type: ignore[attr-defined]
+
+    # no ``args``: ``__init__`` would make its default folder in the working folder
+    monkeypatch.chdir(tmp_path)
+    trainer = transformers.Trainer(model=common.tiny_model(), callbacks=[StallScope(tmp_path / "runs", console=False)])
+    assert trainer.args.output_dir == str(tmp_path / "trial" / "root" / "output_dir")  # type: ignore[attr-defined]
+    assert trainer.args.dataloader_num_workers == 1  # type: ignore[attr-defined]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "trial"]  # no tmp_trainer
+
 
 def test_without_transformers_imported_nothing_is_wrapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A plain loop's trial (transformers not imported): the scope is made as usual."""

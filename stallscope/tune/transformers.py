@@ -13,6 +13,7 @@ says so.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -44,12 +45,12 @@ def attach(trial: Trial, args: Any) -> None:
 
 def before_init() -> None:
     """Wrap ``transformers.Trainer.__init__`` (once, where transformers is imported) so that a
-    Trainer made in a trial with a StallScope among its ``callbacks`` (passed by name, as is
-    usual) gets the trial's settings and folders on its ``args`` before ``__init__`` makes
-    ``output_dir``: a trial makes no folder among the user's. Subclasses (``Seq2SeqTrainer``,
-    TRL's) reach it through ``super().__init__``. The trial is looked up at each call. Called when
-    a scope is made in a trial. A Trainer made without ``args`` (its defaults) is left to
-    ``on_init_end``."""
+    Trainer made in a trial with a StallScope among its ``callbacks`` (by name or by place) gets
+    the trial's settings and folders on its ``args`` before ``__init__`` makes ``output_dir``: a
+    trial makes no folder among the user's. A Trainer made without ``args`` gets what
+    ``__init__`` would make (``TrainingArguments`` with their defaults), its folders the trial's.
+    Subclasses (``Seq2SeqTrainer``, TRL's) reach it through ``super().__init__``. The trial is
+    looked up at each call. Called when a scope is made in a trial."""
     module: Any = sys.modules.get("transformers")
     trainer: Any = getattr(module, "Trainer", None) if module is not None else None
     if not isinstance(trainer, type):
@@ -57,17 +58,43 @@ def before_init() -> None:
     original: Callable[..., None] | None = vars(trainer).get("__init__")
     if original is None or getattr(original, "_stallscope_trial", False):
         return
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return  # not a function we can read: ``on_init_end`` applies the settings
 
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        from stallscope.hooks.scope import StallScope
-
         trial = current()
-        arguments = kwargs.get("args", args[1] if len(args) > 1 else None)
-        callbacks = kwargs.get("callbacks") or []
-        if trial is not None and arguments is not None and any(isinstance(c, StallScope) for c in callbacks):
-            attach(trial, arguments)
+        if trial is not None:
+            args, kwargs = _in_trial(trial, module, signature, self, args, kwargs)
         original(self, *args, **kwargs)
 
     init._stallscope_trial = True  # type: ignore[attr-defined]
     setattr(trainer, "__init__", init)  # noqa: B010
+
+
+def _in_trial(
+    trial: Trial, module: Any, signature: inspect.Signature, this: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of a Trainer made in ``trial``: its ``args`` the trial's (``attach``) when a
+    StallScope is among its callbacks; the call's own arguments otherwise, or when they do not
+    bind (``__init__`` then raises its own error)."""
+    from stallscope.hooks.scope import StallScope
+
+    try:
+        bound = signature.bind(this, *args, **kwargs)
+    except TypeError:
+        return args, kwargs
+    callbacks = bound.arguments.get("callbacks") or ()
+    if not any(isinstance(c, StallScope) for c in callbacks):
+        return args, kwargs
+    arguments = bound.arguments.get("args")
+    if arguments is None:
+        try:  # what ``__init__`` makes for a Trainer without ``args``, in the trial's folder
+            arguments = bound.arguments["args"] = module.TrainingArguments(output_dir=str(trial.plan.root_dir))
+        except Exception as exc:
+            trial.not_applied["args"] = f"{type(exc).__name__}: {exc}"
+            return args, kwargs
+    attach(trial, arguments)
+    return bound.args[1:], bound.kwargs
