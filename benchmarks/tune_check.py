@@ -5,9 +5,10 @@ examples/<name>.py --quiet``), this
 
 1. runs ``tune`` on it (the library behind ``stallscope tune``, same trials);
 2. sweeps the same knobs by brute force: every combination (``num_workers`` 0..2x cores,
-   ``pin_memory``, ``prefetch_factor`` 2/4/8, or the checkpoint interval), each measured with the
-   same trials as tune's (same steps and warm-up), in ``--passes`` interleaved passes (3: as many
-   as tune's rounds; a sweep of single runs on a busy host picks noise), best = highest median;
+   ``pin_memory``, ``prefetch_factor`` 2/4/8, or the checkpoint interval 5/10/20/50/100 and
+   ``async_save``), each measured with the same trials as tune's (same steps and warm-up), in
+   ``--passes`` interleaved passes (3: as many as tune's rounds; a sweep of single runs on a
+   busy host picks noise), best = highest median;
 3. runs tune's final settings against the sweep's best, interleaved (``--pairs`` pairs), for the
    throughput ratio.
 
@@ -49,7 +50,9 @@ SCENARIOS: dict[str, dict[str, list[Any]] | None] = {
     "starved_loader": LOADER_KNOBS,
     "slow_reads": LOADER_KNOBS,
     "in_memory_two_workers": LOADER_KNOBS,
-    "lightning_frequent_checkpoint": {"every_n_train_steps": [5, 10, 20, 50, 100]},
+    # the two knobs a Lightning trial applies for ``checkpoint.frequency``: the interval and
+    # ``async_save`` (the checkpoint IO in ``AsyncCheckpointIO``)
+    "lightning_frequent_checkpoint": {"every_n_train_steps": [5, 10, 20, 50, 100], "async_save": [False, True]},
     # its fix (a logger call in the user's loop) is applied by hand: tune lists it, nothing to sweep
     "chatty_logging": None,
 }
