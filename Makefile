@@ -37,14 +37,16 @@ TWIN_IGNORE := $(foreach g,test_cli_*.py test_report_*.py test_rules_*.py test_a
 	test_config.py test_exported_members.py faults/test_cli_input.py faults/test_hostile_*.py browser/*,--ignore-glob='tests/$(g)')
 # The two passes run side by side (on CI's two cores about 560 s instead of 740 s one after the
 # other): the twin's output goes to a file, printed once the C pass is done. The suite passes on a
-# busy machine (`make test-busy`), and each pass is a busy neighbour for the other.
+# busy machine (`make test-busy`), and each pass is a busy neighbour for the other. Both run in
+# the background, so an interrupt or a TERM to make stops both at once.
 TWIN_LOG := build/unit-twin.log
 unit: $(STAMP)
 	@mkdir -p $(dir $(TWIN_LOG))
-	@STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider $(TWIN_IGNORE) > $(TWIN_LOG) 2>&1 & twin=$$!; \
-	trap 'kill $$twin 2>/dev/null' INT TERM; \
+	@trap 'kill $$twin $$cpass 2>/dev/null; exit 130' INT TERM; \
+	STALLSCOPE_NO_NATIVE=1 $(PY) -m pytest -q -p no:cacheprovider $(TWIN_IGNORE) > $(TWIN_LOG) 2>&1 & twin=$$!; \
 	echo "unit: the C hot path's pass; the Python twin's (STALLSCOPE_NO_NATIVE=1) runs beside it"; \
-	$(PY) -m pytest -q; c=$$?; \
+	$(PY) -m pytest -q & cpass=$$!; \
+	wait $$cpass; c=$$?; \
 	wait $$twin; t=$$?; \
 	echo "unit: the Python twin's pass (STALLSCOPE_NO_NATIVE=1), run beside it:"; cat $(TWIN_LOG); \
 	test $$c -eq 0 && test $$t -eq 0

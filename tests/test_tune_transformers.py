@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +73,55 @@ def test_a_trial_trainer_makes_its_output_dir_in_the_scratch_folder(
     assert trainer.args.output_dir == str(tmp_path / "trial" / "root" / "output_dir")  # type: ignore[attr-defined]
     assert trainer.args.dataloader_num_workers == 1  # type: ignore[attr-defined]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "trial"]  # no tmp_trainer
+
+
+def test_a_decorated_init_that_renames_an_argument_still_gets_the_trials_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers 4 decorates ``Trainer.__init__`` to take the old ``tokenizer=`` under its new
+    name: a call with ``tokenizer=`` does not bind to the signature the decorator shows
+    (``__wrapped__``'s). The trial's folders are set all the same, by name or by place."""
+    import functools
+    import types
+
+    from stallscope import StallScope
+
+    seen: list[str] = []
+
+    def renaming(init: Any) -> Any:
+        @functools.wraps(init)
+        def wrapped(self: Any, *args: Any, **kwargs: Any) -> None:
+            if "tokenizer" in kwargs:
+                kwargs["processing_class"] = kwargs.pop("tokenizer")
+            init(self, *args, **kwargs)
+
+        return wrapped
+
+    class TrainingArguments:
+        def __init__(self, output_dir: str) -> None:
+            self.output_dir = output_dir
+
+    class Trainer:
+        @renaming
+        def __init__(
+            self, model: Any = None, args: Any = None, processing_class: Any = None, callbacks: Any = None
+        ) -> None:
+            self.args = args or TrainingArguments("tmp_trainer")
+            seen.append(self.args.output_dir)  # where __init__ would make its folder
+
+    fake = types.ModuleType("transformers")
+    fake.Trainer, fake.TrainingArguments = Trainer, TrainingArguments  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "transformers", fake)
+    trial = Trial(TrialPlan(1, tmp_path / "trial", {"dataloader_num_workers": 1}, steps=10))
+    monkeypatch.setattr(tune_transformers, "current", lambda: trial)
+    tune_transformers.before_init()
+    scope = StallScope(tmp_path / "runs", console=False)
+    ours = str(tmp_path / "trial" / "root" / "output_dir")
+    Trainer(None, args=TrainingArguments("user"), tokenizer="tok", callbacks=[scope])  # type: ignore[call-arg]
+    Trainer(None, TrainingArguments("user"), "tok", [scope])
+    Trainer(None, None, "tok", [scope])
+    Trainer(None, args=TrainingArguments("user"), tokenizer="tok", callbacks=[])  # type: ignore[call-arg]
+    assert seen == [ours, ours, ours, "user"]
 
 
 def test_without_transformers_imported_nothing_is_wrapped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

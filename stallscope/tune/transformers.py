@@ -58,43 +58,79 @@ def before_init() -> None:
     original: Callable[..., None] | None = vars(trainer).get("__init__")
     if original is None or getattr(original, "_stallscope_trial", False):
         return
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        return  # not a function we can read: ``on_init_end`` applies the settings
+    places = _places(original)
 
     @functools.wraps(original)
     def init(self: Any, *args: Any, **kwargs: Any) -> None:
         trial = current()
         if trial is not None:
-            args, kwargs = _in_trial(trial, module, signature, self, args, kwargs)
+            try:
+                args, kwargs = _in_trial(trial, module, places, args, kwargs)
+            except Exception as exc:  # the user's Trainer is made as asked all the same
+                trial.not_applied["args"] = f"{type(exc).__name__}: {exc}"
         original(self, *args, **kwargs)
 
     init._stallscope_trial = True  # type: ignore[attr-defined]
     setattr(trainer, "__init__", init)  # noqa: B010
 
 
+#: where ``Trainer.__init__`` takes them by place (after ``self``), when its signature says nothing
+TRAINER_PLACES = {"args": 1, "callbacks": 9}
+
+
+def _places(init: Callable[..., None]) -> dict[str, int]:
+    """Where ``init`` takes ``args`` and ``callbacks`` by place (after ``self``), from its
+    signature (through a decorator's ``__wrapped__``; transformers 4 wraps ``__init__`` to rename
+    its ``tokenizer`` argument). A signature that names neither (``*args, **kwargs``): the
+    Trainer's own places."""
+    try:
+        parameters = list(inspect.signature(init).parameters.values())
+    except (TypeError, ValueError):
+        return dict(TRAINER_PLACES)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    places: dict[str, int] = {}
+    for i, p in enumerate(parameters[1:]):
+        if p.kind not in positional:
+            break
+        places[p.name] = i
+    if "args" not in places and "callbacks" not in places:
+        return dict(TRAINER_PLACES)
+    return {name: places[name] for name in TRAINER_PLACES if name in places}
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], name: str, places: dict[str, int]) -> Any:
+    """The call's argument ``name``, given by name or by place; None when not given."""
+    if name in kwargs:
+        return kwargs[name]
+    place = places.get(name)
+    return args[place] if place is not None and place < len(args) else None
+
+
 def _in_trial(
-    trial: Trial, module: Any, signature: inspect.Signature, this: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    trial: Trial, module: Any, places: dict[str, int], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments of a Trainer made in ``trial``: its ``args`` the trial's (``attach``) when a
-    StallScope is among its callbacks; the call's own arguments otherwise, or when they do not
-    bind (``__init__`` then raises its own error)."""
+    StallScope is among its callbacks; the call's own arguments otherwise."""
     from stallscope.hooks.scope import StallScope
 
+    callbacks = _argument(args, kwargs, "callbacks", places)
     try:
-        bound = signature.bind(this, *args, **kwargs)
-    except TypeError:
+        ours = any(isinstance(c, StallScope) for c in callbacks or ())
+    except TypeError:  # not a list of callbacks: ``__init__`` says so itself
         return args, kwargs
-    callbacks = bound.arguments.get("callbacks") or ()
-    if not any(isinstance(c, StallScope) for c in callbacks):
+    if not ours:
         return args, kwargs
-    arguments = bound.arguments.get("args")
+    arguments = _argument(args, kwargs, "args", places)
     if arguments is None:
         try:  # what ``__init__`` makes for a Trainer without ``args``, in the trial's folder
-            arguments = bound.arguments["args"] = module.TrainingArguments(output_dir=str(trial.plan.root_dir))
+            arguments = module.TrainingArguments(output_dir=str(trial.plan.root_dir))
         except Exception as exc:
             trial.not_applied["args"] = f"{type(exc).__name__}: {exc}"
             return args, kwargs
+        place = places.get("args")
+        if "args" not in kwargs and place is not None and place < len(args):  # ``None`` by place
+            args = (*args[:place], arguments, *args[place + 1 :])
+        else:
+            kwargs = {**kwargs, "args": arguments}
     attach(trial, arguments)
-    return bound.args[1:], bound.kwargs
+    return args, kwargs
