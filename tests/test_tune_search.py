@@ -127,6 +127,32 @@ def test_the_search_keeps_the_workers_and_drops_what_does_not_pay(job: Job, tmp_
     assert max(result.prediction_errors) == pytest.approx(0.1, abs=0.03)
 
 
+#: a busy host's scatter: each trial's throughput off by up to a quarter, in a fixed cycle
+BUSY = (1.0, 1.25, 0.8, 1.15, 0.9, 1.2, 0.85)
+
+
+def test_a_saving_smaller_than_the_rounds_can_show_here_is_not_tried(job: Job, tmp_path: Path) -> None:
+    """On a job whose trials scatter by about 20%, eight rounds cannot show the x1.10 that
+    ``persistent_workers`` predicts: it is listed as not tried, with why, and no trial runs it.
+    On a steady job (the other tests' 1 to 3%) the same prediction is tried."""
+    job.noise = lambda plan: BUSY[plan.number % len(BUSY)]
+    result = tune(job, tmp_path).result
+    workers = result.candidates[0]
+    assert workers.kept  # x2 shows through the scatter
+    persistent = next(c for c in result.candidates if c.change == {"persistent_workers": True})
+    assert persistent.verdict == "skipped"
+    assert persistent.note.startswith("not tried: x1.10 predicted, and 8 rounds on this job show x1.")
+    assert "apply it by hand, or tune with more --steps" in persistent.note
+    assert not any(plan.settings.get("persistent_workers") for plan in job.plans)
+    out = io.StringIO()
+    Console(file=out, width=200).print(render.summary(result, "tune.json"))
+    assert f"persistent_workers=True (data.persistent_workers): {persistent.note}" in " ".join(out.getvalue().split())
+    steady = tune(Job(job.make_report, job.make_finding), tmp_path / "steady").result
+    tried = next(c for c in steady.candidates if c.change == {"persistent_workers": True})
+    assert tried.verdict == "drop"
+    assert len(tried.pairs) >= 3
+
+
 def test_rounds_are_interleaved_and_turn(job: Job, tmp_path: Path) -> None:
     result = tune(job, tmp_path, neighbours=False).result
     first = [(t.round, t.label) for t in result.trials[1:7]]

@@ -108,6 +108,9 @@ def summary(result: TuneResult, out: str) -> RenderableType:
         parts.append(
             Text(plain(f"apply by hand: {b.finding} ({setting}), predicted {_x(b.predicted, b.bound)}: {b.fix}"))
         )
+    for c in result.candidates:  # why a prediction was not tried (the table says "skipped")
+        if c.verdict == "skipped" and not c.neighbour and c.note:
+            parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
     errors = result.prediction_errors
     if errors:
         parts.append(Text(f"predictions were within {max(errors):.0%} on this job ({len(errors)} measured)"))

@@ -6,7 +6,9 @@ the neighbours of the predicted value, since the prediction is a model), rounds 
 ``min_rounds`` rounds, a candidate is kept when its realized speedup's interval (``stats``) is
 above ``1 + min_saving`` and dropped when it is below; rounds go on while one is undecided, up to
 ``max_rounds`` or the budget. The winner is re-diagnosed from its own report, and the search goes
-on from it until no finding predicts a saving worth trying or the budget is spent.
+on from it until no finding predicts a saving worth trying or the budget is spent. A predicted
+saving smaller than ``max_rounds`` rounds could show on this job (the trials' scatter so far,
+``Tuner._resolvable``) is not tried: its trials would end undecided.
 
 The search talks to the child only through ``runner.run_trial`` (its plan in the environment, its
 ``trial.json`` and report back); an ``Observer`` is told of each step, for the live table.
@@ -30,7 +32,7 @@ from stallscope.tune import runner
 from stallscope.tune.applicable import RANK_KEY, in_place
 from stallscope.tune.loaders import LOADER_KEYS
 from stallscope.tune.plan import TrialPlan
-from stallscope.tune.stats import Speedup, decide, paired_speedup
+from stallscope.tune.stats import Speedup, decide, paired_speedup, t95
 
 #: trial 0's default budget: this many steps past warm-up, or this many seconds, whichever first
 DEFAULT_STEPS = 300
@@ -43,6 +45,9 @@ START_ALLOWANCE_S = 60.0
 WORKER_KEYS = ("num_workers", "dataloader_num_workers")
 #: a later trial's timeout is at least trial 0's wall time and this much more
 TIMEOUT_SLACK_S = 30.0
+#: the pairs' scatter is judged from this many degrees of freedom or more (before: every
+#: prediction worth trying is tried)
+MIN_SCATTER_DF = 4
 
 
 @dataclass(frozen=True)
@@ -347,9 +352,51 @@ class Tuner:
         self.result.candidates.append(candidate)
         return candidate
 
+    def _scatter(self) -> tuple[float, int] | None:
+        """How much a pair's log ratio scatters on this job: the pooled standard deviation of each
+        measured candidate's log ratios about their own mean, and the pairs it is judged from;
+        None before ``MIN_SCATTER_DF`` degrees of freedom."""
+        squares, df, pairs = 0.0, 0, 0
+        for c in self.result.candidates:
+            logs = [math.log(b / a) for a, b in c.pairs if a > 0 and b > 0]
+            if len(logs) >= 2:
+                mean = statistics.fmean(logs)
+                squares += sum((x - mean) ** 2 for x in logs)
+                df += len(logs) - 1
+                pairs += len(logs)
+        return (math.sqrt(squares / df), pairs) if df >= MIN_SCATTER_DF else None
+
+    def _resolvable(self, candidate: Candidate) -> str | None:
+        """Why ``candidate``'s predicted speedup is too small to show on this job, or None: were it
+        exactly as predicted, ``max_rounds`` rounds with the pairs' scatter so far would still leave
+        its interval across ``1 + min_saving``. A floor (``>=``) is always tried: the speedup may be
+        larger."""
+        predicted = candidate.predicted
+        scatter = self._scatter()
+        if predicted is None or candidate.bound == "lower" or scatter is None:
+            return None
+        sd, pairs = scatter
+        rounds = self.options.max_rounds
+        half = t95(rounds - 1) * sd / math.sqrt(rounds)
+        smallest = (1.0 + self.options.min_saving) * math.exp(half)
+        if predicted > smallest:
+            return None
+        return (
+            f"not tried: x{predicted:.2f} predicted, and {rounds} rounds on this job show x{smallest:.2f} or more "
+            f"(its pairs scatter by {100 * (math.exp(sd) - 1):.0f}%, over {pairs} pairs so far); "
+            "apply it by hand, or tune with more --steps"
+        )
+
     def _compare(self, base: dict[str, Any], candidates: list[Candidate]) -> Candidate | None:
         """Rounds of the baseline and ``candidates``, interleaved; the one kept, or None."""
         opts = self.options
+        main = next((c for c in candidates if not c.neighbour), None)
+        too_small = self._resolvable(main) if main is not None else None
+        if too_small is not None:
+            for candidate in candidates:
+                candidate.verdict, candidate.note = "skipped", too_small
+                self.observer.candidate_done(candidate)
+            return None
         per_trial = statistics.median(self._walls) if self._walls else 0.0
         while len(candidates) > 1 and self._left() < per_trial * (len(candidates) + 1) * opts.min_rounds:
             dropped = candidates.pop()  # the neighbours first: the budget allows fewer
