@@ -35,10 +35,11 @@ typecheck: $(STAMP)
 TWIN_IGNORE := $(foreach g,test_cli_*.py test_report_*.py test_rules_*.py test_analysis_*.py \
 	test_gate_stats.py test_regression.py test_integrations.py test_benchmarks_gpu_check.py \
 	test_config.py test_exported_members.py faults/test_cli_input.py faults/test_hostile_*.py browser/*,--ignore-glob='tests/$(g)')
-# The two passes run side by side (on CI's two cores about 560 s instead of 740 s one after the
-# other): the twin's output goes to a file, printed once the C pass is done. The suite passes on a
-# busy machine (`make test-busy`), and each pass is a busy neighbour for the other. Both run in
-# the background, so an interrupt or a TERM to make stops both at once.
+# The two passes run side by side (on the 2-core development VM, 559 s against about 740 s one
+# after the other; not yet timed on CI): the twin's output goes to a file, printed once the C
+# pass is done. The suite passes on a busy machine (`make test-busy`), and each pass is a busy
+# neighbour for the other. Both run in the background, so an interrupt or a TERM to make stops
+# both at once.
 TWIN_LOG := build/unit-twin.log
 unit: $(STAMP)
 	@mkdir -p $(dir $(TWIN_LOG))
