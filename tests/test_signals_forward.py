@@ -45,7 +45,7 @@ def test_the_timer_sums_each_epochs_forwards_on_its_clock() -> None:
 
 
 def test_the_runs_forwards_summed_later_are_as_of_when_they_were_taken() -> None:
-    """``run_later`` copies the run's forwards now and sums them up when called: forwards timed
+    """``run_later`` marks the run's forwards now and sums them up when called: forwards timed
     after it are not in it (a job's run summary goes out at an epoch end, with that epoch's
     steps)."""
     clock = Clock()
@@ -64,6 +64,39 @@ def test_the_runs_forwards_summed_later_are_as_of_when_they_were_taken() -> None
     now = timer.run()
     assert now is not None
     assert now.calls == 3
+
+
+def test_the_runs_forwards_as_of_a_mark_keep_their_totals_when_the_window_moves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mark holds the count and the totals; the percentiles and the cycle come from the
+    samples of then that the window (``MAX_SAMPLES``, 4 here) still holds: a window that moved
+    on has dropped the oldest, never added the newer ones."""
+    monkeypatch.setattr("stallscope.signals.forward.MAX_SAMPLES", 4)
+    clock = Clock()
+    timer = ForwardTimer(clock=clock)
+
+    def forward(ms: int, gap_ms: int = 0) -> None:
+        clock.now += gap_ms * 1_000_000
+        timer.begin()
+        clock.now += ms * 1_000_000
+        timer.end()
+
+    for ms in (1, 2, 3, 4):
+        forward(ms, gap_ms=10)
+    later = timer.run_later()
+    for _ in range(3):  # three new samples and cycles: one of then is left in each window
+        forward(100, gap_ms=500)
+    then = later()
+    assert then is not None
+    assert (then.calls, then.total_s) == (4, pytest.approx(0.010))
+    # samples then: 1, 2, 3, 4 ms; the window holds 4 ms of them now
+    assert (then.p10_s, then.p50_s, then.p90_s) == (pytest.approx(0.004),) * 3
+    # cycles then: 11, 12, 13 ms (begin to begin); the window holds 13 ms of them now
+    assert then.cycle_s == pytest.approx(0.013)
+    now = timer.run()
+    assert now is not None
+    assert (now.calls, now.p50_s) == (7, pytest.approx(0.1))
 
 
 def test_the_cycle_is_the_training_threads_work_from_one_forward_to_the_next() -> None:

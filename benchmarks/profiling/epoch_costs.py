@@ -13,12 +13,17 @@ An epoch end costs what it touches: between real training steps, whose work has 
 StallScope's code and data from the caches, a function runs several times slower than in a loop
 of its own (``timeit`` of the same call).
 
-    .venv/bin/python benchmarks/profiling/epoch_costs.py [--runs 8] [--epochs 100] [--cuda]
+    .venv/bin/python benchmarks/profiling/epoch_costs.py [--runs 8] [--epochs 100] [--cuda | --job]
     (about 20 seconds on 2 cores)
 
 ``--cuda`` runs the loop with its model and batches on the GPU, where every epoch end also
 closes the CUDA events' and NVML's windows, and adds those functions and the wall time spent in
 each (a CUDA call may wait without using the CPU).
+
+``--job`` runs loop (e) instead: the loop as a two-rank gloo job under ``torchrun`` (a DDP
+model, both ranks starting each run together), and prints each rank's table, with the parts a
+job adds (the exchange of the ranks' epochs, rank 0's job epoch, the forward passes' timer).
+Its first line's ratio counts the process's gloo threads too.
 """
 
 from __future__ import annotations
@@ -85,6 +90,28 @@ WRAPPED_CUDA = (
     ("stallscope.report.writer", "ReportWriter", "submit"),
 )
 
+#: the same, for the parts a distributed job adds (``--job``)
+WRAPPED_JOB = (
+    ("stallscope.hooks.session", "Session", "_close_epoch"),
+    ("stallscope.hooks.session", "Session", "_keep_epoch"),
+    ("stallscope.hooks.session", "Session", "_close_job_epoch"),
+    ("stallscope.hooks.session", "Session", "_note_forward"),
+    ("stallscope.hooks.session", "Session", "_write_own_later"),
+    ("stallscope.hooks.session", "Session", "_print_job_epoch"),
+    ("stallscope.hooks.distributed", "Job", "close_epoch"),
+    ("stallscope.hooks.distributed", "Job", "_gather"),
+    ("stallscope.hooks.distributed", "Job", "_exchange"),
+    ("stallscope.hooks.distributed", "Job", "_take"),
+    ("stallscope.hooks.distributed", "Job", "_close_group"),
+    ("stallscope.hooks.distributed", "Job", "finish"),
+    ("stallscope.hooks.distributed", "Exchange", "post"),
+    ("stallscope.hooks.distributed", "Exchange", "collect"),
+    ("stallscope.hooks.distributed", "Exchange", "take"),
+)
+
+#: a rank of ``--job`` runs this file again with this flag
+JOB_FLAG = "--job-rank"
+
 
 def wrap(
     fn: Callable[..., Any], label: str, spent: Counter[str], calls: Counter[str], walls: Counter[str] | None = None
@@ -118,9 +145,21 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=8, help="bare and watched runs each (default 8)")
     parser.add_argument("--epochs", type=int, default=100, help="epochs of 30 steps a run (default 100)")
     parser.add_argument("--cuda", action="store_true", help="the loop on the GPU (see above)")
+    parser.add_argument("--job", action="store_true", help="loop (e): two gloo ranks under torchrun, a table each")
+    parser.add_argument(JOB_FLAG, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.runs < 1 or args.epochs < 1:
         parser.error("--runs and --epochs must be >= 1")
+    if args.job and args.cuda:
+        parser.error("--job runs on the CPU")
+    if args.job:
+        import os
+        import subprocess
+
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                   __file__, JOB_FLAG, "--runs", str(args.runs), "--epochs", str(args.epochs)]  # fmt: skip
+        return subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False).returncode
+    job = args.job_rank
 
     import importlib
 
@@ -135,7 +174,8 @@ def main() -> int:
     walls: Counter[str] = Counter()
     if args.cuda and not torch.cuda.is_available():
         parser.error("--cuda needs a CUDA GPU")
-    for module_name, class_name, name in (*WRAPPED, *(WRAPPED_CUDA if args.cuda else ())):
+    extra = WRAPPED_CUDA if args.cuda else WRAPPED_JOB if job else ()
+    for module_name, class_name, name in (*WRAPPED, *extra):
         cls = getattr(importlib.import_module(module_name), class_name)
         setattr(cls, name, wrap(getattr(cls, name), f"{class_name}.{name}", spent, calls, walls))
     session.diagnose = wrap(session.diagnose, "diagnose (an epoch's or the run's)", spent, calls, walls)
@@ -150,14 +190,31 @@ def main() -> int:
 
         collector.cuda_facts = wrap(collector.cuda_facts, "cuda_facts", spent, calls, walls)
 
+    if job:
+        from stallscope.hooks import distributed
+
+        distributed.job_summary = wrap(distributed.job_summary, "job_summary", spent, calls, walls)
+        distributed.summary_from_dict = wrap(distributed.summary_from_dict, "summary_from_dict", spent, calls, walls)
+        distributed._payload = wrap(distributed._payload, "_payload", spent, calls, walls)
+        distributed._span = wrap(distributed._span, "_span", spent, calls, walls)
     loop = tiny_loop(EPOCH_STEPS)
     if args.cuda:
         to_cuda(loop)
+    if job:  # loop (e): a DDP model, each run started together
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        loop.model = torch.nn.parallel.DistributedDataParallel(loop.model)
+        loop.opt = torch.optim.SGD(loop.model.parameters(), lr=1e-3)
+        bare_epochs, watched_epochs = loop.bare_epochs, loop.watched_epochs
+        loop.bare_epochs = lambda n: (dist.barrier(), bare_epochs(n))[1]
+        loop.watched_epochs = lambda n, d: (dist.barrier(), watched_epochs(n, d))[1]
     report_dir = tempfile.mkdtemp(prefix="stallscope-epoch-costs-")
     loop.bare_epochs(3)  # both meet the code once before counting
     loop.watched_epochs(3, report_dir)
     spent.clear()
     calls.clear()
+    walls.clear()
     bare = watched = 0.0
     for _ in range(args.runs):
         gc.collect()
@@ -168,6 +225,24 @@ def main() -> int:
         start = time.process_time()
         loop.watched_epochs(args.epochs, report_dir)
         watched += time.process_time() - start
+    if job:  # one rank's table after the other's
+        rank = dist.get_rank()
+        for turn in range(dist.get_world_size()):
+            dist.barrier()
+            if turn == rank:
+                print(f"rank {rank}:", flush=True)
+                _table(args, spent, calls, walls, bare, watched)
+        dist.destroy_process_group()
+        return 0
+    _table(args, spent, calls, walls, bare, watched)
+    return 0
+
+
+def _table(
+    args: argparse.Namespace, spent: Counter[str], calls: Counter[str], walls: Counter[str], bare: float, watched: float
+) -> None:
+    from overhead import EPOCH_STEPS
+
     runs = args.runs
     print(
         f"loop (d), {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
@@ -183,7 +258,6 @@ def main() -> int:
             f"{label:44s} {per_run_ms:9.2f} {per_run_ms / (bare / runs * 1e3):9.2%} "
             f"{ns / calls[label] / 1e3:9.1f} {calls[label] / runs:11.1f} {walls[label] / runs / 1e6:13.2f}"
         )
-    return 0
 
 
 if __name__ == "__main__":

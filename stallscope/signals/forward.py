@@ -111,7 +111,7 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered else 0.0
 
 
-def _typical_cycle(cycles: deque[float]) -> float | None:
+def _typical_cycle(cycles: list[float]) -> float | None:
     """The mean cycle, those over ``CYCLE_OUTLIER`` times the median left out."""
     if not cycles:
         return None
@@ -128,15 +128,11 @@ class _Span:
         self.total_s = 0.0
         self.samples: deque[float] = deque(maxlen=MAX_SAMPLES)
         self.cycles: deque[float] = deque(maxlen=MAX_SAMPLES)
+        #: cycles ever appended to the run's span (``cycles`` keeps the latest ``MAX_SAMPLES``;
+        #: ``mark`` reads it)
+        self.cycles_added = 0
         #: the forwards' wall time, where the CPU clock timed them
         self.wall_s = 0.0
-
-    def copy(self) -> _Span:
-        other = _Span()
-        other.calls, other.total_s, other.wall_s = self.calls, self.total_s, self.wall_s
-        other.samples.extend(self.samples)
-        other.cycles.extend(self.cycles)
-        return other
 
     def add(self, seconds: float, wall_s: float = 0.0) -> None:
         self.calls += 1
@@ -144,19 +140,31 @@ class _Span:
         self.samples.append(seconds)
         self.wall_s += wall_s
 
-    def stats(self, source: str) -> ForwardStats | None:
-        if self.calls == 0:
+    def mark(self) -> tuple[int, float, float, int]:
+        """Where the span is now (``stats(as_of=...)``): a few numbers, not a copy."""
+        return (self.calls, self.total_s, self.wall_s, self.cycles_added)
+
+    def stats(self, source: str, as_of: tuple[int, float, float, int] | None = None) -> ForwardStats | None:
+        """The span's statistics; ``as_of``: as of a ``mark`` (the count and the totals then; the
+        samples then, less the oldest ones the window has dropped since)."""
+        calls, total_s, wall_s = self.calls, self.total_s, self.wall_s
+        samples, cycles = list(self.samples), list(self.cycles)
+        if as_of is not None:
+            calls, total_s, wall_s = as_of[0], as_of[1], as_of[2]
+            del samples[max(0, len(samples) - (self.calls - calls)) :]
+            del cycles[max(0, len(cycles) - (self.cycles_added - as_of[3])) :]
+        if calls == 0:
             return None
-        ordered = sorted(self.samples)
+        ordered = sorted(samples)
         return ForwardStats(
-            calls=self.calls,
-            total_s=self.total_s,
+            calls=calls,
+            total_s=total_s,
             p10_s=_quantile(ordered, 0.1),
             p50_s=_quantile(ordered, 0.5),
             p90_s=_quantile(ordered, 0.9),
             source=source,
-            cycle_s=_typical_cycle(self.cycles),
-            stretch=max(1.0, self.wall_s / self.total_s) if self.wall_s > 0 and self.total_s > 0 else None,
+            cycle_s=_typical_cycle(cycles),
+            stretch=max(1.0, wall_s / total_s) if wall_s > 0 and total_s > 0 else None,
         )
 
 
@@ -191,7 +199,9 @@ class ForwardTimer:
             if self._cycle_from is not None and now >= self._cycle_from:
                 cycle = (now - self._cycle_from) / 1e9
                 self._epoch.cycles.append(cycle)
-                self._run.cycles.append(cycle)
+                run = self._run
+                run.cycles.append(cycle)
+                run.cycles_added += 1
             self._cycle_from = now
         elif len(self._pending) < MAX_PENDING:
             self._start_event = self._event()
@@ -238,12 +248,14 @@ class ForwardTimer:
         return self.run_later()()
 
     def run_later(self) -> Callable[[], ForwardStats | None]:
-        """The run's forwards as of now, summed up when the function returned is called: the
-        copy is cheap, the sort of up to ``MAX_SAMPLES`` samples is not, and a job needs the
-        run's only when a run summary goes out."""
+        """The run's forwards as of now, summed up when the function returned is called (on the
+        training thread): forwards timed after are left out. Cheap now (a few numbers, no copy),
+        since a job asks at every epoch end and needs the sum only when a run summary goes out;
+        the percentiles then come from the samples kept then, less any the window dropped since."""
         self._resolve()
-        span, source = self._run.copy(), self.source
-        return lambda: span.stats(source)
+        span, source = self._run, self.source
+        mark = span.mark()
+        return lambda: span.stats(source, as_of=mark)
 
 
 class ForwardProbe:
