@@ -108,8 +108,8 @@ def summary(result: TuneResult, out: str) -> RenderableType:
         parts.append(
             Text(plain(f"apply by hand: {b.finding} ({setting}), predicted {_x(b.predicted, b.bound)}: {b.fix}"))
         )
-    for c in result.candidates:  # why a prediction was not tried (the table says "skipped")
-        if c.verdict == "skipped" and not c.neighbour and c.note:
+    for c in result.candidates:  # why a prediction was not tried, or stopped early (the table says)
+        if (c.verdict == "skipped" or c.futile) and not c.neighbour and c.note:
             parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
     errors = result.prediction_errors
     if errors:

@@ -113,6 +113,8 @@ class Candidate:
     base_losses: list[list[float]] = field(default_factory=list)
     #: whether its losses are what the command printed (not one a step, as a framework hands them)
     losses_printed: bool = False
+    #: whether it stopped before ``max_rounds`` because the rounds left could not decide it
+    futile: bool = False
 
     @property
     def label(self) -> str:
@@ -366,26 +368,60 @@ class Tuner:
                 pairs += len(logs)
         return (math.sqrt(squares / df), pairs) if df >= MIN_SCATTER_DF else None
 
+    def _showable(self) -> tuple[float, float, int] | None:
+        """The smallest speedup ``max_rounds`` rounds can show on this job (were it exactly that,
+        its interval would clear ``1 + min_saving``), with the pairs' scatter and how many pairs
+        it is judged from; None before the scatter is known (``_scatter``)."""
+        scatter = self._scatter()
+        if scatter is None:
+            return None
+        sd, pairs = scatter
+        rounds = self.options.max_rounds
+        half = t95(rounds - 1) * sd / math.sqrt(rounds)
+        return (1.0 + self.options.min_saving) * math.exp(half), sd, pairs
+
     def _resolvable(self, candidate: Candidate) -> str | None:
         """Why ``candidate``'s predicted speedup is too small to show on this job, or None: were it
         exactly as predicted, ``max_rounds`` rounds with the pairs' scatter so far would still leave
         its interval across ``1 + min_saving``. A floor (``>=``) is always tried: the speedup may be
         larger."""
         predicted = candidate.predicted
-        scatter = self._scatter()
-        if predicted is None or candidate.bound == "lower" or scatter is None:
+        showable = self._showable()
+        if predicted is None or candidate.bound == "lower" or showable is None:
             return None
-        sd, pairs = scatter
-        rounds = self.options.max_rounds
-        half = t95(rounds - 1) * sd / math.sqrt(rounds)
-        smallest = (1.0 + self.options.min_saving) * math.exp(half)
+        smallest, sd, pairs = showable
         if predicted > smallest:
             return None
         return (
-            f"not tried: x{predicted:.2f} predicted, and {rounds} rounds on this job show x{smallest:.2f} or more "
-            f"(its pairs scatter by {100 * (math.exp(sd) - 1):.0f}%, over {pairs} pairs so far); "
-            "apply it by hand, or tune with more --steps"
+            f"not tried: x{predicted:.2f} predicted, and {self.options.max_rounds} rounds on this job show "
+            f"x{smallest:.2f} or more (its pairs scatter by {100 * (math.exp(sd) - 1):.0f}%, over {pairs} pairs so "
+            "far); apply it by hand, or tune with more --steps"
         )
+
+    def _futile(self, live: list[Candidate], rnd: int) -> list[Candidate]:
+        """After ``min_rounds``: an undecided candidate stops, dropped with why, when even its
+        speedup so far one standard error up (the pairs' scatter over its pairs) is smaller than
+        ``max_rounds`` rounds can show here (``_showable``): the rounds left would not decide it.
+        A change that does nothing, on a job whose pairs scatter, would otherwise run them all.
+        Returns the others."""
+        showable = self._showable()
+        if showable is None:
+            return live
+        smallest, sd, _ = showable
+        going = []
+        for c in live:
+            speedup = c.realized
+            if c.verdict == "undecided" and speedup is not None and speedup.pairs > 0:
+                hopeful = speedup.median * math.exp(sd / math.sqrt(speedup.pairs))
+                if hopeful < smallest:
+                    c.verdict, c.futile = "drop", True
+                    c.note = (
+                        f"x{speedup.median:.2f} after {rnd} rounds, and {self.options.max_rounds} rounds on this job "
+                        f"show x{smallest:.2f} or more: the rounds left would not decide it"
+                    )
+                    continue
+            going.append(c)
+        return going
 
     def _compare(self, base: dict[str, Any], candidates: list[Candidate]) -> Candidate | None:
         """Rounds of the baseline and ``candidates``, interleaved; the one kept, or None."""
@@ -414,6 +450,7 @@ class Tuner:
             if not live:
                 break
             if rnd >= opts.min_rounds:
+                live = running = self._futile(live, rnd)
                 if all(c.verdict != "undecided" for c in live) and self._rival(live) is None:
                     break
                 live = self._narrowed(live, rnd)
