@@ -136,6 +136,15 @@ def check(name: str, knobs: dict[str, list[Any]] | None, args: argparse.Namespac
     result: TuneResult = Tuner(command, options).run()
     row["tune_wall_s"] = time.monotonic() - started
     row["tune_trials"] = len(result.trials)
+    for c in result.candidates:  # the path tune took (its table, on stderr)
+        realized = f"x{c.realized.median:.2f} [{c.realized.low:.2f}-{c.realized.high:.2f}]" if c.realized else "-"
+        predicted = f"x{c.predicted:.2f}" if c.predicted is not None else "-"
+        print(
+            f"  {c.label}{' (neighbour)' if c.neighbour else ''}: predicted {predicted}, realized {realized}, "
+            f"{len(c.pairs)} pairs, {'kept' if c.kept else c.verdict}{': ' + c.note if c.note else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
     row["tune_settings"] = result.best
     row["by_hand"] = [b.finding for b in result.by_hand]
     if knobs is None:

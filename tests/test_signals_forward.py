@@ -97,6 +97,13 @@ def test_the_runs_forwards_as_of_a_mark_keep_their_totals_when_the_window_moves_
     now = timer.run()
     assert now is not None
     assert (now.calls, now.p50_s) == (7, pytest.approx(0.1))
+    # a window that moved past all of them (a report read well after the mark): the window as
+    # it is, not percentiles of nothing; the count and totals still those of then
+    forward(100, gap_ms=500)
+    late = later()
+    assert late is not None
+    assert (late.calls, late.total_s) == (4, pytest.approx(0.010))
+    assert (late.p50_s, late.cycle_s) == (pytest.approx(0.1), pytest.approx((504 + 3 * 600) / 4 / 1e3))
 
 
 def test_the_cycle_is_the_training_threads_work_from_one_forward_to_the_next() -> None:

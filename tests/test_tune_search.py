@@ -11,6 +11,7 @@ import dataclasses
 import io
 import json
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from stallscope.report.schema import Report
 from stallscope.tune import record, render
 from stallscope.tune.plan import TrialPlan
 from stallscope.tune.runner import TrialOutcome, printed_losses
-from stallscope.tune.search import TuneOptions, Tuner, loss_changed
+from stallscope.tune.search import Candidate, TuneOptions, Tuner, _head_to_head, _key, loss_changed
 
 #: steps per second by num_workers, and with persistent workers
 RATES = {0: 10.0, 1: 14.0, 2: 20.0, 3: 19.5}
@@ -158,10 +159,11 @@ SCATTERED = (1.0, 1.06, 0.95, 1.04, 0.97, 1.05, 0.94)
 
 
 def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_it(job: Job, tmp_path: Path) -> None:
-    """``persistent_workers`` (x1.10 predicted, x0.95 in truth) on a job whose pairs scatter by
-    about 5%: 8 rounds could show x1.08 or more, so it is tried; after the first 3 rounds its
-    speedup, even one standard error up, is below that, and it stops there instead of running
-    all 8 rounds undecided (its interval would still hold 1.02). The workers' x2 is kept."""
+    """``persistent_workers`` (x1.10 predicted, x0.95 in truth, x1.01 as this job's scatter
+    measures it) on a job whose pairs scatter by about 5%: 8 rounds could show x1.08 or more, so
+    it is tried; after the first 3 rounds its speedup, even one standard error up, is below
+    that, and it stops there instead of running all 8 rounds undecided (its interval would
+    still hold 1.02). The workers' x2 is kept."""
 
     def noise(plan: TrialPlan) -> float:
         costs = 0.95 if dict(plan.settings).get("persistent_workers") else 1.0
@@ -175,7 +177,7 @@ def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_
     assert len(persistent.pairs) == 3
     assert persistent.verdict == "drop"
     assert not persistent.kept
-    so_far = f"x{persistent.realized.median:.2f} after 3 rounds"
+    so_far = f"x{persistent.realized.median:.2f} over 3 rounds"
     assert persistent.note.startswith(f"{so_far}, and 8 rounds on this job show x1.")
     assert persistent.note.endswith("the rounds left would not decide it")
     shown = float(persistent.note.split(" show x")[1].split()[0])
@@ -184,6 +186,76 @@ def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_
     out = io.StringIO()
     Console(file=out, width=200).print(render.summary(result, "tune.json"))
     assert f"persistent_workers=True (data.persistent_workers): {persistent.note}" in " ".join(out.getvalue().split())
+
+
+def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job, tmp_path: Path) -> None:
+    """The first step keeps ``num_workers=2`` and measured its neighbour 3 in the same rounds.
+    When the next diagnosis, from 2, predicts 3, those rounds are its first pairs: 3 of them
+    decide it (slower), and no trial runs 3 workers again; its new neighbour 4 runs its own."""
+    job.rates[4] = 18.0
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        workers = settings.get("num_workers", 0)
+        more = 2 if workers < 2 else 3
+        return (job.make_finding(est_speedup=1.1 if workers else 2.2, suggestion={"num_workers": more}),)
+
+    job.findings = findings  # type: ignore[method-assign]
+    result = tune(job, tmp_path).result
+    first, *_ = result.candidates
+    assert first.kept
+    assert first.settings == {"num_workers": 2}
+    again = next(c for c in result.candidates if c.change == {"num_workers": 3} and not c.neighbour)
+    step1 = next(c for c in result.candidates if c.change == {"num_workers": 3} and c.neighbour)
+    assert again.reused == 3
+    assert again.pairs == [(a[1], b[1]) for a, b in zip(first.pairs, step1.pairs, strict=True)]
+    assert again.verdict == "drop"
+    assert not again.kept
+    assert sum(1 for plan in job.plans if dict(plan.settings) == {"num_workers": 3}) == 3  # step 1's only
+    four = next(c for c in result.candidates if c.change == {"num_workers": 4})
+    assert four.reused == 0
+    assert len(four.pairs) == 3
+    assert result.best == {"num_workers": 2}
+    out = io.StringIO()
+    Console(file=out, width=200).print(render.summary(result, "tune.json"))
+    assert "num_workers=3: 3 of its 3 pairs measured in an earlier step" in out.getvalue()
+
+
+def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_undecided(
+    job: Job, tmp_path: Path
+) -> None:
+    """Eight earlier rounds measured 3 workers beside 2: the candidate starts from the latest
+    three (undecided: x1.00, x1.20, x0.90), joins this step's rounds at the fourth and runs on,
+    undecided, to the eighth (3 workers x1.10 here, the three first rounds' scatter in it)."""
+    job.rates[3] = 22.0
+    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=2)
+    tuner._started = job.clock()
+    tuner._timeout_s = 60.0
+    tuner.result.trial_steps = 50
+    base, three = {"num_workers": 2}, {"num_workers": 3}
+    earlier = (30.0, 30.0, 30.0, 30.0, 30.0, 20.0, 24.0, 18.0)  # 3 workers' rate beside 2's 20
+    tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (rate, [], False)} for rate in earlier]
+    candidate = tuner._candidate(three, base, "data.workers", 1.1, "estimate")
+    chosen = tuner._compare(dict(base), [candidate])
+    assert candidate.reused == 3
+    assert candidate.pairs[:3] == [(20.0, 20.0), (20.0, 24.0), (20.0, 18.0)]
+    assert candidate.pair_rounds[:3] == [5, 6, 7]
+    assert candidate.pair_rounds[3:] == [8, 9, 10, 11, 12]  # this step's rounds, up to 8 pairs in all
+    assert sum(1 for plan in job.plans if dict(plan.settings) == three) == 5
+    assert candidate.realized is not None
+    assert candidate.realized.pairs == 8
+    assert chosen is None
+    assert candidate.verdict == "drop"
+    assert candidate.note == "the interval stayed across the threshold"
+
+
+def test_a_head_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
+    """One candidate started from earlier rounds 0 to 2 and ran 5 and 6; the other ran 3 to 6:
+    they meet in rounds 5 and 6 only."""
+    first = Candidate(0, {}, {}, None, None, pairs=[(1.0, v) for v in (1, 2, 3, 50, 60)], pair_rounds=[0, 1, 2, 5, 6])
+    second = Candidate(1, {}, {}, None, None, pairs=[(1.0, v) for v in (30, 40, 55, 66)], pair_rounds=[3, 4, 5, 6])
+    head = _head_to_head(first, second)
+    assert head.pairs == 2
+    assert head.median == pytest.approx(statistics.median((55 / 50, 66 / 60)))
 
 
 def test_rounds_are_interleaved_and_turn(job: Job, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ each (a CUDA call may wait without using the CPU).
 ``--job`` runs loop (e) instead: the loop as a two-rank gloo job under ``torchrun`` (a DDP
 model, both ranks starting each run together), and prints each rank's table, with the parts a
 job adds (the exchange of the ranks' epochs, rank 0's job epoch, the forward passes' timer).
-Its first line's ratio counts the process's gloo threads too.
+Its first line's ratio counts the process's gloo threads too, and the barrier before each run.
 """
 
 from __future__ import annotations
@@ -230,22 +230,27 @@ def main() -> int:
         for turn in range(dist.get_world_size()):
             dist.barrier()
             if turn == rank:
-                print(f"rank {rank}:", flush=True)
-                _table(args, spent, calls, walls, bare, watched)
+                _table(args, spent, calls, walls, bare, watched, f"loop (e), rank {rank}")
         dist.destroy_process_group()
         return 0
-    _table(args, spent, calls, walls, bare, watched)
+    _table(args, spent, calls, walls, bare, watched, "loop (d)")
     return 0
 
 
 def _table(
-    args: argparse.Namespace, spent: Counter[str], calls: Counter[str], walls: Counter[str], bare: float, watched: float
+    args: argparse.Namespace,
+    spent: Counter[str],
+    calls: Counter[str],
+    walls: Counter[str],
+    bare: float,
+    watched: float,
+    loop: str,
 ) -> None:
     from overhead import EPOCH_STEPS
 
     runs = args.runs
     print(
-        f"loop (d), {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
+        f"{loop}, {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
         f"watched {watched / runs * 1e3:.1f} ms ({watched / bare:.3f}, the wrappers' cost included)"
     )
     print(

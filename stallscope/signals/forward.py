@@ -146,13 +146,16 @@ class _Span:
 
     def stats(self, source: str, as_of: tuple[int, float, float, int] | None = None) -> ForwardStats | None:
         """The span's statistics; ``as_of``: as of a ``mark`` (the count and the totals then; the
-        samples then, less the oldest ones the window has dropped since)."""
+        samples then, less the oldest ones the window has dropped since, or the window as it is
+        when it holds none of them)."""
         calls, total_s, wall_s = self.calls, self.total_s, self.wall_s
         samples, cycles = list(self.samples), list(self.cycles)
         if as_of is not None:
             calls, total_s, wall_s = as_of[0], as_of[1], as_of[2]
-            del samples[max(0, len(samples) - (self.calls - calls)) :]
-            del cycles[max(0, len(cycles) - (self.cycles_added - as_of[3])) :]
+            # the samples of then still in the window; all of it when it moved past them (a
+            # report read well after the mark: a SIGTERM mid-epoch), rather than none
+            samples = samples[: max(0, len(samples) - (self.calls - calls))] or samples
+            cycles = cycles[: max(0, len(cycles) - (self.cycles_added - as_of[3]))] or cycles
         if calls == 0:
             return None
         ordered = sorted(samples)

@@ -24,6 +24,8 @@ def _candidate(c: Candidate) -> dict[str, Any]:
         "verdict": c.verdict,
         "kept": c.kept,
         "note": c.note,
+        "reused_pairs": c.reused,
+        "stopped_early": c.futile,
     }
 
 

@@ -111,6 +111,8 @@ def summary(result: TuneResult, out: str) -> RenderableType:
     for c in result.candidates:  # why a prediction was not tried, or stopped early (the table says)
         if (c.verdict == "skipped" or c.futile) and not c.neighbour and c.note:
             parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
+        if c.reused:
+            parts.append(Text(plain(f"{c.label}: {c.reused} of its {len(c.pairs)} pairs measured in an earlier step")))
     errors = result.prediction_errors
     if errors:
         parts.append(Text(f"predictions were within {max(errors):.0%} on this job ({len(errors)} measured)"))

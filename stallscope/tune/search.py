@@ -16,6 +16,7 @@ The search talks to the child only through ``runner.run_trial`` (its plan in the
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -103,6 +104,8 @@ class Candidate:
     neighbour: bool = False
     #: (baseline, candidate) steps per second, one pair per round
     pairs: list[tuple[float, float]] = field(default_factory=list)
+    #: the round of each pair (its place in ``Tuner._rounds``, counted over every step)
+    pair_rounds: list[int] = field(default_factory=list)
     realized: Speedup | None = None
     #: keep / drop / undecided, or why it was not measured through (failed, hung, loss, ...)
     verdict: str = "undecided"
@@ -115,6 +118,8 @@ class Candidate:
     losses_printed: bool = False
     #: whether it stopped before ``max_rounds`` because the rounds left could not decide it
     futile: bool = False
+    #: its first pairs, measured in an earlier step's rounds (``Tuner._reuse``)
+    reused: int = 0
 
     @property
     def label(self) -> str:
@@ -243,6 +248,9 @@ class Tuner:
         self._planned = 1
         #: (finding id, change) pairs tried from a baseline: not tried again from it
         self._tried: set[tuple[str, str]] = set()
+        #: each round so far: the settings measured in it (``_key``) and their throughput,
+        #: losses and whether those were printed (``_reuse``)
+        self._rounds: list[dict[str, tuple[float, list[float], bool]]] = []
 
     # -- the search ----------------------------------------------------------------------
 
@@ -359,8 +367,8 @@ class Tuner:
         measured candidate's log ratios about their own mean, and the pairs it is judged from;
         None before ``MIN_SCATTER_DF`` degrees of freedom."""
         squares, df, pairs = 0.0, 0, 0
-        for c in self.result.candidates:
-            logs = [math.log(b / a) for a, b in c.pairs if a > 0 and b > 0]
+        for c in self.result.candidates:  # (pairs reused from an earlier step counted there)
+            logs = [math.log(b / a) for a, b in c.pairs[c.reused :] if a > 0 and b > 0]
             if len(logs) >= 2:
                 mean = statistics.fmean(logs)
                 squares += sum((x - mean) ** 2 for x in logs)
@@ -398,7 +406,7 @@ class Tuner:
             "far); apply it by hand, or tune with more --steps"
         )
 
-    def _futile(self, live: list[Candidate], rnd: int) -> list[Candidate]:
+    def _futile(self, live: list[Candidate]) -> list[Candidate]:
         """After ``min_rounds``: an undecided candidate stops, dropped with why, when even its
         speedup so far one standard error up (the pairs' scatter over its pairs) is smaller than
         ``max_rounds`` rounds can show here (``_showable``): the rounds left would not decide it.
@@ -416,12 +424,37 @@ class Tuner:
                 if hopeful < smallest:
                     c.verdict, c.futile = "drop", True
                     c.note = (
-                        f"x{speedup.median:.2f} after {rnd} rounds, and {self.options.max_rounds} rounds on this job "
-                        f"show x{smallest:.2f} or more: the rounds left would not decide it"
+                        f"x{speedup.median:.2f} over {speedup.pairs} rounds, and {self.options.max_rounds} rounds on "
+                        f"this job show x{smallest:.2f} or more: the rounds left would not decide it"
                     )
                     continue
             going.append(c)
         return going
+
+    def _reuse(self, base: Mapping[str, Any], candidates: list[Candidate]) -> None:
+        """A candidate whose settings an earlier step measured in the same rounds as this step's
+        baseline (a neighbour of the value kept then, say) starts from those pairs, the latest
+        ``min_rounds`` of them: measured interleaved like its own, they count as its first
+        rounds, and it may be decided (or stopped: ``_futile``) before a trial runs. Else it
+        joins this step's rounds once they caught up, and runs the rest as any candidate."""
+        wanted = _key(base)
+        for c in candidates:
+            mine = _key(c.settings)
+            prior = [(i, r[wanted], r[mine]) for i, r in enumerate(self._rounds) if wanted in r and mine in r]
+            prior = prior[-self.options.min_rounds :]
+            if not prior:
+                continue
+            c.pair_rounds = [i for i, _, _ in prior]
+            c.pairs = [(b[0], m[0]) for _, b, m in prior]
+            c.base_losses = [b[1] for _, b, _ in prior]
+            c.losses = [m[1] for _, _, m in prior]
+            c.losses_printed = prior[-1][2][2]
+            c.reused = len(prior)
+            c.realized = paired_speedup(c.pairs)
+            c.verdict = decide(c.realized, self.options.min_saving)
+            loss_note = loss_changed(c.base_losses, c.losses, printed=c.losses_printed)
+            if loss_note:
+                c.verdict, c.note = "loss changed", loss_note
 
     def _compare(self, base: dict[str, Any], candidates: list[Candidate]) -> Candidate | None:
         """Rounds of the baseline and ``candidates``, interleaved; the one kept, or None."""
@@ -444,13 +477,14 @@ class Tuner:
                 self.observer.candidate_done(candidate)
             self.result.stopped_because = "the budget is spent"
             return None
+        self._reuse(base, candidates)
         running = list(candidates)
-        for rnd in range(opts.max_rounds):
+        for rnd in range(min(len(c.pairs) for c in candidates), opts.max_rounds):
             live = [c for c in running if c.active]
             if not live:
                 break
             if rnd >= opts.min_rounds:
-                live = running = self._futile(live, rnd)
+                live = running = self._futile(live)
                 if all(c.verdict != "undecided" for c in live) and self._rival(live) is None:
                     break
                 live = self._narrowed(live, rnd)
@@ -458,13 +492,19 @@ class Tuner:
                 if self._left() < per_trial * (len(live) + 1):
                     self.result.stopped_because = "the budget is spent"
                     break
-            self._planned = len(self.result.trials) + len(live) + 1
-            order: list[Candidate | None] = [None, *live]
+            # a candidate with pairs from an earlier step's rounds joins once this step caught up
+            due = [c for c in live if len(c.pairs) <= rnd]
+            if not due:
+                continue
+            self._planned = len(self.result.trials) + len(due) + 1
+            order: list[Candidate | None] = [None, *due]
             shift = rnd % len(order)
             order = order[shift:] + order[:shift]
             base_rate: float | None = None
             rates: dict[int, float] = {}
             base_losses: list[float] = []
+            measured: dict[str, tuple[float, list[float], bool]] = {}
+            self._rounds.append(measured)
             for item in order:
                 if item is None:
                     record = self._trial(base, None, rnd)
@@ -476,6 +516,7 @@ class Tuner:
                         return None
                     base_rate = out.steps_per_s
                     base_losses = out.losses
+                    measured[_key(base)] = (out.steps_per_s, out.losses, out.losses_printed)
                 else:
                     record = self._trial(item.settings, item, rnd)
                     out = record.outcome
@@ -494,9 +535,11 @@ class Tuner:
                     rates[item.index] = out.steps_per_s
                     item.losses.append(out.losses)
                     item.losses_printed = out.losses_printed
+                    measured[_key(item.settings)] = (out.steps_per_s, out.losses, out.losses_printed)
             for item in live:
                 if item.index in rates and base_rate is not None and item.active:
                     item.pairs.append((base_rate, rates[item.index]))
+                    item.pair_rounds.append(len(self._rounds) - 1)
                     item.base_losses.append(base_losses)
                     item.realized = paired_speedup(item.pairs)
                     item.verdict = decide(item.realized, opts.min_saving)
@@ -520,7 +563,7 @@ class Tuner:
                 continue
             if other.realized.median <= main.realized.median:
                 continue
-            head = paired_speedup([(a[1], b[1]) for a, b in zip(main.pairs, other.pairs, strict=False)])
+            head = _head_to_head(main, other)
             if head.pairs >= 2 and decide(head, self.options.min_saving) == "undecided":
                 return other
         return None
@@ -555,7 +598,7 @@ class Tuner:
             for other in kept:
                 if other is chosen or other.realized is None or chosen.realized is None:
                     continue
-                head = paired_speedup([(a[1], b[1]) for a, b in zip(chosen.pairs, other.pairs, strict=False)])
+                head = _head_to_head(chosen, other)
                 if head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
                     chosen = other
         elif kept:
@@ -604,13 +647,27 @@ class Tuner:
             return None
 
     def _last_report(self, candidate: Candidate) -> Report | None:
+        """The report of the latest trial of ``candidate``'s settings (one of an earlier step's
+        rounds, where its pairs were all measured there)."""
         for record in reversed(self.result.trials):
-            if record.candidate == candidate.index and record.outcome is not None:
+            if record.settings == candidate.settings and record.round is not None and record.outcome is not None:
                 return self._report(record.outcome)
         return None
 
     def _left(self) -> float:
         return self.options.budget_s - (self._clock() - self._started)
+
+
+def _key(settings: Mapping[str, Any]) -> str:
+    """A trial's settings as a key: the same settings, the same key."""
+    return json.dumps(settings, sort_keys=True, default=repr)
+
+
+def _head_to_head(first: Candidate, second: Candidate) -> Speedup:
+    """``second`` against ``first``, over the rounds that measured both (their pairs' rounds)."""
+    theirs = dict(zip(second.pair_rounds, second.pairs, strict=True))
+    both = [(a[1], theirs[r][1]) for r, a in zip(first.pair_rounds, first.pairs, strict=True) if r in theirs]
+    return paired_speedup(both)
 
 
 def combinable(base: Mapping[str, Any], suggestion: Mapping[str, Any]) -> bool:
