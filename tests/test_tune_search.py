@@ -133,25 +133,58 @@ BUSY = (1.0, 1.25, 0.8, 1.15, 0.9, 1.2, 0.85)
 
 
 def test_a_saving_smaller_than_the_rounds_can_show_here_is_not_tried(job: Job, tmp_path: Path) -> None:
-    """On a job whose trials scatter by about 20%, eight rounds cannot show the x1.10 that
-    ``persistent_workers`` predicts: it is listed as not tried, with why, and no trial runs it.
-    On a steady job (the other tests' 1 to 3%) the same prediction is tried."""
+    """From 2 workers the diagnosis suggests ``persistent_workers`` (x1.5) and ``pin_memory``
+    (x1.10). On a job whose trials scatter by about 20%, the first one's pairs against 2 workers
+    (it does not pay) show that eight rounds cannot show x1.10 there: ``pin_memory`` is listed as
+    not tried, with why, and no trial runs it. On a steady job (the other tests' 1 to 3%) the
+    same prediction is tried."""
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        if settings.get("num_workers", 0) < 2:
+            return (job.make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}),)
+        if "persistent_workers" in settings or "pin_memory" in settings:
+            return ()
+        return (
+            job.make_finding(id="data.persistent_workers", est_speedup=1.5, suggestion={"persistent_workers": True}),
+            job.make_finding(id="data.pin_memory", est_speedup=1.1, suggestion={"pin_memory": True}),
+        )
+
+    job.findings = findings  # type: ignore[method-assign]
     job.noise = lambda plan: BUSY[plan.number % len(BUSY)]
     result = tune(job, tmp_path).result
     workers = result.candidates[0]
     assert workers.kept  # x2 shows through the scatter
     persistent = next(c for c in result.candidates if c.change == {"persistent_workers": True})
-    assert persistent.verdict == "skipped"
-    assert persistent.note.startswith("not tried: x1.10 predicted, and 8 rounds on this job show x1.")
-    assert "apply it by hand, or tune with more --steps" in persistent.note
-    assert not any(plan.settings.get("persistent_workers") for plan in job.plans)
+    assert not persistent.kept
+    assert len(persistent.pairs) >= 5  # enough to judge the scatter against 2 workers
+    pin = next(c for c in result.candidates if c.change == {"pin_memory": True})
+    assert pin.verdict == "skipped"
+    assert pin.note.startswith("not tried: x1.10 predicted, and 8 rounds on this job show x1.")
+    assert f"over {len(persistent.pairs)} pairs so far" in pin.note  # persistent's: the same baseline
+    assert "apply it by hand, or tune with more --steps" in pin.note
+    assert not any(plan.settings.get("pin_memory") for plan in job.plans)
     out = io.StringIO()
     Console(file=out, width=200).print(render.summary(result, "tune.json"))
-    assert f"persistent_workers=True (data.persistent_workers): {persistent.note}" in " ".join(out.getvalue().split())
-    steady = tune(Job(job.make_report, job.make_finding), tmp_path / "steady").result
-    tried = next(c for c in steady.candidates if c.change == {"persistent_workers": True})
+    assert f"pin_memory=True (data.pin_memory): {pin.note}" in " ".join(out.getvalue().split())
+    steady_job = Job(job.make_report, job.make_finding)
+    steady_job.findings = findings  # type: ignore[method-assign]
+    steady = tune(steady_job, tmp_path / "steady").result
+    tried = next(c for c in steady.candidates if c.change == {"pin_memory": True})
     assert tried.verdict == "drop"
     assert len(tried.pairs) >= 3
+
+
+def test_the_scatter_is_judged_against_the_baseline_of_the_step(job: Job, tmp_path: Path) -> None:
+    """Two workers scatter by about 20% against none; from 2 workers on, the trials are steady.
+    ``persistent_workers`` (x1.10 predicted) is the first suggestion from 2 workers: no pair was
+    measured against 2 workers yet, and the first step's scatter says nothing of them, so it is
+    tried."""
+    job.noise = lambda plan: BUSY[plan.number % len(BUSY)] if dict(plan.settings).get("num_workers", 0) < 2 else 1.0
+    result = tune(job, tmp_path).result
+    assert result.candidates[0].kept
+    persistent = next(c for c in result.candidates if c.change == {"persistent_workers": True})
+    assert persistent.verdict != "skipped"
+    assert len(persistent.pairs) >= 3
 
 
 #: a job whose trials scatter by about 5%, in a fixed cycle
@@ -159,10 +192,11 @@ SCATTERED = (1.0, 1.06, 0.95, 1.04, 0.97, 1.05, 0.94)
 
 
 def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_it(job: Job, tmp_path: Path) -> None:
-    """``persistent_workers`` (x1.10 predicted, x0.95 in truth, x1.01 as this job's scatter
-    measures it) on a job whose pairs scatter by about 5%: 8 rounds could show x1.08 or more, so
-    it is tried; after the first 3 rounds its speedup, even one standard error up, is below
-    that, and it stops there instead of running all 8 rounds undecided (its interval would
+    """``persistent_workers`` (x1.10 predicted, x0.95 in truth, about x1.0 as this job's
+    scatter measures it) on a job whose pairs scatter by about 5%: the first suggestion from 2
+    workers, so tried. Once its own pairs give the scatter against 2 workers (5 rounds: 4
+    degrees of freedom), its speedup, even one standard error up, is below what 8 rounds could
+    show, and it stops there instead of running all 8 rounds undecided (its interval would
     still hold 1.02). The workers' x2 is kept."""
 
     def noise(plan: TrialPlan) -> float:
@@ -174,15 +208,15 @@ def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_
     assert result.candidates[0].kept
     persistent = next(c for c in result.candidates if c.change == {"persistent_workers": True})
     assert persistent.realized is not None
-    assert len(persistent.pairs) == 3
+    assert len(persistent.pairs) == 5
     assert persistent.verdict == "drop"
     assert not persistent.kept
-    so_far = f"x{persistent.realized.median:.2f} over 3 rounds"
+    so_far = f"x{persistent.realized.median:.2f} over 5 rounds"
     assert persistent.note.startswith(f"{so_far}, and 8 rounds on this job show x1.")
     assert persistent.note.endswith("the rounds left would not decide it")
     shown = float(persistent.note.split(" show x")[1].split()[0])
     assert persistent.realized.median < shown < 1.10  # tried: the prediction could have shown
-    assert sum(1 for plan in job.plans if plan.settings.get("persistent_workers")) == 3
+    assert sum(1 for plan in job.plans if plan.settings.get("persistent_workers")) == 5
     out = io.StringIO()
     Console(file=out, width=200).print(render.summary(result, "tune.json"))
     assert f"persistent_workers=True (data.persistent_workers): {persistent.note}" in " ".join(out.getvalue().split())

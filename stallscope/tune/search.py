@@ -106,6 +106,8 @@ class Candidate:
     pairs: list[tuple[float, float]] = field(default_factory=list)
     #: the round of each pair (its place in ``Tuner._rounds``, counted over every step)
     pair_rounds: list[int] = field(default_factory=list)
+    #: the settings it is measured against (the baseline of its step)
+    base: dict[str, Any] = field(default_factory=dict)
     realized: Speedup | None = None
     #: keep / drop / undecided, or why it was not measured through (failed, hung, loss, ...)
     verdict: str = "undecided"
@@ -358,16 +360,23 @@ class Tuner:
             predicted=predicted,
             bound=bound,
             neighbour=neighbour,
+            base=dict(base),
         )
         self.result.candidates.append(candidate)
         return candidate
 
-    def _scatter(self) -> tuple[float, int] | None:
-        """How much a pair's log ratio scatters on this job: the pooled standard deviation of each
-        measured candidate's log ratios about their own mean, and the pairs it is judged from;
-        None before ``MIN_SCATTER_DF`` degrees of freedom."""
+    def _scatter(self, base: Mapping[str, Any]) -> tuple[float, int] | None:
+        """How much a pair's log ratio scatters against ``base``: the pooled standard deviation of
+        the log ratios of each candidate measured against it, about their own mean, and the pairs
+        it is judged from; None before ``MIN_SCATTER_DF`` degrees of freedom. Against this
+        baseline only: how much a trial's throughput moves depends on its settings (two busy
+        workers on two cores scatter by 40%, none by a few percent), so pairs measured against
+        an earlier step's baseline say little about this one's."""
         squares, df, pairs = 0.0, 0, 0
+        wanted = _key(base)
         for c in self.result.candidates:  # (pairs reused from an earlier step counted there)
+            if _key(c.base) != wanted:
+                continue
             logs = [math.log(b / a) for a, b in c.pairs[c.reused :] if a > 0 and b > 0]
             if len(logs) >= 2:
                 mean = statistics.fmean(logs)
@@ -376,11 +385,11 @@ class Tuner:
                 pairs += len(logs)
         return (math.sqrt(squares / df), pairs) if df >= MIN_SCATTER_DF else None
 
-    def _showable(self) -> tuple[float, float, int] | None:
-        """The smallest speedup ``max_rounds`` rounds can show on this job (were it exactly that,
-        its interval would clear ``1 + min_saving``), with the pairs' scatter and how many pairs
-        it is judged from; None before the scatter is known (``_scatter``)."""
-        scatter = self._scatter()
+    def _showable(self, base: Mapping[str, Any]) -> tuple[float, float, int] | None:
+        """The smallest speedup ``max_rounds`` rounds against ``base`` can show (were it exactly
+        that, its interval would clear ``1 + min_saving``), with the pairs' scatter and how many
+        pairs it is judged from; None before the scatter is known (``_scatter``)."""
+        scatter = self._scatter(base)
         if scatter is None:
             return None
         sd, pairs = scatter
@@ -390,11 +399,11 @@ class Tuner:
 
     def _resolvable(self, candidate: Candidate) -> str | None:
         """Why ``candidate``'s predicted speedup is too small to show on this job, or None: were it
-        exactly as predicted, ``max_rounds`` rounds with the pairs' scatter so far would still leave
-        its interval across ``1 + min_saving``. A floor (``>=``) is always tried: the speedup may be
-        larger."""
+        exactly as predicted, ``max_rounds`` rounds with the scatter of the pairs measured against
+        its baseline so far would still leave its interval across ``1 + min_saving``. A floor
+        (``>=``) is always tried: the speedup may be larger."""
         predicted = candidate.predicted
-        showable = self._showable()
+        showable = self._showable(candidate.base)
         if predicted is None or candidate.bound == "lower" or showable is None:
             return None
         smallest, sd, pairs = showable
@@ -406,13 +415,13 @@ class Tuner:
             "far); apply it by hand, or tune with more --steps"
         )
 
-    def _futile(self, live: list[Candidate]) -> list[Candidate]:
+    def _futile(self, live: list[Candidate], base: Mapping[str, Any]) -> list[Candidate]:
         """After ``min_rounds``: an undecided candidate stops, dropped with why, when even its
         speedup so far one standard error up (the pairs' scatter over its pairs) is smaller than
         ``max_rounds`` rounds can show here (``_showable``): the rounds left would not decide it.
         A change that does nothing, on a job whose pairs scatter, would otherwise run them all.
         Returns the others."""
-        showable = self._showable()
+        showable = self._showable(base)
         if showable is None:
             return live
         smallest, sd, _ = showable
@@ -484,7 +493,7 @@ class Tuner:
             if not live:
                 break
             if rnd >= opts.min_rounds:
-                live = running = self._futile(live)
+                live = running = self._futile(live, base)
                 if all(c.verdict != "undecided" for c in live) and self._rival(live) is None:
                     break
                 live = self._narrowed(live, rnd)
