@@ -345,6 +345,35 @@ def test_a_neighbour_ahead_of_the_prediction_gets_the_rounds_to_show_it(job: Job
     assert result.best.get("num_workers") == 3
 
 
+def test_a_neighbour_a_little_ahead_gets_no_rounds_that_could_not_decide_it(job: Job, tmp_path: Path) -> None:
+    """3 workers run as fast as the predicted 2, and the host's noise puts them about 2% ahead,
+    on a job whose pairs scatter by about 5%: both are kept against the baseline after 3 rounds,
+    and their head-to-head, even one standard error up, is below what 8 rounds could show there,
+    so the rounds stop (they would run all 8 for it): the predicted value is kept and the
+    neighbour says why."""
+    job.rates[3] = job.rates[2]
+    cycles = {0: (1.0, 1.05, 0.95), 1: (1.0, 1.0, 1.0), 2: (1.0, 1.0, 1.0), 3: (1.02, 0.98, 1.03)}
+    seen: dict[int, int] = {}
+
+    def noise(plan: TrialPlan) -> float:
+        workers = dict(plan.settings).get("num_workers", 0)
+        n = seen[workers] = seen.get(workers, 0) + 1
+        return cycles[workers][(n - 1) % 3]
+
+    job.noise = noise
+    result = tune(job, tmp_path).result
+    two, _one, three = result.candidates[:3]
+    assert (two.verdict, three.verdict) == ("keep", "keep")
+    assert two.realized is not None
+    assert three.realized is not None
+    assert three.realized.median > two.realized.median  # the neighbour leads
+    assert two.kept
+    assert not three.kept
+    assert len(two.pairs) == len(three.pairs) == 3
+    assert three.note.startswith("x1.02 against num_workers=2 over 3 rounds, and 8 rounds on this job show x1.")
+    assert three.note.endswith("the rounds left would not decide which is faster")
+
+
 def test_a_hung_candidate_is_reported_and_never_kept(job: Job, tmp_path: Path) -> None:
     job.fail = lambda plan: "stopped after 10 s" if plan.settings.get("num_workers") == 2 else None
     result = tune(job, tmp_path).result

@@ -494,7 +494,7 @@ class Tuner:
                 break
             if rnd >= opts.min_rounds:
                 live = running = self._futile(live, base)
-                if all(c.verdict != "undecided" for c in live) and self._rival(live) is None:
+                if all(c.verdict != "undecided" for c in live) and self._rival(live, base) is None:
                     break
                 live = self._narrowed(live, rnd)
                 running = live
@@ -560,10 +560,12 @@ class Tuner:
                 break
         return self._finish(candidates, "drop")
 
-    def _rival(self, live: list[Candidate]) -> Candidate | None:
+    def _rival(self, live: list[Candidate], base: Mapping[str, Any]) -> Candidate | None:
         """A neighbour kept, ahead of the predicted value (kept too) so far, but not yet surely
         faster than it: the rounds go on for their head-to-head (``_finish`` keeps the predicted
-        value unless a neighbour is surely faster). None when there is none."""
+        value unless a neighbour is surely faster). Not when the head-to-head, even one standard
+        error up, is below what ``max_rounds`` rounds can show (as ``_futile`` judges a candidate
+        against the baseline): the rounds left would not decide it. None when there is none."""
         main = next((c for c in live if not c.neighbour and c.verdict == "keep" and c.realized), None)
         if main is None or main.realized is None:
             return None
@@ -573,8 +575,19 @@ class Tuner:
             if other.realized.median <= main.realized.median:
                 continue
             head = _head_to_head(main, other)
-            if head.pairs >= 2 and decide(head, self.options.min_saving) == "undecided":
-                return other
+            if head.pairs < 2 or decide(head, self.options.min_saving) != "undecided":
+                continue
+            showable = self._showable(base)
+            if showable is not None:
+                smallest, sd, _ = showable
+                if head.median * math.exp(sd / math.sqrt(head.pairs)) < smallest:
+                    other.note = (
+                        f"x{head.median:.2f} against {main.label} over {head.pairs} rounds, and "
+                        f"{self.options.max_rounds} rounds on this job show x{smallest:.2f} or more: the rounds "
+                        "left would not decide which is faster"
+                    )
+                    continue
+            return other
         return None
 
     def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
