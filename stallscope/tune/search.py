@@ -415,29 +415,33 @@ class Tuner:
             "far); apply it by hand, or tune with more --steps"
         )
 
-    def _futile(self, live: list[Candidate], base: Mapping[str, Any]) -> list[Candidate]:
-        """After ``min_rounds``: an undecided candidate stops, dropped with why, when even its
-        speedup so far one standard error up (the pairs' scatter over its pairs) is smaller than
-        ``max_rounds`` rounds can show here (``_showable``): the rounds left would not decide it.
-        A change that does nothing, on a job whose pairs scatter, would otherwise run them all.
-        Returns the others."""
+    def _out_of_reach(self, speedup: Speedup, base: Mapping[str, Any]) -> float | None:
+        """The smallest speedup ``max_rounds`` rounds against ``base`` can show (``_showable``),
+        when ``speedup`` so far, even one standard error up (the scatter against ``base`` over its
+        pairs), is below it: the rounds left would not decide it. None otherwise, or before the
+        scatter is known."""
         showable = self._showable(base)
-        if showable is None:
-            return live
+        if showable is None or speedup.pairs <= 0:
+            return None
         smallest, sd, _ = showable
+        return smallest if speedup.median * math.exp(sd / math.sqrt(speedup.pairs)) < smallest else None
+
+    def _futile(self, live: list[Candidate], base: Mapping[str, Any]) -> list[Candidate]:
+        """After ``min_rounds``: an undecided candidate stops, dropped with why, when its speedup
+        against the baseline is out of reach of the rounds left (``_out_of_reach``). A change that
+        does nothing, on a job whose pairs scatter, would otherwise run them all. Returns the
+        others."""
         going = []
         for c in live:
             speedup = c.realized
-            if c.verdict == "undecided" and speedup is not None and speedup.pairs > 0:
-                hopeful = speedup.median * math.exp(sd / math.sqrt(speedup.pairs))
-                if hopeful < smallest:
-                    c.verdict, c.futile = "drop", True
-                    c.note = (
-                        f"x{speedup.median:.2f} over {speedup.pairs} rounds, and {self.options.max_rounds} rounds on "
-                        f"this job show x{smallest:.2f} or more: the rounds left would not decide it"
-                    )
-                    continue
-            going.append(c)
+            if c.verdict != "undecided" or speedup is None or (smallest := self._out_of_reach(speedup, base)) is None:
+                going.append(c)
+                continue
+            c.verdict, c.futile = "drop", True
+            c.note = (
+                f"x{speedup.median:.2f} over {speedup.pairs} rounds, and {self.options.max_rounds} rounds on "
+                f"this job show x{smallest:.2f} or more: the rounds left would not decide it"
+            )
         return going
 
     def _reuse(self, base: Mapping[str, Any], candidates: list[Candidate]) -> None:
@@ -563,9 +567,9 @@ class Tuner:
     def _rival(self, live: list[Candidate], base: Mapping[str, Any]) -> Candidate | None:
         """A neighbour kept, ahead of the predicted value (kept too) so far, but not yet surely
         faster than it: the rounds go on for their head-to-head (``_finish`` keeps the predicted
-        value unless a neighbour is surely faster). Not when the head-to-head, even one standard
-        error up, is below what ``max_rounds`` rounds can show (as ``_futile`` judges a candidate
-        against the baseline): the rounds left would not decide it. None when there is none."""
+        value unless a neighbour is surely faster). Not when the head-to-head is out of reach of
+        the rounds left (``_out_of_reach``, as ``_futile`` judges a candidate against the
+        baseline). None when there is none."""
         main = next((c for c in live if not c.neighbour and c.verdict == "keep" and c.realized), None)
         if main is None or main.realized is None:
             return None
@@ -577,17 +581,14 @@ class Tuner:
             head = _head_to_head(main, other)
             if head.pairs < 2 or decide(head, self.options.min_saving) != "undecided":
                 continue
-            showable = self._showable(base)
-            if showable is not None:
-                smallest, sd, _ = showable
-                if head.median * math.exp(sd / math.sqrt(head.pairs)) < smallest:
-                    other.note = (
-                        f"x{head.median:.2f} against {main.label} over {head.pairs} rounds, and "
-                        f"{self.options.max_rounds} rounds on this job show x{smallest:.2f} or more: the rounds "
-                        "left would not decide which is faster"
-                    )
-                    continue
-            return other
+            smallest = self._out_of_reach(head, base)
+            if smallest is None:
+                return other
+            other.note = (
+                f"x{head.median:.2f} against {main.label} over {head.pairs} rounds, and "
+                f"{self.options.max_rounds} rounds on this job show x{smallest:.2f} or more: the rounds "
+                "left would not decide which is faster"
+            )
         return None
 
     def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
