@@ -504,10 +504,8 @@ def job_epochs(args: argparse.Namespace) -> list[Row]:
     """Loop (e): loop (d) as a two-rank job (gloo, one thread a rank), launched with ``torchrun``;
     each rank runs the pairs itself (both ranks in the same order) and reports its medians."""
     settings = {"pairs": args.pairs, "epochs": SHORT_EPOCHS, "steps": EPOCH_STEPS}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               __file__, JOB_FLAG, json.dumps(settings)]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=1800).stdout
+    command = job_command(__file__, JOB_FLAG, json.dumps(settings))
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=JOB_ENV, timeout=1800).stdout
     rows: list[Row] = []
     for line in sorted(line for line in out.splitlines() if line.startswith("{")):
         got = json.loads(line)
@@ -518,8 +516,17 @@ def job_epochs(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def job_rank(pairs: int, epochs: int, steps: int) -> None:
-    """One rank of loop (e): prints one JSON line with its median ratios."""
+def job_command(script: str, *args: str) -> list[str]:
+    """``script`` with ``args`` as a two-rank job on this machine (``torchrun``; with ``JOB_ENV``)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script, *args]
+
+
+#: a rank of loop (e) computes on one thread, like the bare loop it is measured against
+JOB_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def job_loop(steps: int) -> PlainLoop:
+    """One rank's loop (e): loop (a) of ``steps`` steps on a DDP model (gloo, one thread)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -527,17 +534,28 @@ def job_rank(pairs: int, epochs: int, steps: int) -> None:
     loop = tiny_loop(steps)
     loop.model = nn.parallel.DistributedDataParallel(loop.model)
     loop.opt = torch.optim.SGD(loop.model.parameters(), lr=1e-3)
+    return loop
+
+
+def together(run: Callable[..., float]) -> Callable[..., float]:
+    """``run``, started by every rank of the job at once (a barrier first)."""
+    import torch.distributed as dist
+
+    def ranks_in_step(*args: Any) -> float:
+        dist.barrier()
+        return run(*args)
+
+    return ranks_in_step
+
+
+def job_rank(pairs: int, epochs: int, steps: int) -> None:
+    """One rank of loop (e): prints one JSON line with its median ratios."""
+    import torch.distributed as dist
+
+    loop = job_loop(steps)
     tmp = tempfile.mkdtemp(prefix="stallscope-overhead-job-")
-
-    def in_step(run: Callable[[], float]) -> Callable[[], float]:
-        def ranks_in_step() -> float:
-            dist.barrier()  # both ranks start each run together
-            return run()
-
-        return ranks_in_step
-
     wall, cpu, bare = pairs_cpu(
-        in_step(lambda: loop.bare_epochs(epochs)), in_step(lambda: loop.watched_epochs(epochs, tmp)), pairs
+        together(lambda: loop.bare_epochs(epochs)), together(lambda: loop.watched_epochs(epochs, tmp)), pairs
     )
     line = {"rank": dist.get_rank(), "wall": wall, "cpu": cpu, "bare_s": bare}
     print(json.dumps(line), flush=True)

@@ -153,12 +153,12 @@ def main() -> int:
     if args.job and args.cuda:
         parser.error("--job runs on the CPU")
     if args.job:
-        import os
         import subprocess
 
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                   __file__, JOB_FLAG, "--runs", str(args.runs), "--epochs", str(args.epochs)]  # fmt: skip
-        return subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False).returncode
+        from overhead import JOB_ENV, job_command
+
+        command = job_command(__file__, JOB_FLAG, "--runs", str(args.runs), "--epochs", str(args.epochs))
+        return subprocess.run(command, env=JOB_ENV, check=False).returncode
     job = args.job_rank
 
     import importlib
@@ -197,18 +197,17 @@ def main() -> int:
         distributed.summary_from_dict = wrap(distributed.summary_from_dict, "summary_from_dict", spent, calls, walls)
         distributed._payload = wrap(distributed._payload, "_payload", spent, calls, walls)
         distributed._span = wrap(distributed._span, "_span", spent, calls, walls)
-    loop = tiny_loop(EPOCH_STEPS)
-    if args.cuda:
-        to_cuda(loop)
     if job:  # loop (e): a DDP model, each run started together
         import torch.distributed as dist
+        from overhead import job_loop, together
 
-        dist.init_process_group("gloo")
-        loop.model = torch.nn.parallel.DistributedDataParallel(loop.model)
-        loop.opt = torch.optim.SGD(loop.model.parameters(), lr=1e-3)
-        bare_epochs, watched_epochs = loop.bare_epochs, loop.watched_epochs
-        loop.bare_epochs = lambda n: (dist.barrier(), bare_epochs(n))[1]
-        loop.watched_epochs = lambda n, d: (dist.barrier(), watched_epochs(n, d))[1]
+        loop = job_loop(EPOCH_STEPS)
+        loop.bare_epochs = together(loop.bare_epochs)  # type: ignore[method-assign]
+        loop.watched_epochs = together(loop.watched_epochs)  # type: ignore[method-assign]
+    else:
+        loop = tiny_loop(EPOCH_STEPS)
+    if args.cuda:
+        to_cuda(loop)
     report_dir = tempfile.mkdtemp(prefix="stallscope-epoch-costs-")
     loop.bare_epochs(3)  # both meet the code once before counting
     loop.watched_epochs(3, report_dir)
