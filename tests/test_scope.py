@@ -453,10 +453,20 @@ def test_by_default_a_panel_waits_print_interval_s_after_the_last(tmp_path: Path
     assert len(_read(tmp_path)["epochs"]) == 12  # every epoch is in the report all the same
 
 
+def _hold_until_closed(writer: writer_module.ReportWriter) -> None:
+    """``ReportWriter._run`` that writes nothing: it waits for ``close``."""
+    with writer._cond:
+        while not writer._closed:
+            writer._cond.wait()
+
+
 class _Costly:
     """Replaces the report write and the panel print: counts them, and makes each take time on the
     fake clock (a write 2 ms; the n-th panel ``panel_ms[n]``, the last value for every later one:
-    1 ms by default), as they do for real."""
+    1 ms by default), as they do for real. A report left pending is written by a later epoch end
+    only, never by the writer's thread: that one looks at the clock when real time says so, and its
+    write would move the fake clock at a moment the test does not choose (test_report_writer.py
+    tests the thread)."""
 
     def __init__(self, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, panel_ms: tuple[float, ...] = (1,)) -> None:
         self.clock = clock
@@ -467,6 +477,7 @@ class _Costly:
         self._print = session_module.print_diagnosis
         monkeypatch.setattr(writer_module, "write_report", self.write)
         monkeypatch.setattr(session_module, "print_diagnosis", self.print)
+        monkeypatch.setattr(writer_module.ReportWriter, "_run", _hold_until_closed)
 
     def write(self, report: Any, path: Path, *, durable: bool) -> Any:
         self.clock.advance_ms(2)
