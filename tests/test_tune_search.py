@@ -25,7 +25,7 @@ from stallscope.report.schema import Report
 from stallscope.tune import record, render
 from stallscope.tune.plan import TrialPlan
 from stallscope.tune.runner import TrialOutcome, printed_losses
-from stallscope.tune.search import Candidate, TuneOptions, Tuner, _head_to_head, _key, loss_changed
+from stallscope.tune.search import Candidate, TuneOptions, Tuner, _key, head_to_head, loss_changed
 
 #: steps per second by num_workers, and with persistent workers
 RATES = {0: 10.0, 1: 14.0, 2: 20.0, 3: 19.5}
@@ -254,9 +254,7 @@ def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job,
     assert "num_workers=3: 3 of its 3 pairs measured in an earlier step" in out.getvalue()
 
 
-def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_undecided(
-    job: Job, tmp_path: Path
-) -> None:
+def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_undecided(job: Job, tmp_path: Path) -> None:
     """Eight earlier rounds measured 3 workers beside 2: the candidate starts from the latest
     three (undecided: x1.00, x1.20, x0.90), joins this step's rounds at the fourth and runs on,
     undecided, to the eighth (3 workers x1.10 here, the three first rounds' scatter in it)."""
@@ -282,12 +280,12 @@ def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_unde
     assert candidate.note == "the interval stayed across the threshold"
 
 
-def test_a_head_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
+def test_ahead_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
     """One candidate started from earlier rounds 0 to 2 and ran 5 and 6; the other ran 3 to 6:
     they meet in rounds 5 and 6 only."""
     first = Candidate(0, {}, {}, None, None, pairs=[(1.0, v) for v in (1, 2, 3, 50, 60)], pair_rounds=[0, 1, 2, 5, 6])
     second = Candidate(1, {}, {}, None, None, pairs=[(1.0, v) for v in (30, 40, 55, 66)], pair_rounds=[3, 4, 5, 6])
-    head = _head_to_head(first, second)
+    head = head_to_head(first, second)
     assert head.pairs == 2
     assert head.median == pytest.approx(statistics.median((55 / 50, 66 / 60)))
 
@@ -323,7 +321,8 @@ def test_after_the_first_rounds_only_the_fastest_candidate_goes_on(job: Job, tmp
 def test_a_neighbour_ahead_of_the_prediction_gets_the_rounds_to_show_it(job: Job, tmp_path: Path) -> None:
     """3 workers run 20% faster than the predicted 2, on a host whose noise leaves the two within
     each other's interval after the first 3 rounds: rounds go on for their head-to-head until
-    it is decided, and the faster neighbour is kept."""
+    it is decided, and the faster neighbour is kept. Both are kept against the baseline by
+    then, so those rounds run the two of them only, not the baseline."""
     job.rates[3] = 24.0
     # the first three trials of each: 3 workers slow, fast, even; 2 workers fast, slow, even
     first = {2: [1.1, 0.9, 1.0], 3: [0.85, 1.15, 1.0]}
@@ -341,8 +340,25 @@ def test_a_neighbour_ahead_of_the_prediction_gets_the_rounds_to_show_it(job: Job
     assert three.kept
     assert not two.kept
     assert two.verdict == "keep"  # faster than the baseline, but not as fast as its neighbour
-    assert len(three.pairs) > 3  # the head-to-head needed more than the first rounds
+    assert len(three.pairs) == len(two.pairs) == 3  # against the baseline: the first rounds
+    assert len(three.solo) == len(two.solo) > 0  # the head-to-head needed more
+    assert sorted(three.solo) == sorted(two.solo)
+    first_step = [t for t in result.trials if t.round is not None and t.settings.keys() <= {"num_workers"}]
+    assert [t.round for t in first_step if not t.settings] == [0, 1, 2]  # the baseline's trials
+    assert max(t.round or 0 for t in first_step) == 2 + len(three.solo)
     assert result.best.get("num_workers") == 3
+    head = head_to_head(two, three)
+    assert head.pairs == 3 + len(three.solo)
+    assert head.low > 1.02  # decided: 3 surely faster than 2
+    out = io.StringIO()
+    Console(file=out, width=200).print(render.summary(result, "tune.json"))
+    said = (
+        f"num_workers=3 against num_workers=2: x{head.median:.2f} [{head.low:.2f}-{head.high:.2f}] over "
+        f"{head.pairs} rounds, the last {len(three.solo)} without the baseline"
+    )
+    assert said in out.getvalue()
+    written = record.to_json(result)["candidates"]
+    assert [c["head_to_head_rounds"] for c in written[:3]] == [len(two.solo), 0, len(three.solo)]
 
 
 def test_a_neighbour_a_little_ahead_gets_no_rounds_that_could_not_decide_it(job: Job, tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ def _candidate(c: Candidate) -> dict[str, Any]:
         "note": c.note,
         "reused_pairs": c.reused,
         "stopped_early": c.futile,
+        "head_to_head_rounds": len(c.solo),
     }
 
 

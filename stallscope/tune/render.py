@@ -22,7 +22,7 @@ from stallscope.tune.applicable import (
     TRANSFORMERS_KEYS,
 )
 from stallscope.tune.loaders import LOADER_KEYS
-from stallscope.tune.search import Candidate, TuneResult
+from stallscope.tune.search import Candidate, TuneResult, head_to_head
 
 
 def _x(value: float | None, bound: str = "estimate") -> str:
@@ -61,6 +61,14 @@ def table(result: TuneResult) -> Table:
             Text(plain(_verdict(c))),
         )
     return t
+
+
+def _predicted_beside(result: TuneResult, neighbour: Candidate) -> Candidate | None:
+    """The predicted value whose head-to-head ``neighbour`` ran (rounds without the baseline)."""
+    return next(
+        (c for c in result.candidates if not c.neighbour and c.solo and c.base == neighbour.base),
+        None,
+    )
 
 
 def snippet(framework: str, settings: Mapping[str, Any]) -> str:
@@ -113,6 +121,16 @@ def summary(result: TuneResult, out: str) -> RenderableType:
             parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
         if c.reused:
             parts.append(Text(plain(f"{c.label}: {c.reused} of its {len(c.pairs)} pairs measured in an earlier step")))
+        if c.neighbour and c.solo and (main := _predicted_beside(result, c)) is not None:
+            head = head_to_head(main, c)
+            parts.append(
+                Text(
+                    plain(
+                        f"{c.label} against {main.label}: {_x(head.median)} [{head.low:.2f}-{head.high:.2f}] over "
+                        f"{head.pairs} rounds, the last {len(c.solo)} without the baseline (both were kept against it)"
+                    )
+                )
+            )
     errors = result.prediction_errors
     if errors:
         parts.append(Text(f"predictions were within {max(errors):.0%} on this job ({len(errors)} measured)"))

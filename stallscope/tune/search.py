@@ -122,6 +122,9 @@ class Candidate:
     futile: bool = False
     #: its first pairs, measured in an earlier step's rounds (``Tuner._reuse``)
     reused: int = 0
+    #: its steps per second in rounds that ran no baseline, by round (``Tuner._rounds``): rounds
+    #: for a head-to-head with a neighbour, once both are kept against the baseline
+    solo: dict[int, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -130,6 +133,11 @@ class Candidate:
     @property
     def active(self) -> bool:
         return self.verdict in ("undecided", "keep", "drop")
+
+    @property
+    def by_round(self) -> dict[int, float]:
+        """Its steps per second in each round that measured it, with or without the baseline."""
+        return {**self.solo, **{r: rate for r, (_, rate) in zip(self.pair_rounds, self.pairs, strict=True)}}
 
 
 @dataclass
@@ -506,11 +514,14 @@ class Tuner:
                     self.result.stopped_because = "the budget is spent"
                     break
             # a candidate with pairs from an earlier step's rounds joins once this step caught up
-            due = [c for c in live if len(c.pairs) <= rnd]
+            due = [c for c in live if len(c.pairs) + len(c.solo) <= rnd]
             if not due:
                 continue
-            self._planned = len(self.result.trials) + len(due) + 1
-            order: list[Candidate | None] = [None, *due]
+            # rounds for a head-to-head only (both kept against the baseline: ``_rival``) run no
+            # baseline: its trial would change neither verdict
+            head_only = rnd >= opts.min_rounds and len(due) >= 2 and all(c.verdict == "keep" for c in due)
+            self._planned = len(self.result.trials) + len(due) + (0 if head_only else 1)
+            order: list[Candidate | None] = list(due) if head_only else [None, *due]
             shift = rnd % len(order)
             order = order[shift:] + order[:shift]
             base_rate: float | None = None
@@ -550,6 +561,11 @@ class Tuner:
                     item.losses_printed = out.losses_printed
                     measured[_key(item.settings)] = (out.steps_per_s, out.losses, out.losses_printed)
             for item in live:
+                if item.index in rates and base_rate is None and item.active:
+                    item.solo[len(self._rounds) - 1] = rates[item.index]
+                    loss_note = loss_changed(item.base_losses, item.losses, printed=item.losses_printed)
+                    if loss_note:
+                        item.verdict, item.note = "loss changed", loss_note
                 if item.index in rates and base_rate is not None and item.active:
                     item.pairs.append((base_rate, rates[item.index]))
                     item.pair_rounds.append(len(self._rounds) - 1)
@@ -578,7 +594,7 @@ class Tuner:
                 continue
             if other.realized.median <= main.realized.median:
                 continue
-            head = _head_to_head(main, other)
+            head = head_to_head(main, other)
             if head.pairs < 2 or decide(head, self.options.min_saving) != "undecided":
                 continue
             smallest = self._out_of_reach(head, base)
@@ -621,7 +637,7 @@ class Tuner:
             for other in kept:
                 if other is chosen or other.realized is None or chosen.realized is None:
                     continue
-                head = _head_to_head(chosen, other)
+                head = head_to_head(chosen, other)
                 if head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
                     chosen = other
         elif kept:
@@ -686,11 +702,11 @@ def _key(settings: Mapping[str, Any]) -> str:
     return json.dumps(settings, sort_keys=True, default=repr)
 
 
-def _head_to_head(first: Candidate, second: Candidate) -> Speedup:
-    """``second`` against ``first``, over the rounds that measured both (their pairs' rounds)."""
-    theirs = dict(zip(second.pair_rounds, second.pairs, strict=True))
-    both = [(a[1], theirs[r][1]) for r, a in zip(first.pair_rounds, first.pairs, strict=True) if r in theirs]
-    return paired_speedup(both)
+def head_to_head(first: Candidate, second: Candidate) -> Speedup:
+    """``second`` against ``first``, over the rounds that measured both (with the baseline or
+    without it)."""
+    mine, theirs = first.by_round, second.by_round
+    return paired_speedup([(mine[r], theirs[r]) for r in sorted(mine) if r in theirs])
 
 
 def combinable(base: Mapping[str, Any], suggestion: Mapping[str, Any]) -> bool:
