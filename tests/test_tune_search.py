@@ -254,6 +254,28 @@ def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job,
     assert "num_workers=3: 3 of its 3 pairs measured in an earlier step" in out.getvalue()
 
 
+def test_the_budget_counts_the_rounds_a_candidate_brings_from_earlier(job: Job, tmp_path: Path) -> None:
+    """As above, with a budget that leaves room, after the first step, for 6 trials: 3 rounds
+    of the baseline and 4 workers. 3 workers, predicted, brings its 3 rounds from the first
+    step and needs none, so 4 workers is tried (counted as needing trials, 3 workers would have
+    left 4 out: 9 trials)."""
+    job.rates[4] = 18.0
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        workers = settings.get("num_workers", 0)
+        more = 2 if workers < 2 else 3
+        return (job.make_finding(est_speedup=1.1 if workers else 2.2, suggestion={"num_workers": more}),)
+
+    job.findings = findings  # type: ignore[method-assign]
+    first_step = 1 + 3 * 4  # trial 0, then 3 rounds of the baseline, 2 workers and its neighbours
+    result = tune(job, tmp_path, budget_s=first_step + 6.5).result
+    four = next(c for c in result.candidates if c.change == {"num_workers": 4})
+    assert four.verdict == "drop"  # measured (slower), not skipped
+    assert len(four.pairs) == 3
+    assert len(job.plans) == first_step + 6
+    assert result.best == {"num_workers": 2}
+
+
 def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_undecided(job: Job, tmp_path: Path) -> None:
     """Eight earlier rounds measured 3 workers beside 2: the candidate starts from the latest
     three (undecided: x1.00, x1.20, x0.90), joins this step's rounds at the fourth and runs on,
@@ -280,7 +302,7 @@ def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_unde
     assert candidate.note == "the interval stayed across the threshold"
 
 
-def test_ahead_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
+def test_a_head_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
     """One candidate started from earlier rounds 0 to 2 and ran 5 and 6; the other ran 3 to 6:
     they meet in rounds 5 and 6 only."""
     first = Candidate(0, {}, {}, None, None, pairs=[(1.0, v) for v in (1, 2, 3, 50, 60)], pair_rounds=[0, 1, 2, 5, 6])

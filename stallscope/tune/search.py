@@ -458,11 +458,8 @@ class Tuner:
         ``min_rounds`` of them: measured interleaved like its own, they count as its first
         rounds, and it may be decided (or stopped: ``_futile``) before a trial runs. Else it
         joins this step's rounds once they caught up, and runs the rest as any candidate."""
-        wanted = _key(base)
         for c in candidates:
-            mine = _key(c.settings)
-            prior = [(i, r[wanted], r[mine]) for i, r in enumerate(self._rounds) if wanted in r and mine in r]
-            prior = prior[-self.options.min_rounds :]
+            prior = self._prior(base, c)
             if not prior:
                 continue
             c.pair_rounds = [i for i, _, _ in prior]
@@ -477,6 +474,24 @@ class Tuner:
             if loss_note:
                 c.verdict, c.note = "loss changed", loss_note
 
+    def _prior(
+        self, base: Mapping[str, Any], candidate: Candidate
+    ) -> list[tuple[int, tuple[float, list[float], bool], tuple[float, list[float], bool]]]:
+        """The latest ``min_rounds`` earlier rounds that measured ``base`` and ``candidate``'s
+        settings: (round, the baseline's trial, the candidate's) each (``_reuse``)."""
+        wanted, mine = _key(base), _key(candidate.settings)
+        prior = [(i, r[wanted], r[mine]) for i, r in enumerate(self._rounds) if wanted in r and mine in r]
+        return prior[-self.options.min_rounds :]
+
+    def _first_trials(self, base: Mapping[str, Any], candidates: list[Candidate]) -> int:
+        """The trials the first ``min_rounds`` rounds of ``candidates`` take: a candidate's pairs
+        from earlier rounds (``_reuse``) need none, and the baseline runs in the rounds where one
+        of them does."""
+        done = [len(self._prior(base, c)) for c in candidates]
+        rounds = self.options.min_rounds
+        needed = sum(rounds - n for n in done)
+        return needed + (rounds - min(done) if needed else 0)
+
     def _compare(self, base: dict[str, Any], candidates: list[Candidate]) -> Candidate | None:
         """Rounds of the baseline and ``candidates``, interleaved; the one kept, or None."""
         opts = self.options
@@ -488,11 +503,11 @@ class Tuner:
                 self.observer.candidate_done(candidate)
             return None
         per_trial = statistics.median(self._walls) if self._walls else 0.0
-        while len(candidates) > 1 and self._left() < per_trial * (len(candidates) + 1) * opts.min_rounds:
+        while len(candidates) > 1 and self._left() < per_trial * self._first_trials(base, candidates):
             dropped = candidates.pop()  # the neighbours first: the budget allows fewer
             dropped.verdict, dropped.note = "skipped", "not tried: the budget would not allow it"
             self.observer.candidate_done(dropped)
-        if self._left() < per_trial * (len(candidates) + 1) * opts.min_rounds:
+        if self._left() < per_trial * self._first_trials(base, candidates):
             for candidate in candidates:
                 candidate.verdict, candidate.note = "skipped", "not tried: the budget would not allow it"
                 self.observer.candidate_done(candidate)
