@@ -1,17 +1,18 @@
 """One rank of the small distributed jobs ``tests/test_distributed_runs.py`` launches.
 
-``python tests/dist_worker.py SETTINGS_JSON`` under ``torchrun`` or with ``RANK`` / ``WORLD_SIZE``
-/ ``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where
-they differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
+``python tests/dist_worker.py SETTINGS_JSON`` under ``torchrun`` or with ``RANK`` / ``WORLD_SIZE`` /
+``MASTER_ADDR`` / ``MASTER_PORT`` set. Settings (all optional) are lists indexed by rank where they
+differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (per sample),
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at``
 ([rank, epoch, step]: that rank raises there), ``die_at`` (the same, but the process exits at once,
 without cleanup), ``stall_at`` (the same, but that rank waits there until a signal ends it, two
 minutes at most), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies in an
-epoch dies after every rank began it), ``hidden`` (two hidden layers of that width: more compute a
-step), ``extra_passes`` (forward and backward passes a step beyond the first, outside DDP's
-all-reduce: a compute straggler), ``join`` (each epoch inside DDP's ``Join``: ranks with fewer
-batches shadow the others' all-reduces), ``times`` (a folder: a rank that raises writes there how
-long its exception took to leave the scope, ``rank-<R>.s``).
+epoch dies after every rank began it; a list of epochs: at those epochs' starts only), ``hidden``
+(two hidden layers of that width: more compute a step), ``extra_passes`` (forward and backward
+passes a step beyond the first, outside DDP's all-reduce: a compute straggler), ``join`` (each epoch
+inside DDP's ``Join``: ranks with fewer batches shadow the others' all-reduces), ``times`` (a
+folder: a rank that raises writes there how long its exception took to leave the scope,
+``rank-<R>.s``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def main(settings: dict[str, object]) -> None:
     try:
         with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
             for epoch in range(epochs):
-                if settings.get("epoch_barrier"):
+                meet = settings.get("epoch_barrier")
+                if meet is True or (isinstance(meet, list) and epoch in meet):
                     dist.barrier()
                 joined = Join([model]) if settings.get("join") else contextlib.nullcontext()
                 with joined:

