@@ -9,8 +9,9 @@ examples/<name>.py --quiet``), this
    ``async_save``), each measured with the same trials as tune's (same steps and warm-up), in
    ``--passes`` interleaved passes (3: as many as tune's rounds; a sweep of single runs on a
    busy host picks noise), best = highest median;
-3. runs tune's final settings against the sweep's best, interleaved (``--pairs`` pairs), for the
-   throughput ratio.
+3. runs tune's final settings against the sweep's best, interleaved (``--pairs`` pairs, 5: on
+   this 2-core VM three pairs of the same settings read from 87% to 113%), for the throughput
+   ratio (the median of the pairs, with its 90% interval).
 
 A row holds when tune's settings reach at least 90% of the sweep's best throughput (the median
 of the pairs) in less than a third of the sweep's wall time. The load (``/proc/loadavg``) before
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from stallscope.tune.plan import TrialPlan  # noqa: E402
 from stallscope.tune.runner import run_trial  # noqa: E402
 from stallscope.tune.search import TuneOptions, Tuner, TuneResult  # noqa: E402
+from stallscope.tune.stats import Speedup, paired_speedup  # noqa: E402
 
 CORES = os.cpu_count() or 1
 #: the loader knobs of the issue's sweep
@@ -107,16 +109,17 @@ def sweep(trials: Trials, configs: list[dict[str, Any]], passes: int) -> tuple[d
     return configs[best], medians[best], wall
 
 
-def head_to_head(trials: Trials, a: dict[str, Any], b: dict[str, Any], pairs: int) -> float:
-    """Median over interleaved pairs of ``b``'s throughput over ``a``'s."""
-    ratios = []
+def head_to_head(trials: Trials, a: dict[str, Any], b: dict[str, Any], pairs: int) -> Speedup | None:
+    """``b``'s throughput over ``a``'s over interleaved pairs (median and 90% interval); None
+    when no pair measured both."""
+    measured = []
     for i in range(pairs):
         order = [a, b] if i % 2 == 0 else [b, a]
         got = {id(c): trials.rate(c)[0] for c in order}
         ra, rb = got[id(a)], got[id(b)]
         if ra and rb:
-            ratios.append(rb / ra)
-    return statistics.median(ratios) if ratios else 0.0
+            measured.append((ra, rb))
+    return paired_speedup(measured) if measured else None
 
 
 def load() -> str:
@@ -156,7 +159,9 @@ def check(name: str, knobs: dict[str, list[Any]] | None, args: argparse.Namespac
     row.update(sweep_configs=len(configs), sweep_trials=trials.count, sweep_wall_s=wall, sweep_best=best)
     row["sweep_best_rate"] = best_rate
     versus = Trials(command, tmp / name / "versus", args.steps, args.warmup)
-    row["throughput"] = head_to_head(versus, best, dict(result.best), args.pairs)
+    head = head_to_head(versus, best, dict(result.best), args.pairs)
+    row["throughput"] = head.median if head else 0.0
+    row["throughput_interval"] = (head.low, head.high) if head else None
     row["time"] = row["tune_wall_s"] / wall
     row["holds"] = row["throughput"] >= TARGET_THROUGHPUT and row["time"] < TARGET_TIME
     row["load_after"] = load()
@@ -180,7 +185,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         if "sweep_best" in r:
             passes = r["sweep_trials"] // max(1, r["sweep_configs"])
             sweep = f"{_settings(r['sweep_best'])} ({r['sweep_configs']} x {passes}, {r['sweep_wall_s']:.0f} s)"
-            cells = [sweep, f"{r['throughput']:.0%}", f"{r['time']:.2f}", "yes" if r["holds"] else "no"]
+            low_high = r.get("throughput_interval")
+            spread = f" [{low_high[0]:.0%}-{low_high[1]:.0%}]" if low_high else ""
+            cells = [sweep, f"{r['throughput']:.0%}{spread}", f"{r['time']:.2f}", "yes" if r["holds"] else "no"]
         else:
             cells = ["nothing tune can apply in place", "-", "-", "-"]
         load = f"{r['load_before']} / {r['load_after']}"
@@ -194,7 +201,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=40, help="measured steps per trial (default 40)")
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per trial (default 5)")
     parser.add_argument("--passes", type=int, default=3, help="sweep passes (default 3)")
-    parser.add_argument("--pairs", type=int, default=3, help="tune-vs-sweep pairs (default 3)")
+    parser.add_argument("--pairs", type=int, default=5, help="tune-vs-sweep pairs (default 5)")
     parser.add_argument("--budget", type=float, default=600.0, help="tune's budget, seconds (default 600)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args()
