@@ -24,15 +24,15 @@ from rich.console import Console
 from stallscope.analysis.finding import Finding
 from stallscope.report.schema import DeviceInfo, EpochReport, Report, RunInfo, Summary
 
-#: how the notes that depend on the host's load, not on the run, begin or read: other processes
-#: busy for 5 s of sampling (``analysis/disturbance.py``), a sampler's tick still running at the
+#: how the notes that depend on the host's load, not on the run, begin: other processes busy for
+#: 5 s of sampling (``analysis/disturbance.py``), the host sampler's tick still running at the
 #: run's end, the run's end waiting for a mid-run write
-HOST_NOTES = ("other processes kept ", "sampler did not stop", "the run's end waited ")
+HOST_NOTES = ("other processes kept ", "the host sampler did not stop", "the run's end waited ")
 
 
 def notes_but_the_hosts(notes: Any) -> list[str]:
     """``notes`` less the ones a busy host may add to any run in real time (``HOST_NOTES``)."""
-    return [n for n in notes if not any(n.startswith(h) or h in n for h in HOST_NOTES)]
+    return [n for n in notes if not n.startswith(HOST_NOTES)]
 
 
 def load_script(path: Path, name: str) -> ModuleType:

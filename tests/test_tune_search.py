@@ -302,12 +302,63 @@ def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_unde
     assert candidate.note == "the interval stayed across the threshold"
 
 
+def test_a_neighbour_from_earlier_rounds_gets_its_head_to_head_in_this_steps(job: Job, tmp_path: Path) -> None:
+    """From 2 workers, 4 is predicted; its neighbour 3 was measured beside 2 in three earlier
+    rounds (x1.5), and 4 runs its first three (x1.3): both kept, the neighbour ahead, but no round
+    measured the two together yet. The rounds go on for them, without the baseline, until their
+    head-to-head decides: 3 is kept."""
+    job.rates.update({3: 30.0, 4: 26.0})
+    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=2)
+    tuner._started = job.clock()
+    tuner._timeout_s = 60.0
+    tuner.result.trial_steps = 50
+    base, three = {"num_workers": 2}, {"num_workers": 3}
+    tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (30.0, [], False)} for _ in range(3)]
+    four = tuner._candidate({"num_workers": 4}, base, "data.workers", 1.3, "estimate")
+    neighbour = tuner._candidate(three, base, "data.workers", None, "estimate", neighbour=True)
+    chosen = tuner._compare(dict(base), [four, neighbour])
+    assert chosen is neighbour
+    assert (four.verdict, neighbour.verdict) == ("keep", "keep")
+    assert neighbour.reused == 3
+    assert len(four.pairs) == 3
+    assert sorted(four.solo) == sorted(neighbour.solo) != []
+    head = head_to_head(four, neighbour)
+    assert head is not None
+    assert head.pairs == len(neighbour.solo)
+    assert sum(1 for plan in job.plans if dict(plan.settings) == base) == 3  # the first rounds' only
+
+
+def test_a_short_budget_drops_a_neighbour_that_needs_trials_not_one_measured_already(job: Job, tmp_path: Path) -> None:
+    """Room for 6 trials of 1 s: the predicted 4 workers and the baseline, 3 rounds. Of the two
+    neighbours, 5 would need 3 trials and 3 none (measured beside 2 in earlier rounds): 5 is not
+    tried, 3 is judged from its rounds."""
+    job.rates.update({3: 30.0, 4: 26.0, 5: 26.0})
+    tuner = Tuner(
+        ["python", "train.py"], TuneOptions(scratch=tmp_path, budget_s=6.5), run_trial=job, clock=job.clock, cores=3
+    )
+    tuner._started = job.clock()
+    tuner._timeout_s = 60.0
+    tuner._walls = [1.0]
+    tuner.result.trial_steps = 50
+    base, three = {"num_workers": 2}, {"num_workers": 3}
+    tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (30.0, [], False)} for _ in range(3)]
+    four = tuner._candidate({"num_workers": 4}, base, "data.workers", 1.3, "estimate")
+    five = tuner._candidate({"num_workers": 5}, base, "data.workers", None, "estimate", neighbour=True)
+    neighbour = tuner._candidate(three, base, "data.workers", None, "estimate", neighbour=True)
+    tuner._compare(dict(base), [four, five, neighbour])
+    assert five.verdict == "skipped"
+    assert neighbour.reused == 3
+    assert neighbour.verdict == "keep"
+    assert len(four.pairs) == 3
+
+
 def test_a_head_to_head_pairs_two_candidates_by_the_rounds_that_measured_both() -> None:
     """One candidate started from earlier rounds 0 to 2 and ran 5 and 6; the other ran 3 to 6:
     they meet in rounds 5 and 6 only."""
     first = Candidate(0, {}, {}, None, None, pairs=[(1.0, v) for v in (1, 2, 3, 50, 60)], pair_rounds=[0, 1, 2, 5, 6])
     second = Candidate(1, {}, {}, None, None, pairs=[(1.0, v) for v in (30, 40, 55, 66)], pair_rounds=[3, 4, 5, 6])
     head = head_to_head(first, second)
+    assert head is not None
     assert head.pairs == 2
     assert head.median == pytest.approx(statistics.median((55 / 50, 66 / 60)))
 
@@ -370,6 +421,7 @@ def test_a_neighbour_ahead_of_the_prediction_gets_the_rounds_to_show_it(job: Job
     assert max(t.round or 0 for t in first_step) == 2 + len(three.solo)
     assert result.best.get("num_workers") == 3
     head = head_to_head(two, three)
+    assert head is not None
     assert head.pairs == 3 + len(three.solo)
     assert head.low > 1.02  # decided: 3 surely faster than 2
     out = io.StringIO()

@@ -64,11 +64,9 @@ def table(result: TuneResult) -> Table:
 
 
 def _predicted_beside(result: TuneResult, neighbour: Candidate) -> Candidate | None:
-    """The predicted value whose head-to-head ``neighbour`` ran (rounds without the baseline)."""
-    return next(
-        (c for c in result.candidates if not c.neighbour and c.solo and c.base == neighbour.base),
-        None,
-    )
+    """The predicted value whose head-to-head ``neighbour`` ran (the rounds without the baseline
+    that measured both)."""
+    return next((c for c in result.candidates if not c.neighbour and set(c.solo) & set(neighbour.solo)), None)
 
 
 def snippet(framework: str, settings: Mapping[str, Any]) -> str:
@@ -121,13 +119,15 @@ def summary(result: TuneResult, out: str) -> RenderableType:
             parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
         if c.reused:
             parts.append(Text(plain(f"{c.label}: {c.reused} of its {len(c.pairs)} pairs measured in an earlier step")))
-        if c.neighbour and c.solo and (main := _predicted_beside(result, c)) is not None:
-            head = head_to_head(main, c)
+        main = _predicted_beside(result, c) if c.neighbour and c.solo else None
+        head = head_to_head(main, c) if main is not None else None
+        if main is not None and head is not None:
+            alone = len(set(c.solo) & set(main.solo))
             parts.append(
                 Text(
                     plain(
                         f"{c.label} against {main.label}: {_x(head.median)} [{head.low:.2f}-{head.high:.2f}] over "
-                        f"{head.pairs} rounds, the last {len(c.solo)} without the baseline (both were kept against it)"
+                        f"{head.pairs} rounds, the last {alone} without the baseline (both were kept against it)"
                     )
                 )
             )

@@ -504,7 +504,11 @@ class Tuner:
             return None
         per_trial = statistics.median(self._walls) if self._walls else 0.0
         while len(candidates) > 1 and self._left() < per_trial * self._first_trials(base, candidates):
-            dropped = candidates.pop()  # the neighbours first: the budget allows fewer
+            # the neighbours first, the last one that needs trials (one measured already costs none)
+            paid = [i for i in range(1, len(candidates)) if self._first_trials(base, [candidates[i]])]
+            if not paid:
+                break
+            dropped = candidates.pop(paid[-1])
             dropped.verdict, dropped.note = "skipped", "not tried: the budget would not allow it"
             self.observer.candidate_done(dropped)
         if self._left() < per_trial * self._first_trials(base, candidates):
@@ -520,12 +524,10 @@ class Tuner:
             if not live:
                 break
             if rnd >= opts.min_rounds:
-                live = running = self._futile(live, base)
+                live = running = self._narrowed(self._futile(live, base), rnd)
                 if all(c.verdict != "undecided" for c in live) and self._rival(live, base) is None:
                     break
-                live = self._narrowed(live, rnd)
-                running = live
-                if self._left() < per_trial * (len(live) + 1):
+                if self._left() < per_trial * (len(live) + (0 if _head_only(live) else 1)):
                     self.result.stopped_because = "the budget is spent"
                     break
             # a candidate with pairs from an earlier step's rounds joins once this step caught up
@@ -533,8 +535,8 @@ class Tuner:
             if not due:
                 continue
             # rounds for a head-to-head only (both kept against the baseline: ``_rival``) run no
-            # baseline: its trial would change neither verdict
-            head_only = rnd >= opts.min_rounds and len(due) >= 2 and all(c.verdict == "keep" for c in due)
+            # baseline: the verdicts against it stand as they are
+            head_only = rnd >= opts.min_rounds and _head_only(due)
             self._planned = len(self.result.trials) + len(due) + (0 if head_only else 1)
             order: list[Candidate | None] = list(due) if head_only else [None, *due]
             shift = rnd % len(order)
@@ -610,7 +612,9 @@ class Tuner:
             if other.realized.median <= main.realized.median:
                 continue
             head = head_to_head(main, other)
-            if head.pairs < 2 or decide(head, self.options.min_saving) != "undecided":
+            if head is None or head.pairs < 2:
+                return other  # measured in different rounds so far (``_reuse``): the rounds go on
+            if decide(head, self.options.min_saving) != "undecided":
                 continue
             smallest = self._out_of_reach(head, base)
             if smallest is None:
@@ -653,7 +657,7 @@ class Tuner:
                 if other is chosen or other.realized is None or chosen.realized is None:
                     continue
                 head = head_to_head(chosen, other)
-                if head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
+                if head is not None and head.pairs >= 2 and decide(head, self.options.min_saving) == "keep":
                     chosen = other
         elif kept:
             chosen = max(kept, key=lambda c: c.realized.median if c.realized else 0.0)
@@ -717,11 +721,18 @@ def _key(settings: Mapping[str, Any]) -> str:
     return json.dumps(settings, sort_keys=True, default=repr)
 
 
-def head_to_head(first: Candidate, second: Candidate) -> Speedup:
+def head_to_head(first: Candidate, second: Candidate) -> Speedup | None:
     """``second`` against ``first``, over the rounds that measured both (with the baseline or
-    without it)."""
+    without it); None when no round measured both."""
     mine, theirs = first.by_round, second.by_round
-    return paired_speedup([(mine[r], theirs[r]) for r in sorted(mine) if r in theirs])
+    both = [(mine[r], theirs[r]) for r in sorted(mine) if r in theirs]
+    return paired_speedup(both) if both else None
+
+
+def _head_only(due: Sequence[Candidate]) -> bool:
+    """Whether a round of ``due`` (after the first ``min_rounds``) is for a head-to-head only:
+    two or more candidates, all kept against the baseline already."""
+    return len(due) >= 2 and all(c.verdict == "keep" for c in due)
 
 
 def combinable(base: Mapping[str, Any], suggestion: Mapping[str, Any]) -> bool:
