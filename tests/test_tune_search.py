@@ -222,10 +222,9 @@ def test_a_change_that_does_not_pay_stops_when_the_rounds_left_could_not_decide_
     assert f"persistent_workers=True (data.persistent_workers): {persistent.note}" in " ".join(out.getvalue().split())
 
 
-def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job, tmp_path: Path) -> None:
-    """The first step keeps ``num_workers=2`` and measured its neighbour 3 in the same rounds.
-    When the next diagnosis, from 2, predicts 3, those rounds are its first pairs: 3 of them
-    decide it (slower), and no trial runs 3 workers again; its new neighbour 4 runs its own."""
+def _three_after_two(job: Job) -> None:
+    """The job's diagnosis predicts 2 workers from fewer, then 3 from 2 (x1.1); 4 workers are
+    slower than 2."""
     job.rates[4] = 18.0
 
     def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
@@ -234,6 +233,24 @@ def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job,
         return (job.make_finding(est_speedup=1.1 if workers else 2.2, suggestion={"num_workers": more}),)
 
     job.findings = findings  # type: ignore[method-assign]
+
+
+def _bare_tuner(job: Job, tmp_path: Path, **options: Any) -> Tuner:
+    """A tuner past trial 0 (1 s trials of 50 steps), for ``_compare`` called directly."""
+    tuner = Tuner(
+        ["python", "train.py"], TuneOptions(scratch=tmp_path, **options), run_trial=job, clock=job.clock, cores=3
+    )
+    tuner._started = job.clock()
+    tuner._timeout_s = 60.0
+    tuner.result.trial_steps = 50
+    return tuner
+
+
+def test_a_value_measured_beside_the_one_kept_starts_from_those_rounds(job: Job, tmp_path: Path) -> None:
+    """The first step keeps ``num_workers=2`` and measured its neighbour 3 in the same rounds.
+    When the next diagnosis, from 2, predicts 3, those rounds are its first pairs: 3 of them
+    decide it (slower), and no trial runs 3 workers again; its new neighbour 4 runs its own."""
+    _three_after_two(job)
     result = tune(job, tmp_path).result
     first, *_ = result.candidates
     assert first.kept
@@ -259,14 +276,7 @@ def test_the_budget_counts_the_rounds_a_candidate_brings_from_earlier(job: Job, 
     of the baseline and 4 workers. 3 workers, predicted, brings its 3 rounds from the first
     step and needs none, so 4 workers is tried (counted as needing trials, 3 workers would have
     left 4 out: 9 trials)."""
-    job.rates[4] = 18.0
-
-    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
-        workers = settings.get("num_workers", 0)
-        more = 2 if workers < 2 else 3
-        return (job.make_finding(est_speedup=1.1 if workers else 2.2, suggestion={"num_workers": more}),)
-
-    job.findings = findings  # type: ignore[method-assign]
+    _three_after_two(job)
     first_step = 1 + 3 * 4  # trial 0, then 3 rounds of the baseline, 2 workers and its neighbours
     result = tune(job, tmp_path, budget_s=first_step + 6.5).result
     four = next(c for c in result.candidates if c.change == {"num_workers": 4})
@@ -281,10 +291,7 @@ def test_a_candidate_from_earlier_rounds_takes_the_latest_and_runs_on_while_unde
     three (undecided: x1.00, x1.20, x0.90), joins this step's rounds at the fourth and runs on,
     undecided, to the eighth (3 workers x1.10 here, the three first rounds' scatter in it)."""
     job.rates[3] = 22.0
-    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=2)
-    tuner._started = job.clock()
-    tuner._timeout_s = 60.0
-    tuner.result.trial_steps = 50
+    tuner = _bare_tuner(job, tmp_path)
     base, three = {"num_workers": 2}, {"num_workers": 3}
     earlier = (30.0, 30.0, 30.0, 30.0, 30.0, 20.0, 24.0, 18.0)  # 3 workers' rate beside 2's 20
     tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (rate, [], False)} for rate in earlier]
@@ -308,10 +315,7 @@ def test_a_neighbour_from_earlier_rounds_gets_its_head_to_head_in_this_steps(job
     measured the two together yet. The rounds go on for them, without the baseline, until their
     head-to-head decides: 3 is kept."""
     job.rates.update({3: 30.0, 4: 26.0})
-    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=2)
-    tuner._started = job.clock()
-    tuner._timeout_s = 60.0
-    tuner.result.trial_steps = 50
+    tuner = _bare_tuner(job, tmp_path)
     base, three = {"num_workers": 2}, {"num_workers": 3}
     tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (30.0, [], False)} for _ in range(3)]
     four = tuner._candidate({"num_workers": 4}, base, "data.workers", 1.3, "estimate")
@@ -333,13 +337,8 @@ def test_a_short_budget_drops_a_neighbour_that_needs_trials_not_one_measured_alr
     neighbours, 5 would need 3 trials and 3 none (measured beside 2 in earlier rounds): 5 is not
     tried, 3 is judged from its rounds."""
     job.rates.update({3: 30.0, 4: 26.0, 5: 26.0})
-    tuner = Tuner(
-        ["python", "train.py"], TuneOptions(scratch=tmp_path, budget_s=6.5), run_trial=job, clock=job.clock, cores=3
-    )
-    tuner._started = job.clock()
-    tuner._timeout_s = 60.0
+    tuner = _bare_tuner(job, tmp_path, budget_s=6.5)
     tuner._walls = [1.0]
-    tuner.result.trial_steps = 50
     base, three = {"num_workers": 2}, {"num_workers": 3}
     tuner._rounds = [{_key(base): (20.0, [], False), _key(three): (30.0, [], False)} for _ in range(3)]
     four = tuner._candidate({"num_workers": 4}, base, "data.workers", 1.3, "estimate")
