@@ -44,7 +44,8 @@ class Outcome:
     error: tuple[str, str] | None = None
     seconds: float = 0.0
     scope: StallScope | None = None
-    #: of ``seconds``, the scope's exit after the loop's last item (0 bare, or when it raised)
+    #: of ``seconds``, the scope's exit after the loop's last item, or after the exception left the
+    #: loop (0 bare)
     exit_s: float = 0.0
 
 
@@ -72,14 +73,19 @@ def plain_run(
                     body(epoch, item)
                     out.items.append(item)
         else:
-            with scope:
-                for epoch in range(epochs):
-                    for item in scope.iter(data(epoch)):
-                        with scope.phase(phase):
-                            body(epoch, item)
-                        out.items.append(item)
-                looped = time.perf_counter()
-            out.exit_s = time.perf_counter() - looped
+            looped = 0.0
+            try:
+                with scope:
+                    try:
+                        for epoch in range(epochs):
+                            for item in scope.iter(data(epoch)):
+                                with scope.phase(phase):
+                                    body(epoch, item)
+                                out.items.append(item)
+                    finally:
+                        looped = time.perf_counter()
+            finally:
+                out.exit_s = time.perf_counter() - looped if looped else 0.0
     except BaseException as exc:  # whatever ended the loop is what we compare
         out.error = (type(exc).__name__, same_error(str(exc)))
     out.seconds = time.perf_counter() - began
