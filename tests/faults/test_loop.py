@@ -136,8 +136,15 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
     looped = scoped.seconds - scoped.exit_s
     timings = {"loop_s": looped, "exit_s": scoped.exit_s, "bare_s": bare.seconds, "error": scoped.error}
     assert scoped.exit_s < EXIT_S, timings
+    # Torch also waits its own ``MP_STATUS_CHECK_INTERVAL`` (5 s) in places (a look at the
+    # workers' status, a worker's join when it shuts the loader down): once, under `make test`,
+    # the scoped run took 5.1 s (ConnectionResetError, its exit not timed apart then) where the
+    # bare one took 0.09 s. StallScope has no wait of its own in the loop that long.
+    status_s = torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL
     if "exited unexpectedly" in scoped.error[1] and looped >= LOADER_TIMEOUT_S:
         assert looped < LOADER_TIMEOUT_S + 2.5, timings
+    elif looped >= status_s:
+        assert looped < status_s + 2.5, timings
     else:
         assert looped < bare.seconds + 2.5, timings
     report = valid_report(tmp_path)
