@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,14 @@ HOST_NOTES = ("other processes kept ", "the host sampler did not stop", "the run
 def notes_but_the_hosts(notes: Any) -> list[str]:
     """``notes`` less the ones a busy host may add to any run in real time (``HOST_NOTES``)."""
     return [n for n in notes if not n.startswith(HOST_NOTES)]
+
+
+def worker_context() -> str | None:
+    """How a test's DataLoader starts its workers: as torch does (None), but from a fork server
+    in the sanitize pass (``STALLSCOPE_SANITIZED``), where a worker forked from the test's
+    process, whose other threads may hold the sanitizer's allocator lock at the fork, can wait on
+    that lock for good (seen once: a worker of ``test_scope.py`` stuck so, its loop waiting)."""
+    return "forkserver" if os.environ.get("STALLSCOPE_SANITIZED") else None
 
 
 def load_script(path: Path, name: str) -> ModuleType:
