@@ -577,21 +577,21 @@ class Tuner:
                     item.losses.append(out.losses)
                     item.losses_printed = out.losses_printed
                     measured[_key(item.settings)] = (out.steps_per_s, out.losses, out.losses_printed)
+            this_round = len(self._rounds) - 1
             for item in live:
-                if item.index in rates and base_rate is None and item.active:
-                    item.solo[len(self._rounds) - 1] = rates[item.index]
-                    loss_note = loss_changed(item.base_losses, item.losses, printed=item.losses_printed)
-                    if loss_note:
-                        item.verdict, item.note = "loss changed", loss_note
-                if item.index in rates and base_rate is not None and item.active:
+                if item.index not in rates or not item.active:
+                    continue
+                if base_rate is None:  # a head-to-head's round: the verdicts stand
+                    item.solo[this_round] = rates[item.index]
+                else:
                     item.pairs.append((base_rate, rates[item.index]))
-                    item.pair_rounds.append(len(self._rounds) - 1)
+                    item.pair_rounds.append(this_round)
                     item.base_losses.append(base_losses)
                     item.realized = paired_speedup(item.pairs)
                     item.verdict = decide(item.realized, opts.min_saving)
-                    loss_note = loss_changed(item.base_losses, item.losses, printed=item.losses_printed)
-                    if loss_note:
-                        item.verdict, item.note = "loss changed", loss_note
+                loss_note = loss_changed(item.base_losses, item.losses, printed=item.losses_printed)
+                if loss_note:
+                    item.verdict, item.note = "loss changed", loss_note
             if self._left() <= 0:
                 self.result.stopped_because = "the budget is spent"
                 break
