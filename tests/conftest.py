@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable
@@ -25,6 +26,13 @@ from rich.console import Console
 from stallscope.analysis.finding import Finding
 from stallscope.report.schema import DeviceInfo, EpochReport, Report, RunInfo, Summary
 
+if os.environ.get("STALLSCOPE_SANITIZED"):
+    # In the sanitize pass, processes (a DataLoader's workers) start from a fork server: one forked
+    # from a test's process, whose other threads may hold ASan's allocator lock at the fork, can
+    # wait on that lock for good (seen once: a worker of ``test_scope.py`` stuck so, its loop
+    # polling for a batch until the job's time ran out).
+    multiprocessing.set_start_method("forkserver", force=True)
+
 #: how the notes that depend on the host's load, not on the run, begin: other processes busy for
 #: 5 s of sampling (``analysis/disturbance.py``), the host sampler's tick still running at the
 #: run's end, the run's end waiting for a mid-run write
@@ -34,14 +42,6 @@ HOST_NOTES = ("other processes kept ", "the host sampler did not stop", "the run
 def notes_but_the_hosts(notes: Any) -> list[str]:
     """``notes`` less the ones a busy host may add to any run in real time (``HOST_NOTES``)."""
     return [n for n in notes if not n.startswith(HOST_NOTES)]
-
-
-def worker_context() -> str | None:
-    """How a test's DataLoader starts its workers: as torch does (None), but from a fork server
-    in the sanitize pass (``STALLSCOPE_SANITIZED``), where a worker forked from the test's
-    process, whose other threads may hold the sanitizer's allocator lock at the fork, can wait on
-    that lock for good (seen once: a worker of ``test_scope.py`` stuck so, its loop waiting)."""
-    return "forkserver" if os.environ.get("STALLSCOPE_SANITIZED") else None
 
 
 def load_script(path: Path, name: str) -> ModuleType:

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import pytest
 import torch
-from conftest import FakeClock, worker_context
+from conftest import FakeClock
 from rich.console import Console
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -328,12 +328,7 @@ def test_dataloader_settings_are_reported(tmp_path: Path) -> None:
 
 def test_worker_dataloader_settings_are_reported(tmp_path: Path) -> None:
     loader = DataLoader(
-        TensorDataset(torch.arange(4.0)),
-        batch_size=2,
-        num_workers=1,
-        prefetch_factor=3,
-        persistent_workers=True,
-        multiprocessing_context=worker_context(),
+        TensorDataset(torch.arange(4.0)), batch_size=2, num_workers=1, prefetch_factor=3, persistent_workers=True
     )
     with StallScope(tmp_path, console=False) as scope:
         assert [batch.tolist() for (batch,) in scope.iter(loader)] == [[0.0, 1.0], [2.0, 3.0]]
@@ -1319,7 +1314,6 @@ def test_a_pass_over_the_same_loader_reuses_its_reading_until_a_setting_changes(
                 pass
         assert len(counted) == 1
         loader.num_workers, loader.prefetch_factor = 1, 2  # allowed on a DataLoader once made
-        loader.multiprocessing_context = worker_context()
         for _ in scope.iter(loader):
             pass
         assert len(counted) == 2
