@@ -3,6 +3,7 @@ the frequency rules sized to a Trainer run's shape."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from stallscope.analysis.context import AnalysisConfig, Context, RunShape
@@ -10,6 +11,7 @@ from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.rules import checkpoint_frequency, logging_frequency, validation_frequency
 from stallscope.analysis.transformers_words import in_trainer_words
+from stallscope.signals.loader import LoaderConfig
 from stallscope.timeline.stats import Distribution, SpanStats
 
 MS = 1_000_000
@@ -126,3 +128,12 @@ def test_precision_and_batch_size_become_trainer_fields() -> None:
     assert batch.suggestion == {"per_device_train_batch_size": 64}
     untouched = _finding("host.sync", {})
     assert in_trainer_words(untouched, ctx) is untouched
+
+
+def test_workers_kept_for_the_run_are_both_fields_in_the_fix() -> None:
+    loader = LoaderConfig(num_workers=0, pin_memory=True, prefetch_factor=None, persistent_workers=False, batch_size=8)
+    ctx = replace(_ctx(_span(steps=10, phase="logging", count=0, each_ms=0)), loader=loader)
+    workers = in_trainer_words(_finding("data.workers", {"num_workers": 3, "persistent_workers": True}), ctx)
+    assert workers.suggestion == {"dataloader_num_workers": 3, "dataloader_persistent_workers": True}
+    assert "dataloader_num_workers=3 (now 0) and dataloader_persistent_workers=True" in workers.fix
+    assert workers.snippet == "TrainingArguments(..., dataloader_num_workers=3, dataloader_persistent_workers=True)"

@@ -7,10 +7,11 @@ import dataclasses
 import pytest
 from test_analysis_loop_model import MS, ctx, loader, starved_span
 
+from stallscope.analysis import loop_model
 from stallscope.analysis.context import AnalysisConfig, Context
 from stallscope.analysis.diagnose import diagnose
 from stallscope.analysis.finding import speedup_for
-from stallscope.analysis.loop_model import build_loop_model
+from stallscope.analysis.loop_model import PASS_START_BASE_S, PASS_START_PER_WORKER_S, build_loop_model
 from stallscope.analysis.rules import data_persistent_workers, data_prefetch, data_workers
 from stallscope.timeline.stats import Distribution, EpochBoundary, SpanStats
 
@@ -233,6 +234,86 @@ def test_data_workers_never_raises_past_the_cores_for_a_hand_over_bound_loop() -
     from test_analysis_loop_model import handed_over
 
     assert data_workers.rule(handed_over(probe_s=None)) is None
+
+
+def _starved_passes(passes: int) -> SpanStats:
+    """``starved_span``'s 100 steps as ``passes`` passes over a loader with no workers."""
+    return dataclasses.replace(
+        starved_span(),
+        epochs=passes,
+        boundaries=tuple(EpochBoundary(i, 0, 8 * MS, 0) for i in range(passes)),
+    )
+
+
+@pytest.mark.parametrize("descriptors", [True, False])
+def test_workers_for_a_loader_of_several_passes_are_kept_for_the_run(
+    monkeypatch: pytest.MonkeyPatch, descriptors: bool
+) -> None:
+    """Five passes: workers started anew at each would pay their start-up four more times, so
+    the suggestion sets persistent_workers too and its prediction counts it. With tensors passed
+    as file descriptors (a wait for the busy worker's GIL in each hand-over) the count alone
+    would lose: kept for the run, the workers still win."""
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: descriptors)
+    context = ctx(_starved_passes(5), cores=2)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2, "persistent_workers": True}
+    assert "persistent_workers=True" in finding.snippet
+    assert "each of the 5 epochs" in finding.fix
+    model = build_loop_model(context)
+    assert model is not None
+    # each later pass would start two workers: the modelled spawn and a batch's hand-over
+    restart_s = PASS_START_BASE_S + 2 * PASS_START_PER_WORKER_S + model.transfer_s
+    started = model.predict_saving_s(2, persistent=False)
+    assert finding.est_saving_fraction == pytest.approx(started + 4 * restart_s, abs=1e-4)  # the span is 1.0 s
+
+
+def test_a_start_up_worth_less_than_min_saving_leaves_the_workers_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same five passes where the four start-ups (about 15% of the span) are below the
+    smallest saving worth a fix: the count alone, predicted without them (tensors passed by
+    name: no wait for a worker's GIL)."""
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: False)
+    span = _starved_passes(5)
+    config = AnalysisConfig(min_saving=0.2)
+    context = Context(span=span, loader=loader(), cores=2, config=config, batch_tensors=2)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2}
+    assert "persistent_workers" not in finding.fix
+    model = build_loop_model(context)
+    assert model is not None
+    assert finding.est_saving_fraction == pytest.approx(model.predict_saving_s(2, persistent=False), abs=1e-4)
+
+
+def test_one_pass_or_workers_kept_already_give_the_count_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: False)
+    one = data_workers.rule(ctx(starved_span(), cores=2))
+    assert one is not None
+    assert one.suggestion == {"num_workers": 2}
+    # two workers started at each of three passes: keeping them is worth it, unless they are kept
+    for persistent in (False, True):
+        context = Context(
+            span=_respawning_span(), loader=loader(workers=2, persistent=persistent), cores=4, config=AnalysisConfig()
+        )
+        model = build_loop_model(context)
+        assert model is not None
+        assert data_workers._keep_workers(context, model, 3) is not persistent
+
+
+def test_workers_made_persistent_keep_only_the_first_pass_of_the_measured_start_up() -> None:
+    """Two re-spawned workers made persistent: the span saves each later pass's measured
+    start-up (300 ms iter(), 50 ms first batch, 20 ms shutdown, the pass's first step) less the
+    batch a later pass still waits for, as data.persistent_workers counts it."""
+    model = build_loop_model(
+        Context(span=_respawning_span(), loader=loader(workers=2), cores=4, config=AnalysisConfig())
+    )
+    assert model is not None
+    assert model.predict_saving_s(2) == pytest.approx(0.0)
+    each_pass_s = (300 + 50 + 20 + 10) / 1e3
+    one_batch_s = model.load_s + model.consumer_s
+    assert model.predict_saving_s(2, persistent=True) == pytest.approx(2 * (each_pass_s - one_batch_s))
 
 
 def test_another_worker_count_keeps_the_measured_start_up_of_each_pass() -> None:

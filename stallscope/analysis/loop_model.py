@@ -235,11 +235,13 @@ class LoopModel:
             return self.load_s + consumer
         return PASS_START_BASE_S + PASS_START_PER_WORKER_S * workers + self.load_s + self.transfer_s + consumer
 
-    def predict_saving_s(self, workers: int) -> float:
-        """Seconds the span would have saved with ``workers`` workers (negative: it would lose)."""
+    def predict_saving_s(self, workers: int, *, persistent: bool | None = None) -> float:
+        """Seconds the span would have saved with ``workers`` workers (negative: it would lose),
+        persistent or not (``None``: as the loader is now)."""
+        keep = self.persistent if persistent is None else persistent
         now = self.steps * self.step_s + self.pass_overhead_s
         passes = max(1, self.passes)
-        if self.persistent and workers > 0:
+        if keep and workers > 0:
             after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (
                 self.load_s + self.consumer_at(workers)
             )
@@ -249,10 +251,14 @@ class LoopModel:
             # another count of workers still pays the start-up measured now (spawning, a slow
             # worker_init_fn): only none at all, or persistent workers, remove it; fewer workers
             # spawn fewer processes (one after another, in the training process): the measured
-            # start-up less the modelled spawns removed
-            kept = self.pass_overhead_s
-            if workers < self.workers:
-                kept -= passes * PASS_START_PER_WORKER_S * (self.workers - workers)
+            # start-up less the modelled spawns removed. Workers made persistent start once: the
+            # first pass keeps its share of it, a later pass only waits for its first batch
+            fewer = max(0, self.workers - workers)
+            if keep and not self.persistent:
+                first = self.pass_overhead_s / passes - PASS_START_PER_WORKER_S * fewer
+                kept = first + (passes - 1) * (self.load_s + self.consumer_at(workers))
+            else:
+                kept = self.pass_overhead_s - passes * PASS_START_PER_WORKER_S * fewer
             after_overhead = max(after_overhead, kept)
         after = self.steps * self.predict_step_s(workers) + after_overhead
         return now - after

@@ -45,6 +45,12 @@ def _loader(f: Finding, ctx: Context) -> Finding:
     if "dataloader_num_workers" in suggestion and ctx.loader is not None:
         now = ctx.loader.num_workers
         fix = f"Set dataloader_num_workers={suggestion['dataloader_num_workers']} in TrainingArguments (now {now})."
+        if suggestion.get("dataloader_persistent_workers"):
+            fix = (
+                f"Set dataloader_num_workers={suggestion['dataloader_num_workers']} (now {now}) and"
+                " dataloader_persistent_workers=True in TrainingArguments: without it the Trainer's loader starts"
+                " its workers anew every epoch. The prediction is for both together."
+            )
     snippet = _args(fields)
     if "torch_num_threads" in suggestion:
         threads = suggestion["torch_num_threads"]

@@ -72,15 +72,21 @@ def rule(ctx: Context) -> Finding | None:
     if ctx.span.wall_s <= 0:
         return None
     shared = _shared_cores(ctx, model, suggested, predicted)
+    # passes that start their workers again: where keeping them is worth a fix of its own, the
+    # suggestion keeps them (one change to make and to try, not two in turn)
+    keep = _keep_workers(ctx, model, suggested)
     # on a GPU, only the time the device actually idled during the waits can be recovered
-    saving = frac(cap_by_device_idle(model.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
+    saving = frac(cap_by_device_idle(model.predict_saving_s(suggested, persistent=keep) / ctx.span.wall_s, ctx))
     if saving <= 0:
         return None
     wait_share = ctx.span.phase_fraction("data")
     lightning = ctx.config.framework == "lightning"
     where = "the train DataLoader" if lightning else "the DataLoader"
-    snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested})"
-    suggestion: dict[str, int] = {"num_workers": suggested}
+    snippet = f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
+    snippet += ", persistent_workers=True)" if keep else ")"
+    suggestion: dict[str, int | bool] = {"num_workers": suggested}
+    if keep:
+        suggestion["persistent_workers"] = True
     if model.workers == 0 and ctx.loader is None and ctx.source in ("generator", "callable"):
         fix, snippet = _ready_batches_fix(ctx, suggested)
     elif model.workers == 0 and ctx.loader is None:
@@ -105,6 +111,8 @@ def rule(ctx: Context) -> Finding | None:
         )
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
+    if keep:
+        fix += f" {_keep_workers_fix(model, suggested)}"
     gil_wait = model.gil_wait_at(suggested)
     if not fewer and gil_wait >= 0.1 * predicted:
         workers_gil = "worker's" if suggested == 1 else "workers'"
@@ -138,7 +146,7 @@ def rule(ctx: Context) -> Finding | None:
             + f": about {shared.demand_now:.1f} cores of work now, {shared.demand_after:.1f} with the change,"
             + (" so the training step itself may run slower." if slower else " so the step itself may run faster.")
         )
-    cold = _cold_step_ends(ctx, model, suggested)
+    cold = _cold_step_ends(ctx, model, suggested, keep)
     if cold is not None:
         ends.extend(cold)
         change_s = abs(model.consumer_at(suggested) - model.consumer_at(model.workers))
@@ -195,7 +203,8 @@ def rule(ctx: Context) -> Finding | None:
             "passes": model.passes,
             "pass_start_ms": ms(model.pass_overhead_s / max(1, model.passes)),
             "predicted_pass_start_ms": ms(model.predict_pass_overhead_s(suggested)),
-            "predicted_saving_ms": ms(model.predict_saving_s(suggested)),
+            "predicted_saving_ms": ms(model.predict_saving_s(suggested, persistent=keep)),
+            **({"persistent_saving_ms": ms(_persistent_gain_s(model, suggested))} if keep else {}),
             **range_evidence,
         },
         fix=fix,
@@ -257,7 +266,37 @@ SPREAD = 1.3
 COLD_STEP_SPREAD = 2.0
 
 
-def _cold_step_ends(ctx: Context, model: LoopModel, suggested: int) -> list[float] | None:
+def _persistent_gain_s(model: LoopModel, workers: int) -> float:
+    """What the span would save more with ``workers`` persistent workers than with as many
+    started at every pass."""
+    return model.predict_saving_s(workers, persistent=True) - model.predict_saving_s(workers, persistent=False)
+
+
+def _keep_workers(ctx: Context, model: LoopModel, workers: int) -> bool:
+    """Whether the suggestion also sets ``persistent_workers=True``: a DataLoader that starts its
+    workers again at every pass (or will, with the workers suggested), in a span of several
+    passes, where keeping them saves at least ``min_saving`` of the span on top of the count
+    (what ``data.persistent_workers`` would find once the count is applied)."""
+    loader = ctx.loader
+    if loader is None or loader.persistent_workers or workers <= 0 or model.passes < 2:
+        return False
+    if ctx.span.wall_s <= 0:
+        return False
+    gain = cap_by_device_idle(_persistent_gain_s(model, workers) / ctx.span.wall_s, ctx)
+    return gain >= ctx.config.min_saving
+
+
+def _keep_workers_fix(model: LoopModel, workers: int) -> str:
+    each = _persistent_gain_s(model, workers) / max(1, model.passes - 1)
+    its = "its worker outlives" if workers == 1 else f"its {workers} workers outlive"
+    return (
+        f"Also set persistent_workers=True so {its} the epoch: without it each of the {model.passes} epochs here"
+        f" starts {'it' if workers == 1 else 'them'} anew (about {fmt_ms(each)} each time, as modelled)."
+        " The prediction is for both together."
+    )
+
+
+def _cold_step_ends(ctx: Context, model: LoopModel, suggested: int, keep: bool = False) -> list[float] | None:
     """The speedups with none of the cold-step cost's change and with ``COLD_STEP_SPREAD`` times
     it, where the change moves the step between starting cold and warm (on the CPU only); None
     where it does not. The run-to-run spread of that cost (0.17 to 0.71 ms over nine runs of the
@@ -274,7 +313,7 @@ def _cold_step_ends(ctx: Context, model: LoopModel, suggested: int) -> list[floa
     ends = []
     for scale in (0.0, max(1.0, most)):
         other = replace(model, step_drag_s=model.step_drag_s * scale)
-        saving = frac(cap_by_device_idle(other.predict_saving_s(suggested) / ctx.span.wall_s, ctx))
+        saving = frac(cap_by_device_idle(other.predict_saving_s(suggested, persistent=keep) / ctx.span.wall_s, ctx))
         ends.append(round(speedup_for(saving), 3) if saving > 0 else 1.0)
     return ends
 
