@@ -28,7 +28,7 @@ from stallscope.tune.runner import TrialOutcome, printed_losses
 from stallscope.tune.search import Candidate, TuneOptions, Tuner, _key, head_to_head, loss_changed
 
 #: steps per second by num_workers, and with persistent workers
-RATES = {0: 10.0, 1: 14.0, 2: 20.0, 3: 19.5}
+RATES = {0: 10.0, 1: 14.0, 2: 20.0, 3: 19.5, 4: 19.0}
 
 
 class Job:
@@ -613,3 +613,50 @@ def test_which_suggestions_a_trial_applies_and_merges() -> None:
     assert not combinable({"num_workers": 2, "rank": 1}, {"num_workers": 2, "rank": 0})
     assert not combinable({"num_workers": 2}, {"num_workers": 3, "rank": 1})
     assert combinable({"every_n_train_steps": 50}, {"num_workers": 3, "rank": 1})
+
+
+def test_a_neighbour_kept_ahead_of_an_undecided_prediction_ends_the_rounds(job: Job, tmp_path: Path) -> None:
+    """The predicted 2 workers run 3% faster than the baseline, on trials that scatter by 7%
+    either way (undecided for all 8 rounds), and the neighbour 3 runs 50% faster, kept after the
+    first 3 rounds: the rounds stop there, the neighbour is kept and the prediction says why."""
+    job.rates.update({2: 10.3, 3: 15.0, 4: 15.0})
+    seen: dict[int, int] = {}
+
+    def noise(plan: TrialPlan) -> float:
+        workers = dict(plan.settings).get("num_workers", 0)
+        n = seen[workers] = seen.get(workers, 0) + 1
+        return (0.93, 1.07)[n % 2] if workers == 2 else 1.0
+
+    job.noise = noise
+    result = tune(job, tmp_path).result
+    two, _one, three = result.candidates[:3]
+    assert three.kept
+    assert three.verdict == "keep"
+    assert two.verdict == "drop"
+    assert two.note == "slower than num_workers=3 after 3 rounds"
+    assert len(two.pairs) == len(three.pairs) == 3
+    first_step = [t for t in result.trials if t.round is not None and t.settings.keys() <= {"num_workers"}]
+    assert max(t.round or 0 for t in first_step) == 2  # no rounds after the first three
+    assert result.best.get("num_workers") == 3
+
+
+@pytest.mark.parametrize("four", [24.0, 16.0])
+def test_a_neighbour_kept_over_the_prediction_is_followed_one_step_further(
+    job: Job, tmp_path: Path, four: float
+) -> None:
+    """3 workers, the neighbour above the predicted 2, are kept: the next step tries 4 against
+    3 before the re-diagnosis's findings, and keeps it only when it is surely faster. 2 x cores
+    (4 on this 2-core job) is as far as it goes."""
+    job.rates.update({3: 22.0, 4: four})
+    result = tune(job, tmp_path).result
+    three = result.candidates[2]
+    assert three.change == {"num_workers": 3}
+    assert three.kept
+    onward = result.candidates[3]
+    assert onward.change == {"num_workers": 4}
+    assert onward.base == {"num_workers": 3}
+    assert onward.neighbour
+    assert onward.predicted is None
+    assert onward.kept is (four > 22.0)
+    assert result.best.get("num_workers") == (4 if four > 22.0 else 3)
+    assert not any(c.change.get("num_workers", 0) > 4 for c in result.candidates)

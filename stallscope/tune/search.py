@@ -8,7 +8,9 @@ above ``1 + min_saving`` and dropped when it is below; rounds go on while one is
 ``max_rounds`` or the budget. The winner is re-diagnosed from its own report, and the search goes
 on from it until no finding predicts a saving worth trying or the budget is spent. A predicted
 saving smaller than ``max_rounds`` rounds could show on this job (the trials' scatter so far,
-``Tuner._resolvable``) is not tried: its trials would end undecided.
+``Tuner._resolvable``) is not tried: its trials would end undecided. A neighbour kept over the
+predicted worker count says the best count lies that way: the next step tries one more step on
+(``Tuner._onward``), measured like any neighbour, before the re-diagnosis's findings.
 
 The search talks to the child only through ``runner.run_trial`` (its plan in the environment, its
 ``trial.json`` and report back); an ``Observer`` is told of each step, for the live table.
@@ -256,6 +258,9 @@ class Tuner:
         self._timeout_s = 0.0
         self._walls: list[float] = []
         self._planned = 1
+        #: the worker count one step past a neighbour kept over the predicted value, for the
+        #: next step (``_onward``)
+        self._onward: tuple[str, dict[str, Any]] | None = None
         #: (finding id, change) pairs tried from a baseline: not tried again from it
         self._tried: set[tuple[str, str]] = set()
         #: each round so far: the settings measured in it (``_key``) and their throughput,
@@ -314,13 +319,51 @@ class Tuner:
                 if self.result.stopped_because:
                     return
                 continue  # the next finding of the same report
+            self._onward = self._past(chosen, pick)
             base = dict(chosen.settings)
             self.result.best = dict(base)
             self.result.speedup *= chosen.realized.median if chosen.realized else 1.0
             report = chosen_report if (chosen_report := self._last_report(chosen)) is not None else report
 
+    def _past(self, chosen: Candidate, step: list[Candidate]) -> tuple[str, dict[str, Any]] | None:
+        """When ``chosen`` is a neighbour of the step's predicted worker count: its finding and
+        its change with the count one more step the same way (within ``0..2 x cores``; a rank's
+        change stays that rank's), else None."""
+        main = next((c for c in step if not c.neighbour), None)
+        if not chosen.neighbour or main is None or not self.options.neighbours:
+            return None
+        key = next((k for k in WORKER_KEYS if k in chosen.change), None)
+        if key is None or not isinstance(kept := chosen.change[key], int):
+            return None
+        predicted = main.change.get(key)
+        if not isinstance(predicted, int) or predicted == kept:
+            return None
+        value = kept + (1 if kept > predicted else -1)
+        return (
+            (chosen.finding or main.finding or "data.workers", {**chosen.change, key: value})
+            if 0 <= value <= 2 * self._cores
+            else None
+        )
+
+    def _onward_candidates(self, base: Mapping[str, Any]) -> list[Candidate] | None:
+        """The step after a neighbour was kept over the predicted count: the count one step
+        further (``_past``), a neighbour with no prediction, once."""
+        onward, self._onward = self._onward, None
+        if onward is None:
+            return None
+        finding, change = onward
+        if all(base.get(k) == v for k, v in change.items()):
+            return None
+        if any(c.settings == {**base, **change} and c.base == dict(base) for c in self.result.candidates):
+            return None
+        return [self._candidate(change, base, finding, None, "estimate", neighbour=True)]
+
     def _next_candidates(self, report: Report, base: Mapping[str, Any]) -> list[Candidate] | None:
-        """The top finding worth trying from ``report``, as candidates (with neighbours)."""
+        """The top finding worth trying from ``report``, as candidates (with neighbours); first,
+        after a neighbour was kept over the predicted count, the count one step further."""
+        onward = self._onward_candidates(base)
+        if onward is not None:
+            return onward
         threshold = 1.0 + self.options.min_saving
         for finding in report.findings:
             suggestion = dict(finding.suggestion)
@@ -629,12 +672,19 @@ class Tuner:
     def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
         """After ``min_rounds``, the rounds go on for the fastest candidate only (and the
         predicted value beside a neighbour that leads, for their head-to-head): the others,
-        slower so far, stop here, dropped."""
+        slower so far, stop here, dropped. Not a predicted value still undecided beside a
+        neighbour that leads and is kept: ``_finish`` keeps that neighbour over it unless it is
+        kept too and the head-to-head is decided, rounds that would only confirm the leader."""
         measured = [c for c in live if c.realized is not None]
         if not measured:
             return live
         leader = max(measured, key=lambda c: c.realized.median if c.realized else 0.0)
-        keep = [c for c in live if c is leader or (leader.neighbour and not c.neighbour)]
+        settled = leader.verdict == "keep"
+        keep = [
+            c
+            for c in live
+            if c is leader or (leader.neighbour and not c.neighbour and not (settled and c.verdict == "undecided"))
+        ]
         for c in live:
             if c not in keep and c.verdict == "undecided":
                 c.verdict = "drop"

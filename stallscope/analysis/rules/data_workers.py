@@ -273,12 +273,12 @@ def _persistent_gain_s(model: LoopModel, workers: int) -> float:
 
 
 def _keep_workers(ctx: Context, model: LoopModel, workers: int) -> bool:
-    """Whether the suggestion also sets ``persistent_workers=True``: a DataLoader that starts its
-    workers again at every pass (or will, with the workers suggested), in a span of several
-    passes, where keeping them saves at least ``min_saving`` of the span on top of the count
-    (what ``data.persistent_workers`` would find once the count is applied)."""
-    loader = ctx.loader
-    if loader is None or loader.persistent_workers or workers <= 0 or model.passes < 2:
+    """Whether the suggestion also sets ``persistent_workers=True``: a DataLoader with no workers
+    now, in a span of several passes, where keeping the workers suggested saves at least
+    ``min_saving`` of the span on top of the count (what ``data.persistent_workers`` would find
+    once the count is applied). A loader whose workers start at every pass already has that
+    finding of its own: the two never count the same start-ups."""
+    if ctx.loader is None or model.workers > 0 or workers <= 0 or model.passes < 2:
         return False
     if ctx.span.wall_s <= 0:
         return False
