@@ -262,8 +262,9 @@ def test_workers_for_a_loader_of_several_passes_are_kept_for_the_run(
     assert "each of the 5 epochs" in finding.fix
     model = build_loop_model(context)
     assert model is not None
-    # each later pass would start two workers: the modelled spawn and a batch's hand-over
-    restart_s = PASS_START_BASE_S + 2 * PASS_START_PER_WORKER_S + model.transfer_s
+    # each later pass would start two workers (the modelled spawn); kept, it still waits for its
+    # first batch, made and handed over, as a pass of started workers does
+    restart_s = PASS_START_BASE_S + 2 * PASS_START_PER_WORKER_S
     started = model.predict_saving_s(2, persistent=False)
     assert finding.est_saving_fraction == pytest.approx(started + 4 * restart_s, abs=1e-4)  # the span is 1.0 s
 
@@ -312,7 +313,7 @@ def test_workers_made_persistent_keep_only_the_first_pass_of_the_measured_start_
     assert model is not None
     assert model.predict_saving_s(2) == pytest.approx(0.0)
     each_pass_s = (300 + 50 + 20 + 10) / 1e3
-    one_batch_s = model.load_s + model.consumer_s
+    one_batch_s = model.load_s + model.transfer_s + model.consumer_s
     assert model.predict_saving_s(2, persistent=True) == pytest.approx(2 * (each_pass_s - one_batch_s))
 
 
@@ -446,3 +447,13 @@ def test_sixteen_workers_on_two_cores_are_told_fewer_even_when_they_keep_up() ->
     # as many workers as cores, or no CPU measured: nothing to say while the loop is fed
     assert data_workers.rule(dataclasses.replace(context, loader=loader(workers=2))) is None
     assert data_workers.rule(dataclasses.replace(context, host_signals=None)) is None
+
+
+def test_a_loader_without_persistent_workers_gets_the_count_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: False)
+    other = dataclasses.replace(loader(), kind="Batches", takes_persistent=False)
+    context = Context(span=_starved_passes(5), loader=other, cores=2, config=AnalysisConfig(), batch_tensors=2)
+    finding = data_workers.rule(context)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2}
+    assert "persistent_workers" not in finding.fix

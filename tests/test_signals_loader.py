@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -141,3 +142,19 @@ def test_a_loader_is_read_once_until_its_changeable_settings_change() -> None:
     # what the settings do not show (a batch sampler's batch size) is read again every 16 passes
     again = [reader.read(other)[1] for _ in range(2 * REREAD_EVERY)]
     assert again == ([False] * (REREAD_EVERY - 1) + [True]) * 2
+
+
+def test_a_loader_of_another_kind_may_not_take_persistent_workers() -> None:
+    class Batches:  # a loader of its own, with workers of its own, and no persistent_workers
+        num_workers = 0
+        batch_size = 8
+
+        def __iter__(self) -> Iterator[int]:
+            return iter(())
+
+    torch_loader = inspect_loader(DataLoader(tensor_dataset(), batch_size=64))
+    other = inspect_loader(Batches())
+    assert torch_loader is not None
+    assert torch_loader.takes_persistent
+    assert other is not None
+    assert not other.takes_persistent

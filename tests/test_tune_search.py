@@ -660,3 +660,67 @@ def test_a_neighbour_kept_over_the_prediction_is_followed_one_step_further(
     assert onward.kept is (four > 22.0)
     assert result.best.get("num_workers") == (4 if four > 22.0 else 3)
     assert not any(c.change.get("num_workers", 0) > 4 for c in result.candidates)
+
+
+def test_a_neighbour_of_no_workers_drops_what_needs_workers(job: Job, tmp_path: Path) -> None:
+    """A suggestion of 1 worker kept for the run: its neighbour of none is tried without
+    persistent_workers (a DataLoader refuses it without workers), the other with it."""
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        if settings.get("num_workers", 0) == 0 and "num_workers" not in settings:
+            suggestion = {"num_workers": 1, "persistent_workers": True}
+            return (job.make_finding(est_speedup=1.4, est_saving_fraction=0.3, suggestion=suggestion),)
+        return ()
+
+    job.findings = findings  # type: ignore[method-assign]
+    result = tune(job, tmp_path).result
+    one, none, two = result.candidates[:3]
+    assert one.change == {"num_workers": 1, "persistent_workers": True}
+    assert none.change == {"num_workers": 0}
+    assert none.settings == {"num_workers": 0}
+    assert two.change == {"num_workers": 2, "persistent_workers": True}
+
+
+def test_a_count_one_further_that_wins_is_followed_again(
+    make_report: Callable[..., Report], make_finding: Callable[..., Finding], tmp_path: Path
+) -> None:
+    """On 3 cores (up to 6 workers): 3 kept over the predicted 2, then 4 and 5 each kept one
+    step further, and 6, slower than 5, is not."""
+    job = Job(make_report, make_finding)
+    job.rates.update({3: 22.0, 4: 26.0, 5: 30.0, 6: 28.0})
+    job.findings = lambda settings: (  # type: ignore[method-assign]
+        (make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}),)
+        if settings.get("num_workers", 0) < 2
+        else ()
+    )
+    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=3)
+    result = tuner.run()
+    onward = result.candidates[3:]
+    assert [(c.base, c.change) for c in onward] == [
+        ({"num_workers": 3}, {"num_workers": 4}),
+        ({"num_workers": 4}, {"num_workers": 5}),
+        ({"num_workers": 5}, {"num_workers": 6}),
+    ]
+    assert [c.kept for c in onward] == [True, True, False]
+    assert result.best == {"num_workers": 5}
+
+
+def test_a_count_measured_one_further_is_not_measured_again_from_the_same_baseline(job: Job, tmp_path: Path) -> None:
+    """4 workers, tried one step past the 3 kept, did not pay; the diagnosis from 3 then
+    predicts 4: it is not tried again."""
+    job.rates.update({3: 22.0, 4: 22.0})
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        workers = settings.get("num_workers", 0)
+        if workers < 2:
+            return (job.make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}),)
+        if workers == 3:
+            return (job.make_finding(est_speedup=1.3, est_saving_fraction=0.23, suggestion={"num_workers": 4}),)
+        return ()
+
+    job.findings = findings  # type: ignore[method-assign]
+    result = tune(job, tmp_path).result
+    from_three = [c for c in result.candidates if c.base == {"num_workers": 3}]
+    assert [c.change for c in from_three] == [{"num_workers": 4}]
+    assert not from_three[0].kept
+    assert result.best == {"num_workers": 3}

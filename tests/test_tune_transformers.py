@@ -143,3 +143,22 @@ def test_which_suggestions_a_transformers_trial_applies() -> None:
     assert not in_place("plain", {"num_workers": 2, "non_blocking": True})
     assert in_place("lightning", {"pin_memory": True, "non_blocking": True})
     assert not in_place("plain", {})
+
+
+def test_a_trial_of_no_workers_clears_what_a_dataloader_refuses_without_them(tmp_path: Path) -> None:
+    """The user's own arguments keep workers alive; a trial of none must not hand
+    ``persistent_workers=True`` to a DataLoader of no workers (it raises)."""
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "user"),
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=2,
+        dataloader_persistent_workers=True,
+        dataloader_prefetch_factor=4,
+    )
+    trial = Trial(TrialPlan(1, tmp_path / "trial", {"dataloader_num_workers": 0}, steps=10))
+    tune_transformers.attach(trial, args)
+    assert args.dataloader_num_workers == 0
+    assert args.dataloader_persistent_workers is False
+    assert args.dataloader_prefetch_factor is None
+    assert not trial.not_applied

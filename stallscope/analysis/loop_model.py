@@ -241,10 +241,10 @@ class LoopModel:
         keep = self.persistent if persistent is None else persistent
         now = self.steps * self.step_s + self.pass_overhead_s
         passes = max(1, self.passes)
+        # a later pass of persistent workers waits for its first batch, made and handed over
+        later_pass = self.load_s + self.transfer_s + self.consumer_at(workers)
         if keep and workers > 0:
-            after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * (
-                self.load_s + self.consumer_at(workers)
-            )
+            after_overhead = self.predict_pass_overhead_s(workers) + (passes - 1) * later_pass
         else:
             after_overhead = passes * self.predict_pass_overhead_s(workers)
         if workers > 0 and self.workers > 0:
@@ -256,7 +256,7 @@ class LoopModel:
             fewer = max(0, self.workers - workers)
             if keep and not self.persistent:
                 first = self.pass_overhead_s / passes - PASS_START_PER_WORKER_S * fewer
-                kept = first + (passes - 1) * (self.load_s + self.consumer_at(workers))
+                kept = first + (passes - 1) * later_pass
             else:
                 kept = self.pass_overhead_s - passes * PASS_START_PER_WORKER_S * fewer
             after_overhead = max(after_overhead, kept)

@@ -49,7 +49,7 @@ def _loader(f: Finding, ctx: Context) -> Finding:
             fix = (
                 f"Set dataloader_num_workers={suggestion['dataloader_num_workers']} (now {now}) and"
                 " dataloader_persistent_workers=True in TrainingArguments: without it the Trainer's loader starts"
-                " its workers anew every epoch. The prediction is for both together."
+                " its worker processes anew every epoch. The prediction is for both together."
             )
     snippet = _args(fields)
     if "torch_num_threads" in suggestion:

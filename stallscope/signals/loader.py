@@ -43,6 +43,9 @@ class LoaderConfig:
     #: the sampler draws in random order (``shuffle=True``); None when not known
     shuffle: bool | None = None
     drop_last: bool = False
+    #: the loader has a ``persistent_workers`` setting (a torch ``DataLoader``, not every loader
+    #: with a ``num_workers``)
+    takes_persistent: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +87,7 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         per_sample_indexing=in_memory is not None and batched and not getattr(dataset, "__getitems__", None),
         shuffle=shuffle,
         drop_last=bool(getattr(iterable, "drop_last", False)),
+        takes_persistent=hasattr(iterable, "persistent_workers"),
     )
 
 

@@ -46,6 +46,12 @@ MIN_STEPS = 10
 START_ALLOWANCE_S = 60.0
 #: the worker count's key in each loop kind's vocabulary (its neighbours are tried too)
 WORKER_KEYS = ("num_workers", "dataloader_num_workers")
+#: settings that only mean something with workers (a DataLoader refuses them without), by the
+#: worker count's key: dropped from a candidate of no workers
+WITH_WORKERS = {
+    "num_workers": ("persistent_workers", "prefetch_factor"),
+    "dataloader_num_workers": ("dataloader_persistent_workers", "dataloader_prefetch_factor"),
+}
 #: a later trial's timeout is at least trial 0's wall time and this much more
 TIMEOUT_SLACK_S = 30.0
 #: the pairs' scatter is judged from this many degrees of freedom or more (before: every
@@ -329,21 +335,20 @@ class Tuner:
         """When ``chosen`` is a neighbour of the step's predicted worker count: its finding and
         its change with the count one more step the same way (within ``0..2 x cores``; a rank's
         change stays that rank's), else None."""
-        main = next((c for c in step if not c.neighbour), None)
-        if not chosen.neighbour or main is None or not self.options.neighbours:
+        if not chosen.neighbour or not self.options.neighbours:
             return None
         key = next((k for k in WORKER_KEYS if k in chosen.change), None)
         if key is None or not isinstance(kept := chosen.change[key], int):
             return None
-        predicted = main.change.get(key)
-        if not isinstance(predicted, int) or predicted == kept:
+        # the predicted count, or in a step that went one further already, the count it went from
+        main = next((c for c in step if not c.neighbour), None)
+        start = main.change.get(key) if main is not None else chosen.base.get(key)
+        if not isinstance(start, int) or start == kept:
             return None
-        value = kept + (1 if kept > predicted else -1)
-        return (
-            (chosen.finding or main.finding or "data.workers", {**chosen.change, key: value})
-            if 0 <= value <= 2 * self._cores
-            else None
-        )
+        value = kept + (1 if kept > start else -1)
+        if not 0 <= value <= 2 * self._cores:
+            return None
+        return chosen.finding or "data.workers", {**chosen.change, key: value}
 
     def _onward_candidates(self, base: Mapping[str, Any]) -> list[Candidate] | None:
         """The step after a neighbour was kept over the predicted count: the count one step
@@ -352,11 +357,14 @@ class Tuner:
         if onward is None:
             return None
         finding, change = onward
-        if all(base.get(k) == v for k, v in change.items()):
-            return None
-        if any(c.settings == {**base, **change} and c.base == dict(base) for c in self.result.candidates):
+        if all(base.get(k) == v for k, v in change.items()) or self._measured(base, change):
             return None
         return [self._candidate(change, base, finding, None, "estimate", neighbour=True)]
+
+    def _measured(self, base: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+        """Whether a candidate of these settings was measured against ``base`` already."""
+        settings = _without_idle_keys({**base, **change})
+        return any(c.settings == settings and c.base == dict(base) for c in self.result.candidates)
 
     def _next_candidates(self, report: Report, base: Mapping[str, Any]) -> list[Candidate] | None:
         """The top finding worth trying from ``report``, as candidates (with neighbours); first,
@@ -375,8 +383,8 @@ class Tuner:
                         ByHand(finding.id, suggestion, finding.est_speedup, finding.est_speedup_bound, finding.fix)
                     )
                 continue
-            if all(base.get(k) == v for k, v in suggestion.items()):
-                continue  # applied already
+            if all(base.get(k) == v for k, v in suggestion.items()) or self._measured(base, suggestion):
+                continue  # applied already, or measured from this baseline (a step one further)
             key = (finding.id, repr(sorted(suggestion.items())) + repr(sorted(base.items())))
             if key in self._tried:
                 continue
@@ -387,8 +395,12 @@ class Tuner:
             if self.options.neighbours and isinstance(workers, int):
                 now = base.get(workers_key)
                 for value in (workers - 1, workers + 1):
-                    if 0 <= value <= 2 * self._cores and value != now and value != workers:
-                        change = {**suggestion, workers_key: value}
+                    change = {**suggestion, workers_key: value}
+                    if (
+                        0 <= value <= 2 * self._cores
+                        and value not in (now, workers)
+                        and not self._measured(base, change)
+                    ):
                         made.append(self._candidate(change, base, finding.id, None, "estimate", neighbour=True))
             return made
         return None
@@ -403,10 +415,11 @@ class Tuner:
         *,
         neighbour: bool = False,
     ) -> Candidate:
+        settings = _without_idle_keys({**base, **change})
         candidate = Candidate(
             index=len(self.result.candidates),
-            change=dict(change),
-            settings={**base, **change},
+            change={k: v for k, v in change.items() if k in settings},
+            settings=settings,
             finding=finding,
             predicted=predicted,
             bound=bound,
@@ -672,9 +685,10 @@ class Tuner:
     def _narrowed(self, live: list[Candidate], rnd: int) -> list[Candidate]:
         """After ``min_rounds``, the rounds go on for the fastest candidate only (and the
         predicted value beside a neighbour that leads, for their head-to-head): the others,
-        slower so far, stop here, dropped. Not a predicted value still undecided beside a
-        neighbour that leads and is kept: ``_finish`` keeps that neighbour over it unless it is
-        kept too and the head-to-head is decided, rounds that would only confirm the leader."""
+        slower so far, stop here, dropped. So does a predicted value still undecided beside a
+        neighbour that leads and is kept: the neighbour is kept on its lead. A trade-off: more
+        rounds might show the predicted value kept too, and ``_finish`` prefers it to a
+        neighbour not surely faster; rounds that would favour a value measured slower so far."""
         measured = [c for c in live if c.realized is not None]
         if not measured:
             return live
@@ -834,3 +848,13 @@ def scratch_for(out: Path, clock: Callable[[], float] = time.time) -> Path:
     """A fresh scratch folder beside ``tune.json``: ``stallscope-tune/<time>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
     return out.resolve().parent / "stallscope-tune" / stamp
+
+
+def _without_idle_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` less what only means something with workers, where they set none (a
+    neighbour of one worker, a step down to none from persistent workers): a DataLoader refuses
+    ``persistent_workers`` without workers."""
+    for key, idle in WITH_WORKERS.items():
+        if settings.get(key) == 0:
+            settings = {k: v for k, v in settings.items() if k not in idle}
+    return settings

@@ -41,6 +41,14 @@ def attach(trial: Trial, args: Any) -> None:
             trial.applied[key] = value
         except Exception as exc:
             trial.not_applied[key] = f"{type(exc).__name__}: {exc}"
+    if trial.applied.get("dataloader_num_workers") == 0:
+        # the Trainer hands these to its DataLoader, which refuses them without workers
+        for name, off in (("dataloader_persistent_workers", False), ("dataloader_prefetch_factor", None)):
+            try:
+                if getattr(args, name, off) != off:
+                    setattr(args, name, off)
+            except Exception as exc:
+                trial.not_applied[name] = f"{type(exc).__name__}: {exc}"
 
 
 def before_init() -> None:

@@ -278,12 +278,17 @@ def _keep_workers(ctx: Context, model: LoopModel, workers: int) -> bool:
     ``min_saving`` of the span on top of the count (what ``data.persistent_workers`` would find
     once the count is applied). A loader whose workers start at every pass already has that
     finding of its own: the two never count the same start-ups."""
-    if ctx.loader is None or model.workers > 0 or workers <= 0 or model.passes < 2:
+    loader = ctx.loader
+    if loader is None or not loader.takes_persistent or model.workers > 0 or workers <= 0 or model.passes < 2:
         return False
-    if ctx.span.wall_s <= 0:
+    wall = ctx.span.wall_s
+    if wall <= 0:
         return False
-    gain = cap_by_device_idle(_persistent_gain_s(model, workers) / ctx.span.wall_s, ctx)
-    return gain >= ctx.config.min_saving
+    # on a GPU only the device's idle time can be saved: the gain is what keeping them adds
+    # to the count's saving, both capped
+    both = cap_by_device_idle(model.predict_saving_s(workers, persistent=True) / wall, ctx)
+    alone = cap_by_device_idle(model.predict_saving_s(workers, persistent=False) / wall, ctx)
+    return both - max(0.0, alone) >= ctx.config.min_saving
 
 
 def _keep_workers_fix(model: LoopModel, workers: int) -> str:
@@ -291,7 +296,7 @@ def _keep_workers_fix(model: LoopModel, workers: int) -> str:
     its = "its worker outlives" if workers == 1 else f"its {workers} workers outlive"
     return (
         f"Also set persistent_workers=True so {its} the epoch: without it each of the {model.passes} epochs here"
-        f" starts {'it' if workers == 1 else 'them'} anew (about {fmt_ms(each)} each time, as modelled)."
+        f" starts {'the worker' if workers == 1 else 'them'} anew (about {fmt_ms(each)} each time, as modelled)."
         " The prediction is for both together."
     )
 
