@@ -6,7 +6,8 @@ examples/<name>.py --quiet``), this
 1. runs ``tune`` on it (the library behind ``stallscope tune``, same trials);
 2. sweeps the same knobs by brute force: every combination (``num_workers`` 0..2x cores,
    ``pin_memory``, ``prefetch_factor`` 2/4/8, or the checkpoint interval 5/10/20/50/100 and
-   ``async_save``), each measured with the same trials as tune's (same steps and warm-up), in
+   ``async_save``), each measured with the same trials as tune's (same steps and warm-up: 40
+   measured steps, or ``SCENARIO_STEPS`` where 40 cannot tell the knobs apart), in
    ``--passes`` interleaved passes (3: as many as tune's rounds; a sweep of single runs on a
    busy host picks noise), best = highest median;
 3. runs tune's final settings against the sweep's best, interleaved (``--pairs`` pairs, 5: on
@@ -17,7 +18,7 @@ A row holds when tune's settings reach at least 90% of the sweep's best throughp
 of the pairs) in less than a third of the sweep's wall time. The load (``/proc/loadavg``) before
 and after each scenario is printed beside its numbers: other processes disturb both sides alike.
 
-    .venv/bin/python benchmarks/tune_check.py [--only NAME ...] [--steps 40] [--markdown FILE]
+    .venv/bin/python benchmarks/tune_check.py [--only NAME ...] [--steps N] [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ SCENARIOS: dict[str, dict[str, list[Any]] | None] = {
     # its fix (a logger call in the user's loop) is applied by hand: tune lists it, nothing to sweep
     "chatty_logging": None,
 }
+#: measured steps per trial by scenario, where the default is too few to tell its knobs apart:
+#: the checkpoint intervals swept (up to 100 steps, tune's up to the run's 120) save nothing in
+#: 40 steps, so 40-step trials compare every interval above 45 as the same run; 110 of the
+#: run's 120 steps (5 of warm-up before them) hold a save at 50 and at 100
+SCENARIO_STEPS = {"lightning_frequent_checkpoint": 110}
+#: measured steps per trial elsewhere
+DEFAULT_STEPS = 40
 TARGET_THROUGHPUT = 0.90
 TARGET_TIME = 1 / 3
 #: a trial's timeout (seconds)
@@ -132,8 +140,10 @@ def load() -> str:
 def check(name: str, knobs: dict[str, list[Any]] | None, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     command = [sys.executable, str(ROOT / "examples" / f"{name}.py"), "--quiet"]
     row: dict[str, Any] = {"scenario": name, "load_before": load()}
+    steps = args.steps or SCENARIO_STEPS.get(name, DEFAULT_STEPS)
+    row["steps"] = steps
     options = TuneOptions(
-        budget_s=args.budget, steps=args.steps, seconds=None, warmup_steps=args.warmup, scratch=tmp / name / "tune"
+        budget_s=args.budget, steps=steps, seconds=None, warmup_steps=args.warmup, scratch=tmp / name / "tune"
     )
     started = time.monotonic()
     result: TuneResult = Tuner(command, options).run()
@@ -153,12 +163,12 @@ def check(name: str, knobs: dict[str, list[Any]] | None, args: argparse.Namespac
     if knobs is None:
         row["load_after"] = load()
         return row
-    trials = Trials(command, tmp / name / "sweep", args.steps, args.warmup)
+    trials = Trials(command, tmp / name / "sweep", steps, args.warmup)
     configs = list(grid(knobs))
     best, best_rate, wall = sweep(trials, configs, args.passes)
     row.update(sweep_configs=len(configs), sweep_trials=trials.count, sweep_wall_s=wall, sweep_best=best)
     row["sweep_best_rate"] = best_rate
-    versus = Trials(command, tmp / name / "versus", args.steps, args.warmup)
+    versus = Trials(command, tmp / name / "versus", steps, args.warmup)
     head = head_to_head(versus, best, dict(result.best), args.pairs)
     row["throughput"] = head.median if head else 0.0
     row["throughput_interval"] = (head.low, head.high) if head else None
@@ -191,14 +201,19 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         else:
             cells = ["nothing tune can apply in place", "-", "-", "-"]
         load = f"{r['load_before']} / {r['load_after']}"
-        lines.append(f"| {r['scenario']} | {tune} | " + " | ".join(cells) + f" | {load} |")
+        lines.append(f"| {r['scenario']} ({r['steps']} steps) | {tune} | " + " | ".join(cells) + f" | {load} |")
     return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
-    parser.add_argument("--steps", type=int, default=40, help="measured steps per trial (default 40)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"measured steps per trial (default {DEFAULT_STEPS}; {SCENARIO_STEPS} where set)",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="warm-up steps per trial (default 5)")
     parser.add_argument("--passes", type=int, default=3, help="sweep passes (default 3)")
     parser.add_argument("--pairs", type=int, default=5, help="tune-vs-sweep pairs (default 5)")

@@ -362,9 +362,11 @@ class Tuner:
         return [self._candidate(change, base, finding, None, "estimate", neighbour=True)]
 
     def _measured(self, base: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
-        """Whether a candidate of these settings was measured against ``base`` already."""
+        """Whether a candidate of these settings ran against ``base`` already (not one skipped)."""
         settings = _without_idle_keys({**base, **change})
-        return any(c.settings == settings and c.base == dict(base) for c in self.result.candidates)
+        return any(
+            c.settings == settings and c.base == dict(base) and c.verdict != "skipped" for c in self.result.candidates
+        )
 
     def _next_candidates(self, report: Report, base: Mapping[str, Any]) -> list[Candidate] | None:
         """The top finding worth trying from ``report``, as candidates (with neighbours); first,
