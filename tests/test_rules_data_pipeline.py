@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from signal_fakes import nvml
 from test_analysis_loop_model import MS, ctx, loader, starved_span
 
 from stallscope.analysis import loop_model
@@ -457,3 +458,27 @@ def test_a_loader_without_persistent_workers_gets_the_count_alone(monkeypatch: p
     assert finding is not None
     assert finding.suggestion == {"num_workers": 2}
     assert "persistent_workers" not in finding.fix
+
+
+def test_on_a_gpu_busy_during_the_waits_keeping_the_workers_must_add_to_the_capped_saving(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The five passes' waits are 80% of the span; NVML saw the GPU 80% busy during them, so at
+    most 16% of the span can be saved. The count alone saves more than that (18.5% uncapped), so
+    keeping the workers adds nothing a GPU would feel: the count alone."""
+    monkeypatch.setattr(loop_model, "_tensors_as_descriptors", lambda: False)
+    busy = Context(
+        span=_starved_passes(5),
+        loader=loader(),
+        cores=2,
+        config=AnalysisConfig(),
+        batch_tensors=2,
+        nvml=nvml(util_by_phase={"data": 0.8}),
+    )
+    model = build_loop_model(busy)
+    assert model is not None
+    assert model.predict_saving_s(2, persistent=False) > 0.16  # the span is 1.0 s
+    finding = data_workers.rule(busy)
+    assert finding is not None
+    assert finding.suggestion == {"num_workers": 2}
+    assert finding.est_saving_fraction == pytest.approx(0.16, abs=1e-3)
