@@ -25,6 +25,7 @@ from stallscope.analysis.disturbance import (
     step_scatter,
 )
 from stallscope.analysis.rules import checkpoint_frequency
+from stallscope.signals.host import usable_cores
 from stallscope.signals.host_sampler import HostSampler, MemoryReading
 from stallscope.signals.procfs import machine_cpu
 from stallscope.timeline.phases import BUILTIN_PHASES
@@ -261,8 +262,10 @@ def _work(rounds: int) -> bytes:
 
 def _run_with_competition(report_dir: Path) -> tuple[str, ...]:
     """200 identical steps; during steps 100 to 159, processes spinning on every core (twelve per
-    core) take most of the CPU. The final report's notes."""
-    cores = os.cpu_count() or 1
+    core) take most of the CPU. The final report's notes. The cores are those the run may use (a
+    container's CPU quota, its affinity), not the host's: a runner limited to 2 of 64 cores
+    starts 24 spinners, not 768."""
+    cores = usable_cores()
     spin = "import sys\nsys.stdout.write('x')\nsys.stdout.flush()\nwhile True:\n    pass\n"
     spinners: list[subprocess.Popen[bytes]] = []
 
