@@ -91,10 +91,14 @@ def job(make_report: Callable[..., Report], make_finding: Callable[..., Finding]
     return Job(make_report, make_finding)
 
 
-def tune(job: Job, tmp_path: Path, **options: Any) -> Tuner:
-    tuner = Tuner(
-        ["python", "train.py"], TuneOptions(scratch=tmp_path, **options), run_trial=job, clock=job.clock, cores=2
+def _tuner(job: Job, tmp_path: Path, *, cores: int = 2, **options: Any) -> Tuner:
+    return Tuner(
+        ["python", "train.py"], TuneOptions(scratch=tmp_path, **options), run_trial=job, clock=job.clock, cores=cores
     )
+
+
+def tune(job: Job, tmp_path: Path, *, cores: int = 2, **options: Any) -> Tuner:
+    tuner = _tuner(job, tmp_path, cores=cores, **options)
     tuner.run()
     return tuner
 
@@ -237,9 +241,7 @@ def _three_after_two(job: Job) -> None:
 
 def _bare_tuner(job: Job, tmp_path: Path, **options: Any) -> Tuner:
     """A tuner past trial 0 (1 s trials of 50 steps), for ``_compare`` called directly."""
-    tuner = Tuner(
-        ["python", "train.py"], TuneOptions(scratch=tmp_path, **options), run_trial=job, clock=job.clock, cores=3
-    )
+    tuner = _tuner(job, tmp_path, cores=3, **options)
     tuner._started = job.clock()
     tuner._timeout_s = 60.0
     tuner.result.trial_steps = 50
@@ -681,20 +683,16 @@ def test_a_neighbour_of_no_workers_drops_what_needs_workers(job: Job, tmp_path: 
     assert two.change == {"num_workers": 2, "persistent_workers": True}
 
 
-def test_a_count_one_further_that_wins_is_followed_again(
-    make_report: Callable[..., Report], make_finding: Callable[..., Finding], tmp_path: Path
-) -> None:
+def test_a_count_one_further_that_wins_is_followed_again(job: Job, tmp_path: Path) -> None:
     """On 3 cores (up to 6 workers): 3 kept over the predicted 2, then 4 and 5 each kept one
     step further, and 6, slower than 5, is not."""
-    job = Job(make_report, make_finding)
     job.rates.update({3: 22.0, 4: 26.0, 5: 30.0, 6: 28.0})
     job.findings = lambda settings: (  # type: ignore[method-assign]
-        (make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}),)
+        (job.make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion={"num_workers": 2}),)
         if settings.get("num_workers", 0) < 2
         else ()
     )
-    tuner = Tuner(["python", "train.py"], TuneOptions(scratch=tmp_path), run_trial=job, clock=job.clock, cores=3)
-    result = tuner.run()
+    result = tune(job, tmp_path, cores=3).result
     onward = result.candidates[3:]
     assert [(c.base, c.change) for c in onward] == [
         ({"num_workers": 3}, {"num_workers": 4}),

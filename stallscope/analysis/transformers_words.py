@@ -44,13 +44,15 @@ def _loader(f: Finding, ctx: Context) -> Finding:
     fix = f"Set {', '.join(parts)} in TrainingArguments (the Trainer builds its train DataLoader from them)."
     if "dataloader_num_workers" in suggestion and ctx.loader is not None:
         now = ctx.loader.num_workers
-        fix = f"Set dataloader_num_workers={suggestion['dataloader_num_workers']} in TrainingArguments (now {now})."
+        workers = suggestion["dataloader_num_workers"]
         if suggestion.get("dataloader_persistent_workers"):
             fix = (
-                f"Set dataloader_num_workers={suggestion['dataloader_num_workers']} (now {now}) and"
-                " dataloader_persistent_workers=True in TrainingArguments: without it the Trainer's loader starts"
-                " its worker processes anew every epoch. The prediction is for both together."
+                f"Set dataloader_num_workers={workers} (now {now}) and dataloader_persistent_workers=True in"
+                " TrainingArguments: without it the Trainer's loader starts its worker processes anew every epoch."
+                " The prediction is for both together."
             )
+        else:
+            fix = f"Set dataloader_num_workers={workers} in TrainingArguments (now {now})."
     snippet = _args(fields)
     if "torch_num_threads" in suggestion:
         threads = suggestion["torch_num_threads"]

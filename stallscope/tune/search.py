@@ -356,8 +356,8 @@ class Tuner:
         onward, self._onward = self._onward, None
         if onward is None:
             return None
-        finding, change = onward
-        if all(base.get(k) == v for k, v in change.items()) or self._measured(base, change):
+        finding, change = onward  # its count is one past the base's: never applied already
+        if self._measured(base, change):
             return None
         return [self._candidate(change, base, finding, None, "estimate", neighbour=True)]
 

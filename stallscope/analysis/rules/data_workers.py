@@ -76,7 +76,8 @@ def rule(ctx: Context) -> Finding | None:
     # suggestion keeps them (one change to make and to try, not two in turn)
     keep = _keep_workers(ctx, model, suggested)
     # on a GPU, only the time the device actually idled during the waits can be recovered
-    saving = frac(cap_by_device_idle(model.predict_saving_s(suggested, persistent=keep) / ctx.span.wall_s, ctx))
+    saving_s = model.predict_saving_s(suggested, persistent=keep)
+    saving = frac(cap_by_device_idle(saving_s / ctx.span.wall_s, ctx))
     if saving <= 0:
         return None
     wait_share = ctx.span.phase_fraction("data")
@@ -112,7 +113,8 @@ def rule(ctx: Context) -> Finding | None:
     else:
         fix = f"Raise num_workers of {where} from {model.workers} to {suggested}."
     if keep:
-        fix += f" {_keep_workers_fix(model, suggested)}"
+        gain_s = _persistent_gain_s(model, suggested)
+        fix += f" {_keep_workers_fix(model, suggested, gain_s)}"
     gil_wait = model.gil_wait_at(suggested)
     if not fewer and gil_wait >= 0.1 * predicted:
         workers_gil = "worker's" if suggested == 1 else "workers'"
@@ -203,8 +205,8 @@ def rule(ctx: Context) -> Finding | None:
             "passes": model.passes,
             "pass_start_ms": ms(model.pass_overhead_s / max(1, model.passes)),
             "predicted_pass_start_ms": ms(model.predict_pass_overhead_s(suggested)),
-            "predicted_saving_ms": ms(model.predict_saving_s(suggested, persistent=keep)),
-            **({"persistent_saving_ms": ms(_persistent_gain_s(model, suggested))} if keep else {}),
+            "predicted_saving_ms": ms(saving_s),
+            **({"persistent_saving_ms": ms(gain_s)} if keep else {}),
             **range_evidence,
         },
         fix=fix,
@@ -291,8 +293,9 @@ def _keep_workers(ctx: Context, model: LoopModel, workers: int) -> bool:
     return both - max(0.0, alone) >= ctx.config.min_saving
 
 
-def _keep_workers_fix(model: LoopModel, workers: int) -> str:
-    each = _persistent_gain_s(model, workers) / max(1, model.passes - 1)
+def _keep_workers_fix(model: LoopModel, workers: int, gain_s: float) -> str:
+    """The fix's words for keeping ``workers`` for the run, which saves ``gain_s`` over the span."""
+    each = gain_s / max(1, model.passes - 1)
     its = "its worker outlives" if workers == 1 else f"its {workers} workers outlive"
     return (
         f"Also set persistent_workers=True so {its} the epoch: without it each of the {model.passes} epochs here"
