@@ -101,8 +101,13 @@ def test_a_logger_that_blocks_is_moved_to_a_thread_and_still_logs(name: str, tmp
     # the calls' CPU measured (mostly waiting): only their wait is removed, a floor, unless other
     # work on this machine saturated its cores meanwhile (then the wait may be a wait for a core)
     assert top.evidence["call_cpu_share"] < 0.5
-    saturated = top.evidence["busy_cores"] >= SATURATED_SHARE * top.evidence["machine_cores"]
-    assert top.est_speedup_bound == ("estimate" if saturated else "lower")
+    # (the evidence rounds busy_cores to 0.01: within that of the line, either side is right; a
+    # slowdown billed after each call is not surely the call's, and makes the whole an estimate)
+    line = SATURATED_SHARE * top.evidence["machine_cores"]
+    if abs(top.evidence["busy_cores"] - line) > 0.005:
+        saturated = top.evidence["busy_cores"] > line
+        slower_after = top.evidence["slower_after_each_ms"] > 0
+        assert top.est_speedup_bound == ("estimate" if saturated or slower_after else "lower")
     # 3 ms a call before; a queue.put after: microseconds on a quiet host (benchmarks/whatif.py
     # measures what that buys). On a busy one each hand-off may also wait for a core and the GIL:
     # with two CPU-bound processes beside the suite, after / before read 0.19 and 0.52. Less, then.
