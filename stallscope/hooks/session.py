@@ -230,10 +230,18 @@ class _Group:
         assert last is not None
         assert view is not None
         assert self.first is not None
+        # made directly: ``dataclasses.replace`` cost several times more, once per epoch of a run
+        # of short epochs at its end
         if epoch.index != last:
-            return dataclasses.replace(epoch, diagnosed_with=last)
+            return EpochReport(
+                index=epoch.index,
+                summary=epoch.summary,
+                findings=epoch.findings,
+                covers_epochs=epoch.covers_epochs,
+                diagnosed_with=last,
+            )
         covers = (self.first, last) if self.first < last else None
-        return dataclasses.replace(epoch, findings=view.get()[1], covers_epochs=covers)
+        return EpochReport(index=epoch.index, summary=epoch.summary, findings=view.get()[1], covers_epochs=covers)
 
 
 class _Grouped(Later[EpochReport]):

@@ -13,6 +13,8 @@ from stallscope.timeline.stats import Distribution, SpanStats
 
 
 def _dist(d: Distribution) -> dict[str, float]:
+    if not (d.max or d.mean):  # no wait at all (most loops' data_wait_s): round() is the cost here
+        return dict.fromkeys(("mean", "p10", "p50", "p90", "max"), 0.0)
     return {
         "mean": round(d.mean, 6),
         "p10": round(d.p10, 6),
@@ -32,7 +34,7 @@ def phase_fractions(span: SpanStats) -> dict[str, float]:
     largest = ""
     top = -1.0
     for name, ns in span.phase_ns.items():
-        value = rounded[name] = round((ns if ns > 0 else 0) / wall, 6)
+        value = rounded[name] = round(ns / wall, 6) if ns > 0 else 0.0
         if value > top:
             largest, top = name, value
     if not rounded:
@@ -129,7 +131,7 @@ def summarize(
         gpu_idle_fraction=round(min(1.0, max(0.0, idle_fraction)), 6),
         idle_source=idle_source,
         phase_fractions=fractions,
-        phase_seconds={name: round(ns / 1e9, 6) for name, ns in span.phase_ns.items()},
+        phase_seconds={name: round(ns / 1e9, 6) if ns else 0.0 for name, ns in span.phase_ns.items()},
         step_time_s=_dist(span.step),
         data_wait_s=_dist(span.data_wait),
         nvml=nvml,

@@ -262,6 +262,9 @@ def _stacked_bars(rows: Sequence[tuple[str, Mapping[str, float], str]], names: S
     parts = [
         f'<svg id="{css_id}" class="bars" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img">'
     ]
+    # each phase's escaped name and colour once, not once a segment (a run of many epochs)
+    names_h = {name: _h(name) for name in names}
+    fills = {name: colour(name, names) for name in names}
     for i, (label, fractions, extra) in enumerate(rows):
         y = i * ROW_H + 2
         parts.append(f'<text x="0" y="{y + 16}">{_h(label)}</text>')
@@ -271,15 +274,16 @@ def _stacked_bars(rows: Sequence[tuple[str, Mapping[str, float], str]], names: S
             if frac <= 0:
                 continue
             w = frac * bar_w
-            tip = f"{label} · {name}: {_pct(frac)}"
+            pct, name_h = _pct(frac), names_h[name]
+            tip = _h(f"{label} · {name}: {pct}")
             parts.append(
-                f'<rect class="seg" data-phase="{_h(name)}" data-fraction="{frac:.6f}"'
+                f'<rect class="seg" data-phase="{name_h}" data-fraction="{frac:.6f}"'
                 f' x="{_n(x)}" y="{y}" width="{_n(w)}"'
-                f' height="{ROW_H - 6}" fill="{colour(name, names)}"'
-                f' data-tip="{_h(tip)}"><title>{_h(tip)}</title></rect>'
+                f' height="{ROW_H - 6}" fill="{fills[name]}"'
+                f' data-tip="{tip}"><title>{tip}</title></rect>'
             )
             if w > 64:
-                parts.append(f'<text x="{_n(x + 4)}" y="{y + 15}" style="fill:#000">{_h(name)} {_pct(frac)}</text>')
+                parts.append(f'<text x="{_n(x + 4)}" y="{y + 15}" style="fill:#000">{name_h} {pct}</text>')
             x += w
         parts.append(f'<text x="{WIDTH - 66}" y="{y + 16}" class="muted">{_h(extra)}</text>')
     parts.append("</svg>")
@@ -330,10 +334,11 @@ def _idle_windows(summary: Summary) -> str:
         idle = min(1.0, max(0.0, float(w["idle_fraction"])))
         x = left + at / total * plot_w
         bw = max(0.5, wall / total * plot_w - 0.5)
+        # the tip is made of numbers alone: nothing in it to escape
         tip = f"window {i + 1}: {int(w.get('steps', 0))} steps, {_secs(wall)}, idle {_pct(idle)}"
         parts.append(
             f'<rect class="win" x="{_n(x)}" y="{_n(top + (1 - idle) * h)}" width="{_n(bw)}" height="{_n(idle * h)}"'
-            f' fill="#d62728" fill-opacity="0.75" data-tip="{_h(tip)}"><title>{_h(tip)}</title></rect>'
+            f' fill="#d62728" fill-opacity="0.75" data-tip="{tip}"><title>{tip}</title></rect>'
         )
         at += wall
     parts.append(
