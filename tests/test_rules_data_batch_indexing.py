@@ -39,10 +39,24 @@ def in_memory(**overrides: object) -> object:
     return loader(**fields)
 
 
-def ctx(*, steps: int = 200, data_ms: float = 0.7, compute_ms: float = 2.0, **loader_fields: object) -> object:
+def ctx(
+    *,
+    steps: int = 200,
+    data_ms: float = 0.7,
+    compute_ms: float = 2.0,
+    framework: str = "plain",
+    **loader_fields: object,
+) -> object:
     """In-process loading of 0.7 ms a batch (all CPU), then 2 ms of compute per step."""
     span = record_span(steps=steps, data_ms=data_ms, data_cpu_ms=data_ms, compute_ms=compute_ms)
-    return context(span, cores=2, loader=in_memory(**loader_fields), batch_tensors=TENSORS, batch_bytes=NBYTES)
+    return context(
+        span,
+        cores=2,
+        framework=framework,
+        loader=in_memory(**loader_fields),
+        batch_tensors=TENSORS,
+        batch_bytes=NBYTES,
+    )
 
 
 def test_the_modelled_ratio_is_what_the_benchmark_measured() -> None:
@@ -93,6 +107,37 @@ def test_sequential_order_is_kept() -> None:
     f = data_batch_indexing.rule(ctx(shuffle=False, drop_last=True))  # type: ignore[arg-type]
     assert f is not None
     assert "BatchSampler(SequentialSampler(dataset), batch_size=64, drop_last=True)" in f.snippet
+
+
+def test_a_distributed_sampler_stays_inside_so_each_rank_keeps_its_share() -> None:
+    """A plain DDP loop's DistributedSampler: the BatchSampler draws from it (a Sequential- or
+    RandomSampler over the whole dataset would give every rank every sample), with its shuffle,
+    and the loop's ``loader.sampler.set_epoch`` moves to it."""
+    for shuffle in (True, False):
+        f = data_batch_indexing.rule(ctx(sampler="DistributedSampler", shuffle=shuffle))  # type: ignore[arg-type]
+        assert f is not None
+        assert f"base = DistributedSampler(dataset, shuffle={shuffle})" in f.snippet
+        assert "BatchSampler(base, batch_size=64, drop_last=False)" in f.snippet
+        assert "RandomSampler" not in f.snippet
+        assert "SequentialSampler" not in f.snippet
+        assert "set_epoch(epoch)" in f.fix
+
+
+def test_lightning_makes_the_distributed_sampler_from_the_order_the_loader_had() -> None:
+    """Lightning put the DistributedSampler in (the user's loader had shuffle=True) and wraps a
+    BatchSampler passed as sampler in its own, so the snippet keeps the user's order."""
+    f = data_batch_indexing.rule(ctx(framework="lightning", sampler="DistributedSampler", shuffle=True))  # type: ignore[arg-type]
+    assert f is not None
+    assert "BatchSampler(RandomSampler(dataset), batch_size=64, drop_last=False)" in f.snippet
+    assert "each rank its share of the batches" in f.fix
+
+
+def test_a_sampler_of_the_users_own_is_wrapped_as_it_is() -> None:
+    f = data_batch_indexing.rule(ctx(sampler="WeightedRandomSampler", shuffle=None))  # type: ignore[arg-type]
+    assert f is not None
+    assert "base = loader.sampler  # the loader's WeightedRandomSampler, as it is now" in f.snippet
+    assert "BatchSampler(base, batch_size=64" in f.snippet
+    assert "SequentialSampler" not in f.snippet
 
 
 @pytest.mark.parametrize(

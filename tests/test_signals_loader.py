@@ -54,6 +54,24 @@ def test_a_tensor_dataset_indexed_per_sample() -> None:
     assert cfg.to_dict()["batch_size"] == 64  # the report's fields are unchanged
 
 
+def test_the_sampler_and_its_order_are_read() -> None:
+    """A DistributedSampler's order is its ``shuffle``; another sampler's is not known."""
+    from torch.utils.data import DistributedSampler, WeightedRandomSampler
+
+    ds = tensor_dataset()
+    for shuffle in (True, False):
+        sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=shuffle)
+        cfg = inspect_loader(DataLoader(ds, sampler=sampler, batch_size=64))
+        assert cfg is not None
+        assert (cfg.sampler, cfg.shuffle) == ("DistributedSampler", shuffle)
+    weighted = inspect_loader(DataLoader(ds, sampler=WeightedRandomSampler([1.0] * len(ds), len(ds)), batch_size=64))
+    assert weighted is not None
+    assert (weighted.sampler, weighted.shuffle) == ("WeightedRandomSampler", None)
+    ordered = inspect_loader(DataLoader(ds, batch_size=64))
+    assert ordered is not None
+    assert (ordered.sampler, ordered.shuffle) == ("SequentialSampler", False)
+
+
 def test_a_batch_sampler_as_sampler_indexes_once_per_batch() -> None:
     ds = tensor_dataset()
     cfg = inspect_loader(DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 64, False), batch_size=None))

@@ -40,8 +40,12 @@ class LoaderConfig:
     #: the loader calls ``dataset[i]`` once per sample and collates the samples (automatic
     #: batching over single indices, and no ``__getitems__`` on the dataset)
     per_sample_indexing: bool = False
-    #: the sampler draws in random order (``shuffle=True``); None when not known
+    #: the sampler draws in random order (``shuffle=True``, or a ``DistributedSampler`` that
+    #: shuffles); None when not known
     shuffle: bool | None = None
+    #: the sampler's class name (``RandomSampler``, ``DistributedSampler``, ...); None when the
+    #: loader has none
+    sampler: str | None = None
     drop_last: bool = False
     #: the loader has a ``persistent_workers`` setting (a torch ``DataLoader``, not every loader
     #: with a ``num_workers``)
@@ -75,7 +79,8 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
     in_memory = _in_memory(dataset)
     batched = getattr(iterable, "batch_sampler", None) is not None
     sampler = getattr(iterable, "sampler", None)
-    shuffle = None if sampler is None else type(sampler).__name__ == "RandomSampler"
+    sampler_kind = None if sampler is None else type(sampler).__name__
+    shuffle = _shuffles(sampler, sampler_kind)
     return LoaderConfig(
         num_workers=workers,
         pin_memory=bool(getattr(iterable, "pin_memory", False)),
@@ -86,9 +91,23 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         in_memory=in_memory,
         per_sample_indexing=in_memory is not None and batched and not getattr(dataset, "__getitems__", None),
         shuffle=shuffle,
+        sampler=sampler_kind,
         drop_last=bool(getattr(iterable, "drop_last", False)),
         takes_persistent=hasattr(iterable, "persistent_workers"),
     )
+
+
+def _shuffles(sampler: object, kind: str | None) -> bool | None:
+    """Whether ``sampler`` draws in random order: a ``RandomSampler`` does, a ``SequentialSampler``
+    does not, a ``DistributedSampler`` as its ``shuffle`` says; None for any other."""
+    if kind == "RandomSampler":
+        return True
+    if kind == "SequentialSampler":
+        return False
+    if kind == "DistributedSampler":
+        shuffle = getattr(sampler, "shuffle", None)
+        return shuffle if isinstance(shuffle, bool) else None
+    return None
 
 
 #: a loader read from ``LoaderReader``'s memory is read anew at every this many passes: what its

@@ -81,7 +81,6 @@ def rule(ctx: Context) -> Finding | None:
         return None
     lightning = ctx.config.framework == "lightning"
     where = "the train DataLoader" if lightning else "the DataLoader"
-    order = "RandomSampler" if loader.shuffle else "SequentialSampler"
     what = "a TensorDataset" if not own_class else "a dataset of tensors"
     fix = (
         f"Index {what} once per batch instead of once per sample: pass a BatchSampler as sampler and "
@@ -93,9 +92,10 @@ def rule(ctx: Context) -> Finding | None:
             " Its __getitem__ then receives that list: tensor indexing (self.x[indices]) handles it as is;"
             " or give the dataset a __getitems__(indices) that gathers the whole batch."
         )
+    head, base, note = _batch_sampler(loader.sampler, loader.shuffle, lightning)
+    fix += note
     snippet = (
-        f"from torch.utils.data import BatchSampler, {order}\n"
-        f"sampler = BatchSampler({order}(dataset), batch_size={batch_size}, drop_last={loader.drop_last})\n"
+        f"{head}\nsampler = BatchSampler({base}, batch_size={batch_size}, drop_last={loader.drop_last})\n"
         f"DataLoader(dataset, sampler=sampler, batch_size=None, num_workers={model.workers})"
     )
     return Finding(
@@ -124,4 +124,35 @@ def rule(ctx: Context) -> Finding | None:
         fix=fix,
         suggestion={"batch_sampler": True},
         snippet=snippet,
+    )
+
+
+def _batch_sampler(kind: str | None, shuffle: bool | None, lightning: bool) -> tuple[str, str, str]:
+    """The snippet's first lines, the sampler the BatchSampler draws its indices from, and what
+    the fix adds about it, for a loader whose sampler is a ``kind`` (its class name) that shuffles
+    or not (None: not known). The order and each rank's share of the data stay what they are: a
+    ``DistributedSampler`` stays inside (Lightning makes its own from the order the user's loader
+    had, and gives each rank its share of the batches); any other sampler is the user's own,
+    wrapped as it is."""
+    plain_order = kind in (None, "RandomSampler", "SequentialSampler")
+    if plain_order or (kind == "DistributedSampler" and lightning and shuffle is not None):
+        order = "RandomSampler" if shuffle else "SequentialSampler"
+        note = (
+            "" if plain_order else " Lightning gives each rank its share of the batches, as it does of the samples now."
+        )
+        return f"from torch.utils.data import BatchSampler, {order}", f"{order}(dataset)", note
+    if kind == "DistributedSampler" and shuffle is not None:
+        return (
+            "from torch.utils.data import BatchSampler, DistributedSampler\n"
+            f"base = DistributedSampler(dataset, shuffle={shuffle})  # call base.set_epoch(epoch) each epoch",
+            "base",
+            " Keep the DistributedSampler inside the BatchSampler, so that each rank still reads its own share,"
+            " and call its set_epoch(epoch) at the start of each epoch (loader.sampler is then the"
+            " BatchSampler, which has no set_epoch).",
+        )
+    name = kind or "sampler"
+    return (
+        f"from torch.utils.data import BatchSampler\nbase = loader.sampler  # the loader's {name}, as it is now",
+        "base",
+        f" Wrap the loader's own {name} as it is, so that its order and its share of the data stay the same.",
     )
