@@ -541,6 +541,14 @@ def test_a_plain_loops_printed_losses_are_checked(job: Job, tmp_path: Path) -> N
     assert one.verdict != "loss changed"
     assert three.verdict != "loss changed"
     assert result.best.get("num_workers") != 2
+    # the summary says why it was set aside, in full (the table's column is narrow)
+    out = io.StringIO()
+    Console(file=out, width=80).print(render.summary(result, "tune.json"))
+    text = " ".join(out.getvalue().split())
+    assert "not kept, the loss changed: the 1st loss the command printed was 3.5 against 2.5" in text
+    table = io.StringIO()
+    Console(file=table, width=80).print(render.table(result))
+    assert "loss changed" in table.getvalue()  # the table's verdict, whole at 80 columns
 
 
 def test_printed_losses_are_read_as_scripts_print_them(tmp_path: Path) -> None:
@@ -610,6 +618,18 @@ def test_which_suggestions_a_trial_applies_and_merges() -> None:
     assert in_place("lightning", {"num_workers": 2, "rank": 1})
     assert not in_place("lightning", {"every_n_train_steps": 50, "rank": 1})  # a Trainer's, every rank's
     assert not in_place("plain", {"rank": 1})  # a compute straggler's: nothing to set
+    # data.workers on a CPU: the trial sets torch's threads too, in every framework's trial
+    for framework, workers in (
+        ("plain", "num_workers"),
+        ("lightning", "num_workers"),
+        ("transformers", "dataloader_num_workers"),
+    ):
+        assert in_place(framework, {workers: 3, "torch_num_threads": 1})
+    assert in_place("plain", {"num_workers": 2, "torch_num_threads": 1, "rank": 1})
+    # and the snippet of the kept settings says it
+    assert render.snippet("plain", {"num_workers": 3, "torch_num_threads": 1}) == (
+        "torch.set_num_threads(1)\nDataLoader(..., num_workers=3)"
+    )
     assert combinable({}, {"num_workers": 2, "rank": 1})
     assert combinable({"num_workers": 2, "rank": 1}, {"prefetch_factor": 4, "rank": 1})
     assert not combinable({"num_workers": 2, "rank": 1}, {"num_workers": 2, "rank": 0})

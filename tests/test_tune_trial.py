@@ -113,6 +113,29 @@ def test_the_trial_rebuilds_a_loader_once_and_says_what_it_applied(tmp_path: Pat
     assert trial.loader([1, 2, 3]) == [1, 2, 3]  # not a DataLoader: nothing to apply
 
 
+def test_the_thread_count_is_set_at_the_first_step_after_the_users_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``data.workers`` on a CPU also sets torch's intra-op threads: the trial sets them at its
+    first step boundary (a ``torch.set_num_threads`` in the user's set-up comes before it and
+    is overridden), and says so; with a ``"rank"``, on that rank only."""
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    trial = Trial(TrialPlan(1, tmp_path, {"num_workers": 1, "torch_num_threads": 1}, warmup_steps=0, steps=2))
+    assert calls == []  # not when the trial is made: the user's script has not set up yet
+    items = list(trial.counted(iter([1])))
+    assert items == [1]
+    assert calls == [1]
+    assert trial.applied["torch_num_threads"] == 1
+    trial.step_begin()
+    assert calls == [1]  # once
+    monkeypatch.setattr(trial_module, "_job_place", lambda: (0, 2, None))
+    other = Trial(TrialPlan(2, tmp_path, {"num_workers": 1, "torch_num_threads": 1, "rank": 1}, steps=5))
+    other.step_begin()
+    assert calls == [1]
+    assert "torch_num_threads" not in other.applied
+
+
 def test_the_ranks_of_a_job_stop_at_the_boundary_rank_0_posts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 1's clock runs fast (its own seconds budget is spent first): it stops where rank 0
     says, two boundaries after rank 0's budget is spent, as rank 0 does."""

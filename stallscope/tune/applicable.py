@@ -35,11 +35,15 @@ TRANSFORMERS_KEYS = frozenset(
     }
 )
 
+#: ``torch.set_num_threads(n)`` in the trial's process, at its first step (``data.workers`` on a
+#: CPU: the workers and the compute's intra-op threads share the cores)
+THREADS_KEY = "torch_num_threads"
+
 IN_PLACE: Mapping[str, frozenset[str]] = {
-    "plain": LOADER_KEYS,
+    "plain": LOADER_KEYS | {THREADS_KEY},
     # Lightning copies a batch to the device with non_blocking=True itself
-    "lightning": LOADER_KEYS | LIGHTNING_TRAINER_KEYS | LIGHTNING_CHECKPOINT_KEYS | {"non_blocking"},
-    "transformers": TRANSFORMERS_KEYS,
+    "lightning": LOADER_KEYS | LIGHTNING_TRAINER_KEYS | LIGHTNING_CHECKPOINT_KEYS | {"non_blocking", THREADS_KEY},
+    "transformers": TRANSFORMERS_KEYS | {THREADS_KEY},
 }
 
 
@@ -51,9 +55,10 @@ RANK_KEY = "rank"
 def in_place(framework: str, suggestion: Mapping[str, Any]) -> bool:
     """Whether a trial of a ``framework`` loop applies ``suggestion`` (every key of it). A
     suggestion for one rank (``"rank"``) is applied in place when the rest of it is DataLoader
-    settings (a trial rebuilds the loader of that rank only)."""
+    settings and the thread count (a trial rebuilds the loader of that rank only, and sets the
+    threads there)."""
     keys = IN_PLACE.get(framework, frozenset())
     rest = set(suggestion) - {RANK_KEY}
     if RANK_KEY in suggestion:
-        return bool(rest) and rest <= keys & LOADER_KEYS
+        return bool(rest) and rest <= keys & (LOADER_KEYS | {THREADS_KEY})
     return bool(rest) and rest <= keys

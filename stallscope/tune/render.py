@@ -19,6 +19,7 @@ from stallscope.tune.applicable import (
     LIGHTNING_CHECKPOINT_KEYS,
     LIGHTNING_TRAINER_KEYS,
     RANK_KEY,
+    THREADS_KEY,
     TRANSFORMERS_KEYS,
 )
 from stallscope.tune.loaders import LOADER_KEYS
@@ -43,11 +44,11 @@ def table(result: TuneResult) -> Table:
     """One row for trial 0 and one per candidate: predicted, realized (median and 90% interval),
     pairs measured, kept or not. Fits 80 columns."""
     t = Table(title="stallscope tune", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("setting tried (finding)", overflow="fold", min_width=30)
+    t.add_column("setting tried (finding)", overflow="fold", min_width=20)
     t.add_column("predicted", justify="right", no_wrap=True)
     t.add_column("realized [90%]", justify="right", no_wrap=True)
     t.add_column("pairs", justify="right")
-    t.add_column("kept")
+    t.add_column("kept", min_width=12, overflow="fold")  # "loss changed", "not applied" whole
     if result.baseline_steps_per_s is not None:
         t.add_row(Text("as configured (trial 0)"), "", Text(f"{result.baseline_steps_per_s:.1f} steps/s"), "", "")
     for c in result.candidates:
@@ -77,6 +78,8 @@ def snippet(framework: str, settings: Mapping[str, Any]) -> str:
 
     lines = []
     where = f"on rank {settings[RANK_KEY]}: " if RANK_KEY in settings else ""  # a setting of one rank's loader
+    if THREADS_KEY in settings:
+        lines.append(f"{where}torch.set_num_threads({settings[THREADS_KEY]!r})")
     loader = {k: v for k, v in settings.items() if k in LOADER_KEYS and k != "batch_sampler"}
     if loader:
         lines.append(f"{where}DataLoader(..., {args(frozenset(loader))})")
@@ -114,9 +117,16 @@ def summary(result: TuneResult, out: str) -> RenderableType:
         parts.append(
             Text(plain(f"apply by hand: {b.finding} ({setting}), predicted {_x(b.predicted, b.bound)}: {b.fix}"))
         )
-    for c in result.candidates:  # why a prediction was not tried, or stopped early (the table says)
-        if (c.verdict == "skipped" or c.futile) and not c.neighbour and c.note:
-            parts.append(Text(plain(f"{c.label} ({c.finding}): {c.note}")))
+    for c in result.candidates:  # why a prediction was not tried, stopped early, or set aside
+        said = c.verdict not in ("keep", "drop", "undecided")  # skipped, loss changed, not applied, failed...
+        if (said or c.futile) and c.note and not (c.neighbour and c.verdict == "skipped"):
+            why = c.note
+            if c.verdict == "loss changed":
+                why = (
+                    f"not kept, the loss changed: {why} (a setting kept must train on the same data in the same"
+                    " order; a dataset that draws random samples in __getitem__ draws other ones with other workers)"
+                )
+            parts.append(Text(plain(f"{c.label} ({c.finding}): {why}")))
         if c.reused:
             parts.append(Text(plain(f"{c.label}: {c.reused} of its {len(c.pairs)} pairs measured in an earlier step")))
         main = _predicted_beside(result, c) if c.neighbour and c.solo else None

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stallscope.tune.applicable import RANK_KEY
+from stallscope.tune.applicable import RANK_KEY, THREADS_KEY
 from stallscope.tune.loaders import LOADER_KEYS, is_loader, rebuild
 from stallscope.tune.plan import TrialPlan
 
@@ -139,6 +139,8 @@ class Trial:
         self.framework = "plain"
         self._steps = 0
         self._written = False
+        #: whether the plan's thread count was looked at (``_set_threads``)
+        self._threads_done = False
         #: this rank of a job and the job's agreement on where to stop (``_place``), once looked up
         self._place: tuple[int, int, JobStop | None] | None = None
         #: the user's loader -> the one rebuilt with the settings (the same one every epoch, so
@@ -212,8 +214,29 @@ class Trial:
             self.write()
         return done
 
+    def _set_threads(self) -> None:
+        """The plan's ``torch_num_threads``, set at the first step boundary: after the user's
+        own set-up (a ``torch.set_num_threads`` of theirs included), before the steps that are
+        measured; with a ``"rank"`` in the plan, on that rank only."""
+        self._threads_done = True
+        threads = self.plan.settings.get(THREADS_KEY)
+        if threads is None:
+            return
+        if RANK_KEY in self.plan.settings and _job_place()[0] != self.plan.settings[RANK_KEY]:
+            return
+        try:
+            import torch
+
+            torch.set_num_threads(int(threads))
+        except Exception as exc:  # a bad count (a plan edited by hand): said, and the trial goes on
+            self.not_applied[THREADS_KEY] = f"{type(exc).__name__}: {exc}"
+            return
+        self.applied[THREADS_KEY] = int(threads)
+
     def _spent(self) -> bool:
         """A step boundary: whether the trial stops here (this rank's budget, or the job's)."""
+        if not self._threads_done:
+            self._set_threads()
         spent = self.meter.boundary(self._steps)
         if self.meter.opened is None:
             return spent
