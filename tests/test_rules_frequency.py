@@ -487,6 +487,16 @@ def test_lightning_logging_is_at_most_the_fits_length_and_keeps_the_epoch_end_ca
     assert finding.est_speedup_bound == "lower"
 
 
+def test_a_fit_that_logs_every_step_is_told_so_in_words() -> None:
+    """Trainer(log_every_n_steps=1): "instead of every step", not "every 1 steps"."""
+    span = _span(steps=40, epochs=1, phase="logging", count=41, each_ms=0.5)
+    shape = RunShape(max_epochs=1, batches_per_epoch=40, log_every_n_steps=1)
+    finding = logging_frequency.rule(_ctx(span, "lightning", shape=shape))
+    assert finding is not None
+    assert "instead of every step:" in finding.fix
+    assert "every 1 steps" not in finding.fix
+
+
 def test_a_logger_that_blocks_is_moved_off_the_training_thread_and_keeps_every_step() -> None:
     """3 ms per call on each of 400 steps of 4 ms: a wait, not work. A background thread takes
     it, and keeps up (a call is shorter than a step); the training thread keeps the hand-off

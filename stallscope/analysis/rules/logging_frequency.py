@@ -78,7 +78,7 @@ def _interval_finding(ctx: Context, est: FrequencyEstimate) -> Finding | None:
         return None
     every = f"every {k} steps (about every {training_time(k * est.step_without_s)} of training)"
     if lightning:
-        now = f"every {setting} steps" if setting is not None else every_n(est.interval_now, "step")
+        now = every_n(setting if setting is not None else est.interval_now, "step")
         fix = f"Log {every} instead of {now}: Trainer(log_every_n_steps={k})."
         snippet = f"Trainer(log_every_n_steps={k})"
     else:
