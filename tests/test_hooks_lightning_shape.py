@@ -70,3 +70,22 @@ def test_a_resumed_fit_counts_only_the_steps_left(pl: Any) -> None:
     assert shape.total_steps == 50, "a fit resumed at step 50 of 100 has 50 steps left"
     shape = run_shape(_trainer(pl, max_steps=120), batches=100, steps_before=150)
     assert shape.total_steps == 0
+
+
+def test_the_model_checkpoints_are_counted(pl: Any, tmp_path: Any) -> None:
+    """None with enable_checkpointing=False (the fit's saves are its own calls), one by default,
+    two when the user adds a second."""
+    assert run_shape(_trainer(pl, max_steps=5)).model_checkpoints == 0
+    default = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
+    assert run_shape(default).model_checkpoints == 1
+    two = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        default_root_dir=tmp_path,
+        callbacks=[
+            pl.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="a"),
+            pl.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="b"),
+        ],
+    )
+    assert run_shape(two).model_checkpoints == 2

@@ -302,6 +302,28 @@ def test_a_max_steps_fit_saves_once_and_asynchronously() -> None:
     assert finding.est_saving_fraction == pytest.approx((2400 - 40) / 3000, abs=1e-4)
 
 
+def test_a_fit_that_saves_by_its_own_calls_is_not_told_of_a_model_checkpoint() -> None:
+    """A Trainer without ModelCheckpoint whose callback calls trainer.save_checkpoint every 5
+    steps: no Trainer argument changes those saves, so the advice is about the fit's own call
+    (the plain loop's keys), and a Trainer that has one is still told of its argument."""
+    span = _span(steps=300, epochs=1, phase="checkpoint", count=60, each_ms=40)
+    own = checkpoint_frequency.rule(
+        _ctx(span, "lightning", shape=RunShape(max_steps=300, batches_per_epoch=1000, model_checkpoints=0))
+    )
+    assert own is not None
+    assert "every_n_steps" in own.suggestion
+    assert "every_n_train_steps" not in own.suggestion
+    assert "ModelCheckpoint(" not in own.snippet
+    assert "trainer.save_checkpoint(path)" in own.snippet
+    assert "the Trainer has none" in own.fix
+    theirs = checkpoint_frequency.rule(
+        _ctx(span, "lightning", shape=RunShape(max_steps=300, batches_per_epoch=1000, model_checkpoints=1))
+    )
+    assert theirs is not None
+    assert "every_n_train_steps" in theirs.suggestion
+    assert "ModelCheckpoint(every_n_train_steps=" in theirs.snippet
+
+
 def test_a_plain_loop_saves_at_the_end_when_the_interval_is_longer_than_the_run() -> None:
     """400 steps of 2 ms, a 150 ms save every 10: 3750 needed -> every 5000 steps and at the end."""
     span = _span(steps=400, epochs=1, phase="checkpoint", count=40, each_ms=150)

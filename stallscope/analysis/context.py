@@ -54,6 +54,9 @@ class RunShape:
     #: ``Trainer(min_epochs)``: epochs the fit runs whatever stops it earlier (``max_time``,
     #: ``EarlyStopping``); None when not set
     min_epochs: int | None = None
+    #: the Trainer's ``ModelCheckpoint`` callbacks (Lightning's ``checkpoint_callbacks``); None when
+    #: not known. With none, a fit's saves are the user's own ``trainer.save_checkpoint`` calls
+    model_checkpoints: int | None = None
     #: the ``patience`` of an ``EarlyStopping`` callback, in validation checks; None without one
     early_stopping_patience: int | None = None
     #: training steps done before this fit started (a fit resumed with ``ckpt_path=``, or a

@@ -342,8 +342,17 @@ def run_shape(
         max_time_s=max_time_s,
         min_epochs=_count(getattr(trainer, "min_epochs", None)) or None,
         early_stopping_patience=_patience(trainer),
+        model_checkpoints=_model_checkpoints(trainer),
         steps_before_fit=steps_before,
     )
+
+
+def _model_checkpoints(trainer: Any) -> int | None:
+    """How many ``ModelCheckpoint`` callbacks the Trainer has (None: it does not say)."""
+    callbacks = getattr(trainer, "callbacks", None)
+    if not isinstance(callbacks, (list, tuple)):
+        return None
+    return sum(1 for callback in callbacks if _named(callback, "ModelCheckpoint"))
 
 
 def _loader_count(loaders: object) -> int:

@@ -193,6 +193,11 @@ def rule(ctx: Context) -> Finding | None:
     if est is None:
         return None
     lightning = ctx.config.framework == "lightning"
+    # a fit whose Trainer has no ModelCheckpoint saves by the user's own trainer.save_checkpoint
+    # calls: no Trainer argument changes them, so the advice is the plain loop's, in the fit's words
+    own_saves = lightning and ctx.shape is not None and ctx.shape.model_checkpoints == 0
+    if own_saves:
+        lightning = False
     total = steps_in_fit(ctx)
     k = est.interval
     capped = total is not None and k > total
@@ -254,6 +259,15 @@ def rule(ctx: Context) -> Finding | None:
                 " and the prediction counts that one save."
             )
         snippet = f"if step % {k} == 0 or step == last_step:\n    save(state, path)"
+        if own_saves:
+            fix += (
+                " The saves are not a ModelCheckpoint's (the Trainer has none): they are this fit's own"
+                " trainer.save_checkpoint calls, so change where they are made."
+            )
+            snippet = (
+                f"if trainer.global_step % {k} == 0 or trainer.global_step == last_step:\n"
+                "    trainer.save_checkpoint(path)"
+            )
         if async_save:
             fix += " Write the other saves in the background (a thread that saves a copy of the state)."
             snippet = (
