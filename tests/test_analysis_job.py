@@ -225,6 +225,31 @@ def test_a_compute_stragglers_extra_work_is_its_own_work_beyond_the_others_where
     assert pace.excess_s == pytest.approx(0.0045)
 
 
+def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by_its_own_work() -> None:
+    """Rank 1 does 2.5 ms of its own work a step before its forward (an extra loss, a metric):
+    the forwards are alike, both ranks' compute reads 3.8 ms (rank 0 waits inside its backward),
+    and the training threads' own work a step (CPU from one forward to the next) is 1.3 against
+    3.7 ms. The helper's torchrun job read just that, and was told "no fix"."""
+    ranks = [
+        work(0, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0013),
+        work(1, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0037),
+    ]
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert (pace.rank, pace.phase, pace.outside_forward) == (1, "compute", True)
+    assert pace.excess_s == pytest.approx(0.0024)
+    assert pace.wait_s[0] == pytest.approx(0.0024)
+    (top,) = diagnose_job(ranks)
+    assert top.id == "dist.straggler"
+    assert top.evidence["rank"] == 1
+    assert "its own work takes 2.8x the other ranks' (3.7 ms a step against 1.3 ms, outside its forward" in top.title
+    assert "outside its forward pass" in top.fix
+    assert unseen_wait_note(ranks) is None  # named, so not an unseen wait
+    # the same own work on both ranks: nobody stands out
+    alike = [ranks[0], work(1, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0014)]
+    assert find_pace(alike) is None
+
+
 def test_own_work_alike_is_too_little_extra_for_a_straggler() -> None:
     """The forwards differ (rank 1 runs a cheap second pass), but its own work a step does not:
     no straggler to name, rather than a guess scaled from the forward."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -163,6 +164,25 @@ def test_custom_phases_are_reported_under_their_own_name(tmp_path: Path, clocked
     assert data["summary"]["phase_seconds"]["tokenize"] == pytest.approx(0.009)
     assert data["epochs"][0]["summary"]["phase_fractions"]["tokenize"] == pytest.approx(0.3)
     assert data["summary"]["gpu_idle_fraction"] == pytest.approx(0.4)  # custom phases are host work
+
+
+def test_a_run_mostly_in_no_phase_says_how_to_name_that_time(tmp_path: Path, clocked: FakeClock) -> None:
+    """6 ms of each 10 ms step outside every phase: the report's notes say so (once the run is
+    complete) and how to name it; named, the note is gone."""
+    for name in (None, "metrics"):
+        folder = tmp_path / str(name)
+        with StallScope(folder, console=False) as scope:
+            for _ in scope.iter(TimedLoader(range(150), clocked, wait_ms=1)):  # 1.5 s: long enough to judge
+                with scope.phase("compute"):
+                    clocked.advance_ms(3)
+                with scope.phase(name) if name else contextlib.nullcontext():
+                    clocked.advance_ms(6)
+        notes = [n for n in _read(folder)["notes"] if "in no phase" in n]
+        if name is None:
+            assert len(notes) == 1
+            assert notes[0].startswith("60% of the run's time is in no phase")
+        else:
+            assert notes == []
 
 
 def test_phases_between_epochs_count_for_the_run(tmp_path: Path, clocked: FakeClock) -> None:

@@ -140,6 +140,9 @@ class Pace:
     forward_s: Mapping[int, float] = field(default_factory=dict)
     #: each rank's own work per step (``RankWork.cycle_s``), where every rank's was measured
     cycle_s: Mapping[int, float] = field(default_factory=dict)
+    #: a compute straggler found by its own work per step (``cycle_s``) where its forward passes
+    #: are like the others' (its extra work lies outside its forward)
+    outside_forward: bool = False
 
     def speedup(self, saved_per_step_s: float) -> float:
         """The job's speedup when the pace-setter's step shrinks by ``saved_per_step_s``."""
@@ -183,12 +186,21 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     forward = {r.rank: float(r.forward_s or 0.0) for r in active}
     compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
     step = {r.rank: r.wall_s / r.steps for r in active}
+    cycles = {r.rank: r.cycle_s for r in active}
     slow = max(forward, key=lambda k: (forward[k], -k))
+    outside = False
+    if not _stands_out(forward, slow):
+        # its forward is like the others': the rank with the most own work a step, where every
+        # rank's was clocked, if that stands out (work outside the forward: an extra loss, a metric)
+        if not all(c is not None and c > 0 for c in cycles.values()):
+            return None
+        own_work = {k: float(c or 0.0) for k, c in cycles.items()}
+        slow = max(own_work, key=lambda k: (own_work[k], -k))
+        if not _stands_out(own_work, slow):
+            return None
+        outside = True
     others = [k for k in forward if k != slow]
     typical = statistics.median(forward[k] for k in others)
-    if forward[slow] < (1.0 + MIN_FORWARD_EXCESS) * typical or forward[slow] - typical < MIN_FORWARD_EXCESS_S:
-        return None
-    cycles = {r.rank: r.cycle_s for r in active}
     cycle: dict[int, float] = {}
     if all(c is not None and c > 0 for c in cycles.values()):
         cycle = {k: float(c or 0.0) for k, c in cycles.items()}
@@ -213,7 +225,15 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
         wait_s=wait,
         forward_s=forward,
         cycle_s=cycle,
+        outside_forward=outside,
     )
+
+
+def _stands_out(seconds: Mapping[int, float], slow: int) -> bool:
+    """Whether rank ``slow``'s per-step time exceeds the other ranks' median by
+    ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``."""
+    typical = statistics.median(v for k, v in seconds.items() if k != slow)
+    return seconds[slow] >= (1.0 + MIN_FORWARD_EXCESS) * typical and seconds[slow] - typical >= MIN_FORWARD_EXCESS_S
 
 
 def _phase_pace(ranks: Sequence[RankWork]) -> Pace | None:

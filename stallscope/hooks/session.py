@@ -37,6 +37,7 @@ from stallscope.analysis.diagnose import MIN_JUDGED_STEPS, MIN_JUDGED_WALL_S, di
 from stallscope.analysis.disturbance import disturbance_note, scatter_note
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.numbers import count
+from stallscope.analysis.unnamed import other_note
 from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
@@ -1289,17 +1290,19 @@ class Session:
         notes = tuple(self.notes)
         tail = self.tail
         recent = self._recent_later()
+        framework = self.framework
 
         def build() -> Report:
             span = snapshot.stats()
-            scatter = scatter_note(span) if complete else None  # the numbers move until the end
+            # the numbers move until the end
+            late = (scatter_note(span), other_note(span, framework)) if complete else ()
             steps, series = recent()
             return Report(
                 run=run,
                 summary=self.summarize(span, signals),
                 epochs=tuple(epoch.get() for epoch in epochs),
                 findings=tuple(diagnose(known(span=span))),
-                notes=(*notes, scatter) if scatter is not None else notes,
+                notes=(*notes, *(note for note in late if note is not None)),
                 complete=complete,
                 tail=tail,
                 recent=steps,

@@ -44,9 +44,9 @@ def table(result: TuneResult) -> Table:
     """One row for trial 0 and one per candidate: predicted, realized (median and 90% interval),
     pairs measured, kept or not. Fits 80 columns."""
     t = Table(title="stallscope tune", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("setting tried (finding)", overflow="fold", min_width=20)
+    t.add_column("setting tried (finding)", overflow="fold", min_width=22)
     t.add_column("predicted", justify="right", no_wrap=True)
-    t.add_column("realized [90%]", justify="right", no_wrap=True)
+    t.add_column("realized [90%]", justify="right", min_width=8)  # the interval under the median, if need be
     t.add_column("pairs", justify="right")
     t.add_column("kept", min_width=12, overflow="fold")  # "loss changed", "not applied" whole
     if result.baseline_steps_per_s is not None:

@@ -86,6 +86,14 @@ def _others_forward_s(pace: Pace) -> float:
 
 
 def _title(pace: Pace) -> str:
+    if pace.phase == COMPUTE and pace.outside_forward and pace.cycle_s:
+        mine = pace.cycle_s[pace.rank]
+        others = statistics.median(v for k, v in pace.cycle_s.items() if k != pace.rank)
+        ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
+        return (
+            f"Rank {pace.rank} sets the job's pace: its own work takes {ratio}({mine * 1e3:.1f} ms a step against "
+            f"{others * 1e3:.1f} ms, outside its forward pass, which is like theirs), and the others wait for it"
+        )
     if pace.phase == COMPUTE and pace.forward_s:
         mine, others = pace.forward_s[pace.rank], _others_forward_s(pace)
         ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
@@ -113,6 +121,13 @@ _WAIT = "the other ranks wait for it in every step's collective."
 
 def _fix(pace: Pace) -> str:
     rank, phase = pace.rank, pace.phase
+    if phase == COMPUTE and pace.outside_forward:
+        return (
+            f"Rank {rank} does more work per step than the others outside its forward pass (its forward is like"
+            f" theirs): look for work that only rank {rank} does in the step (an extra loss or backward, a metric,"
+            " a rank check around code), or a slower or shared core on that rank, and even it out or move it out"
+            f" of the step; {_WAIT}"
+        )
     if phase == COMPUTE:
         return (
             f"Rank {rank} has more compute per step than the others: look for uneven shapes or sequence "
