@@ -137,3 +137,26 @@ def test_workers_kept_for_the_run_are_both_fields_in_the_fix() -> None:
     assert workers.suggestion == {"dataloader_num_workers": 3, "dataloader_persistent_workers": True}
     assert "dataloader_num_workers=3 (now 0) and dataloader_persistent_workers=True" in workers.fix
     assert workers.snippet == "TrainingArguments(..., dataloader_num_workers=3, dataloader_persistent_workers=True)"
+
+
+def test_the_workers_fix_keeps_what_its_prediction_counts_and_how_far_it_may_be_off() -> None:
+    """The rule's last sentences (cores shared, colder caches, the range) say how far the
+    prediction may be off: in TrainingArguments words they stay, after the settings."""
+    caveat = (
+        " The workers share the 2 usable cores with the training process: about 1.4 cores of work now, 3.0 with"
+        " the change, so the training step itself may run slower. The realized speedup may land anywhere from"
+        " x1.56 to x2.36."
+    )
+    finding = replace(
+        _finding("data.workers", {"num_workers": 2, "torch_num_threads": 1}),
+        fix="Raise num_workers of the DataLoader from 0 to 2. Training runs on the CPU with 2 intra-op threads."
+        + caveat,
+    )
+    loader = LoaderConfig(num_workers=0, pin_memory=True, prefetch_factor=None, persistent_workers=False, batch_size=8)
+    ctx = replace(_ctx(_span(steps=10, phase="logging", count=0, each_ms=0)), loader=loader)
+    words = in_trainer_words(finding, ctx)
+    assert words.fix.startswith("Set dataloader_num_workers=2 in TrainingArguments (now 0).")
+    assert words.fix.endswith(caveat)
+    assert "DataLoader" not in words.fix
+    plain = in_trainer_words(_finding("data.workers", {"num_workers": 2}), ctx)
+    assert plain.fix == "Set dataloader_num_workers=2 in TrainingArguments (now 0)."  # none to keep

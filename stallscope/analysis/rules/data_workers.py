@@ -27,6 +27,24 @@ from stallscope.analysis.worker_cpu import refine
 
 ID = "data.workers"
 
+#: the openings of the fix's last sentences, which say what the prediction counts and how far it
+#: may be off (``caveats``)
+_GIL = " The prediction counts"
+_SHARED = " The workers share"
+_WARMER = " Without workers each step also starts with warmer caches"
+_COLDER = " With workers each step also starts with colder caches"
+_RANGE = " The realized speedup may land anywhere from"
+_CAVEATS = (_GIL, _SHARED, _WARMER, _COLDER, _RANGE)
+
+
+def caveats(fix: str) -> str:
+    """The sentences at the end of a ``data.workers`` fix that say what its prediction counts
+    and how far it may be off (a GIL wait, cores shared, colder caches, the range), with their
+    leading space; "" when it has none. A loop that words the settings its own way (transformers'
+    ``dataloader_num_workers``) keeps them."""
+    starts = [at for at in (fix.find(opening) for opening in _CAVEATS) if at >= 0]
+    return fix[min(starts) :] if starts else ""
+
 
 def rule(ctx: Context) -> Finding | None:
     model = ctx.loop_model
@@ -115,13 +133,6 @@ def rule(ctx: Context) -> Finding | None:
     if keep:
         gain_s = _persistent_gain_s(model, suggested)
         fix += f" {_keep_workers_fix(model, suggested, gain_s)}"
-    gil_wait = model.gil_wait_at(suggested)
-    if not fewer and gil_wait >= 0.1 * predicted:
-        workers_gil = "worker's" if suggested == 1 else "workers'"
-        fix += (
-            f" The prediction counts {fmt_ms(gil_wait)} a batch of waiting for the busy {workers_gil} GIL in the"
-            " hand-over (torch.multiprocessing.set_sharing_strategy('file_system') avoids it)."
-        )
     if threads is not None:
         fix += (
             f" Training runs on the CPU with {ctx.compute_threads} intra-op threads; also call"
@@ -130,6 +141,15 @@ def rule(ctx: Context) -> Finding | None:
         )
         snippet = f"torch.set_num_threads({threads})\n{snippet}"
         suggestion["torch_num_threads"] = threads
+    # what the prediction counts and how far it may be off, last (``caveats``: other loops'
+    # words for the settings keep them)
+    gil_wait = model.gil_wait_at(suggested)
+    if not fewer and gil_wait >= 0.1 * predicted:
+        workers_gil = "worker's" if suggested == 1 else "workers'"
+        fix += (
+            f"{_GIL} {fmt_ms(gil_wait)} a batch of waiting for the busy {workers_gil} GIL in the"
+            " hand-over (torch.multiprocessing.set_sharing_strategy('file_system') avoids it)."
+        )
     speedup = round(speedup_for(saving), 3)
     confidence: Confidence = "low" if threads is not None else "high" if model.load_cpu_measured else "medium"
     range_evidence: dict[str, object] = {}
@@ -143,8 +163,8 @@ def rule(ctx: Context) -> Finding | None:
         }
         slower = ends[-1] < speedup
         reasons.append(
-            f"The workers share the {ctx.cores} usable cores with the training process"
-            + (f" and other processes ({shared.others:.1f} cores' worth)" if shared.others > 0 else "")
+            f"{_SHARED.strip()} the {ctx.cores} usable cores with the training process"
+            + (f" and other processes ({shared.others:.1f} cores' worth)" if shared.others >= 0.05 else "")
             + f": about {shared.demand_now:.1f} cores of work now, {shared.demand_after:.1f} with the change,"
             + (" so the training step itself may run slower." if slower else " so the step itself may run faster.")
         )
@@ -155,9 +175,9 @@ def rule(ctx: Context) -> Finding | None:
         range_evidence["cold_step_ms"] = ms(change_s)
         reasons.append(
             (
-                "Without workers each step also starts with warmer caches (no batch to receive from a worker"
+                f"{_WARMER.strip()} (no batch to receive from a worker"
                 if suggested < model.workers
-                else "With workers each step also starts with colder caches (after receiving a batch from a worker"
+                else f"{_COLDER.strip()} (after receiving a batch from a worker"
             )
             + f" first): about {fmt_ms(change_s)} a step as modelled, a cost that varies from run to run and"
             " from host to host."
@@ -167,7 +187,7 @@ def rule(ctx: Context) -> Finding | None:
         range_evidence["est_speedup_range"] = [low, high]
     if high > SPREAD * low:
         confidence = "low" if confidence == "low" else "medium"
-        fix += " " + " ".join(reasons) + f" The realized speedup may land anywhere from x{low:.2f} to x{high:.2f}."
+        fix += " " + " ".join(reasons) + f"{_RANGE} x{low:.2f} to x{high:.2f}."
     return Finding(
         id=ID,
         title=(
