@@ -31,6 +31,21 @@ def test_workers_burning_every_core() -> None:
     assert "More workers cannot help" in f.fix
 
 
+def test_a_collate_fn_of_the_users_is_named_where_each_sample_is_not_the_cost() -> None:
+    """Text batches made by a collate_fn of the user's: no decode nor resize to speak of, the
+    batch is what costs; torch's own collate leaves the per-sample advice."""
+    span = record_span(steps=20, data_ms=20, compute_ms=10, in_process=False)
+    fields: dict[str, object] = {"wall_s": 0.6, "main_cpu_s": 0.06, "cores": 4, "workers_cpu_s": 2.28}
+    own = context(span, cores=4, loader=loader(num_workers=4, collate="pad_and_tokenize"), host_signals=host(**fields))
+    f = data_cpu_bound.rule(own)  # type: ignore[arg-type]
+    assert f is not None
+    assert "the loader's collate_fn (pad_and_tokenize) and the dataset's __getitem__ run for every batch" in f.fix
+    assert "decode and resize" not in f.fix
+    default = data_cpu_bound.rule(starved_with_workers(workers_cpu_s=2.28))  # type: ignore[arg-type]
+    assert default is not None
+    assert "decode and resize once" in default.fix
+
+
 def test_not_when_cores_are_left() -> None:
     assert data_cpu_bound.rule(starved_with_workers(cores=8, workers_cpu_s=2.28)) is None  # type: ignore[arg-type]
 

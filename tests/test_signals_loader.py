@@ -72,6 +72,27 @@ def test_the_sampler_and_its_order_are_read() -> None:
     assert (ordered.sampler, ordered.shuffle) == ("SequentialSampler", False)
 
 
+def test_a_collate_fn_of_the_users_is_named() -> None:
+    ds = tensor_dataset()
+
+    def pad_batch(samples: list[object]) -> object:
+        return samples
+
+    class Collator:
+        def __call__(self, samples: list[object]) -> object:
+            return samples
+
+    assert inspect_loader(DataLoader(ds, batch_size=4)).collate is None  # type: ignore[union-attr]
+    named = inspect_loader(DataLoader(ds, batch_size=4, collate_fn=pad_batch))
+    assert named is not None
+    assert named.collate is not None
+    assert named.collate.endswith("pad_batch")
+    made = inspect_loader(DataLoader(ds, batch_size=4, collate_fn=Collator()))
+    assert made is not None
+    assert made.collate is not None
+    assert made.collate.endswith("Collator")
+
+
 def test_a_batch_sampler_as_sampler_indexes_once_per_batch() -> None:
     ds = tensor_dataset()
     cfg = inspect_loader(DataLoader(ds, sampler=BatchSampler(RandomSampler(ds), 64, False), batch_size=None))

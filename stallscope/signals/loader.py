@@ -46,6 +46,8 @@ class LoaderConfig:
     #: the sampler's class name (``RandomSampler``, ``DistributedSampler``, ...); None when the
     #: loader has none
     sampler: str | None = None
+    #: the name of the loader's own ``collate_fn``; None for torch's default ones (or none)
+    collate: str | None = None
     drop_last: bool = False
     #: the loader has a ``persistent_workers`` setting (a torch ``DataLoader``, not every loader
     #: with a ``num_workers``)
@@ -92,9 +94,22 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
         per_sample_indexing=in_memory is not None and batched and not getattr(dataset, "__getitems__", None),
         shuffle=shuffle,
         sampler=sampler_kind,
+        collate=_own_collate(getattr(iterable, "collate_fn", None)),
         drop_last=bool(getattr(iterable, "drop_last", False)),
         takes_persistent=hasattr(iterable, "persistent_workers"),
     )
+
+
+def _own_collate(collate: object) -> str | None:
+    """The name of a ``collate_fn`` of the user's (a function, or an object's class), None for
+    torch's ``default_collate`` and ``default_convert`` or none."""
+    if collate is None:
+        return None
+    module = getattr(collate, "__module__", "") or ""
+    if module.startswith("torch.utils.data"):
+        return None
+    name = getattr(collate, "__qualname__", None) or type(collate).__qualname__
+    return str(name)[:80]
 
 
 def _shuffles(sampler: object, kind: str | None) -> bool | None:

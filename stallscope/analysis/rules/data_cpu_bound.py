@@ -69,9 +69,15 @@ def rule(ctx: Context) -> Finding | None:
         )
         snippet = ""
     else:
+        collate = ctx.loader.collate if ctx.loader is not None else None
+        cheaper_what = (
+            f"Make each batch cheaper: the loader's collate_fn ({collate}) and the dataset's __getitem__ run for"
+            " every batch (do their work once ahead of time and cache it, vectorise it over the batch"
+            if collate is not None
+            else "Make each sample cheaper (decode and resize once and cache the result, use a lighter augmentation"
+        )
         fix = (
-            "More workers cannot help: preprocessing already uses the cores. Make each sample cheaper "
-            "(decode and resize once and cache the result, use a lighter augmentation)"
+            f"More workers cannot help: preprocessing already uses the cores. {cheaper_what})"
             + (", move augmentation to the GPU," if on_gpu else "")
             + " or run on a machine with more cores. The estimate assumes the per-batch CPU cost is cut by "
             f"{COST_REDUCTION:.0%}."
