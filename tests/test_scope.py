@@ -185,6 +185,30 @@ def test_a_run_mostly_in_no_phase_says_how_to_name_that_time(tmp_path: Path, clo
             assert notes == []
 
 
+def test_a_single_epochs_finding_and_the_runs_count_the_steps_slowed_after_each_save(
+    tmp_path: Path, clocked: FakeClock
+) -> None:
+    """A loop of one pass (a while loop's shape): a 20 ms save every 5 steps of 5 ms, and the
+    step after each save 3 ms slower. The epoch's finding and the run's are of the same steps:
+    both count the slowdown after each save (the epoch's read the run so far without its recent
+    steps, and said 0)."""
+    with StallScope(tmp_path, console=False) as scope:
+        slow = False
+        for i in scope.iter(TimedLoader(range(250), clocked, wait_ms=0)):
+            with scope.phase("compute"):
+                clocked.advance_ms(8 if slow else 5)
+            slow = i % 5 == 4
+            if slow:
+                with scope.phase("checkpoint"):
+                    clocked.advance_ms(20)
+    data = _read(tmp_path)
+    (run,) = [f for f in data["findings"] if f["id"] == "checkpoint.frequency"]
+    (epoch,) = [f for f in data["epochs"][0]["findings"] if f["id"] == "checkpoint.frequency"]
+    assert run["evidence"]["slower_after_each_ms"] > 0
+    assert epoch["evidence"]["slower_after_each_ms"] == run["evidence"]["slower_after_each_ms"]
+    # (their savings differ by the save after the loop, which the run's prediction counts)
+
+
 def test_phases_between_epochs_count_for_the_run(tmp_path: Path, clocked: FakeClock) -> None:
     with StallScope(tmp_path, console=False) as scope:
         for _ in scope.iter(TimedLoader(range(2), clocked)):

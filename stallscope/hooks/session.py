@@ -670,7 +670,7 @@ class Session:
             if group is not None:  # (not expected: ``_wait`` leaves an epoch that may close one)
                 self._group_since = None
                 group_signals = self.signals.close_group(signals, alone=False, host=True)
-                run_span = self.timeline.run_snapshot().span if self._pools(group) else None
+                run_span = self.timeline.run_snapshot().unsorted() if self._pools(group) else None
                 first = self._group.first if self._group.first is not None else index
                 known = self._known(group_signals, first_epoch=first, facts=facts)
                 self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
@@ -723,7 +723,7 @@ class Session:
         if group is not None:  # it closes its group: the group's diagnosis
             self._group_since = None  # (the next group starts at this epoch end's)
             group_signals = self.signals.close_group(signals, alone=group is snapshot)
-            run_span = self.timeline.run_snapshot().span if self._pools(group) else None
+            run_span = self.timeline.run_snapshot().unsorted() if self._pools(group) else None
             first = self._group.first if self._group.first is not None else index
             known = self._known(group_signals, first_epoch=first)
             epoch = self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
@@ -829,7 +829,7 @@ class Session:
             return False
         self._group = _Group()
         signals = self.signals.close_group(Signals(), alone=False, host=True)
-        run_span = self.timeline.run_snapshot().span if self._pools(snapshot) else None
+        run_span = self.timeline.run_snapshot().unsorted() if self._pools(snapshot) else None
         known = self._known(signals, first_epoch=group.first)
         group.view = self._group_view(snapshot, signals, known, group.steps_before, run_span, self.epoch_steps)
         group.last = group.latest

@@ -231,6 +231,18 @@ class SpanSnapshot:
             span = self._span = make()
         return span
 
+    def unsorted(self) -> SpanStats:
+        """``span`` with the recent steps one by one (``SpanStats.recent``), without the sorting
+        that ``stats`` does: its distributions stay placeholders. What the frequency rules read
+        of the run so far at an epoch end: its totals, and the steps right after each run of a
+        phase (``after_s``), so that an epoch's finding and the run's count the same."""
+        span = self.span
+        if not len(self.compute) == len(self.step) == len(self.kinds):
+            return span
+        out = object.__new__(SpanStats)
+        out.__dict__.update(span.__dict__, recent=RecentSteps(self.step, self.data_wait, self.compute, self.kinds))
+        return out
+
     def stats(self) -> SpanStats:
         """The span's ``SpanStats``: the snapshot's, with its distributions and recent steps (a copy
         of its fields, cheaper than ``dataclasses.replace``, which an epoch end of a short epoch paid
