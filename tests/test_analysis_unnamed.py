@@ -22,7 +22,8 @@ def test_a_run_mostly_in_no_phase_is_told_where_such_time_comes_from_and_how_to_
     plain = other_note(_with_other(0.65), "plain")  # type: ignore[arg-type]
     assert plain is not None
     assert plain.startswith("65% of the run's time is in no phase")
-    assert 'scope.phase("logging")' in plain  # a plain loop's own code: a built-in name gets its findings
+    assert 'scope.phase("compute")' in plain  # most often the step itself, unmarked
+    assert '"logging"' in plain  # a plain loop's own code: a built-in name gets its findings
     lightning = other_note(_with_other(0.65), "lightning")  # type: ignore[arg-type]
     assert lightning is not None
     assert "on_train_batch_end" in lightning

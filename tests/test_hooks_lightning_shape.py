@@ -73,7 +73,7 @@ def test_a_resumed_fit_counts_only_the_steps_left(pl: Any) -> None:
 
 
 def test_the_model_checkpoints_are_counted(pl: Any, tmp_path: Any) -> None:
-    """None with enable_checkpointing=False (the fit's saves are its own calls), one by default,
+    """0 with enable_checkpointing=False (the fit's saves are its own calls), one by default,
     two when the user adds a second."""
     assert run_shape(_trainer(pl, max_steps=5)).model_checkpoints == 0
     default = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, default_root_dir=tmp_path)

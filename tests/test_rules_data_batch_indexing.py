@@ -110,26 +110,35 @@ def test_sequential_order_is_kept() -> None:
 
 
 def test_a_distributed_sampler_stays_inside_so_each_rank_keeps_its_share() -> None:
-    """A plain DDP loop's DistributedSampler: the BatchSampler draws from it (a Sequential- or
-    RandomSampler over the whole dataset would give every rank every sample), with its shuffle,
-    and the loop's ``loader.sampler.set_epoch`` moves to it."""
+    """A plain DDP loop's DistributedSampler: the BatchSampler draws from it, the loader's own
+    (its seed, shuffle and share as they are; a Sequential- or RandomSampler over the whole
+    dataset would give every rank every sample), and the loop's set_epoch moves to it."""
     for shuffle in (True, False):
         f = data_batch_indexing.rule(ctx(sampler="DistributedSampler", shuffle=shuffle))  # type: ignore[arg-type]
         assert f is not None
-        assert f"base = DistributedSampler(dataset, shuffle={shuffle})" in f.snippet
+        assert "base = loader.sampler  # its DistributedSampler" in f.snippet
         assert "BatchSampler(base, batch_size=64, drop_last=False)" in f.snippet
         assert "RandomSampler" not in f.snippet
         assert "SequentialSampler" not in f.snippet
         assert "set_epoch(epoch)" in f.fix
+        assert f.suggestion == {"batch_sampler": True}
 
 
-def test_lightning_makes_the_distributed_sampler_from_the_order_the_loader_had() -> None:
-    """Lightning put the DistributedSampler in (the user's loader had shuffle=True) and wraps a
-    BatchSampler passed as sampler in its own, so the snippet keeps the user's order."""
+def test_a_distributed_lightning_fit_keeps_a_distributed_sampler_and_turns_lightnings_off() -> None:
+    """Lightning would wrap a BatchSampler passed as sampler in its DistributedSamplerWrapper,
+    which lists it anew on each rank in that rank's own random order: the batches would overlap.
+    So the snippet keeps a DistributedSampler inside and turns Lightning's off; that is a Trainer
+    setting, so the suggestion says it (tune lists it by hand)."""
     f = data_batch_indexing.rule(ctx(framework="lightning", sampler="DistributedSampler", shuffle=True))  # type: ignore[arg-type]
     assert f is not None
-    assert "BatchSampler(RandomSampler(dataset), batch_size=64, drop_last=False)" in f.snippet
-    assert "each rank its share of the batches" in f.fix
+    assert "base = DistributedSampler(dataset, shuffle=True)" in f.snippet
+    assert "Trainer(use_distributed_sampler=False)" in f.fix
+    assert "on_train_epoch_start" in f.fix
+    assert f.suggestion == {"batch_sampler": True, "use_distributed_sampler": False}
+    single = data_batch_indexing.rule(ctx(framework="lightning", sampler="RandomSampler", shuffle=True))  # type: ignore[arg-type]
+    assert single is not None
+    assert "BatchSampler(RandomSampler(dataset), batch_size=64, drop_last=False)" in single.snippet
+    assert single.suggestion == {"batch_sampler": True}
 
 
 def test_a_sampler_of_the_users_own_is_wrapped_as_it_is() -> None:

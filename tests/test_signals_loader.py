@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +73,19 @@ def test_the_sampler_and_its_order_are_read() -> None:
     assert (ordered.sampler, ordered.shuffle) == ("SequentialSampler", False)
 
 
+def test_a_loader_made_from_a_batch_sampler_is_read_through_it() -> None:
+    """Accelerate's DataLoaderShard is made from a batch sampler: its ``sampler`` is a placeholder
+    SequentialSampler, and the order is that of the sampler inside; a RandomSampler's subclass
+    (Accelerate's SeedableRandomSampler) is a RandomSampler."""
+    from accelerate.data_loader import prepare_data_loader
+
+    ds = tensor_dataset()
+    shard = prepare_data_loader(DataLoader(ds, batch_size=8, shuffle=True), num_processes=2, process_index=0)
+    cfg = inspect_loader(shard)
+    assert cfg is not None
+    assert (cfg.sampler, cfg.shuffle) == ("RandomSampler", True)
+
+
 def test_a_collate_fn_of_the_users_is_named() -> None:
     ds = tensor_dataset()
 
@@ -91,6 +105,19 @@ def test_a_collate_fn_of_the_users_is_named() -> None:
     assert made is not None
     assert made.collate is not None
     assert made.collate.endswith("Collator")
+    partial = inspect_loader(DataLoader(ds, batch_size=4, collate_fn=functools.partial(pad_batch)))
+    assert partial is not None
+    assert partial.collate is not None
+    assert partial.collate.endswith("pad_batch")
+    # a transformers Trainer always sets a collator of its own: that is no user's
+    from transformers import default_data_collator
+    from transformers.trainer_utils import RemoveColumnsCollator
+
+    trainers = inspect_loader(DataLoader(ds, batch_size=4, collate_fn=default_data_collator))
+    assert trainers is not None
+    assert trainers.collate is None
+    wrapped = RemoveColumnsCollator(pad_batch, signature_columns=["x"])
+    assert inspect_loader(DataLoader(ds, batch_size=4, collate_fn=wrapped)).collate.endswith("pad_batch")  # type: ignore[union-attr]
 
 
 def test_a_batch_sampler_as_sampler_indexes_once_per_batch() -> None:

@@ -610,6 +610,27 @@ def test_a_setting_for_one_rank_is_tried_as_such_and_kept_for_that_rank(job: Job
     assert [b.finding for b in result.by_hand] == ["data.prefetch"]
 
 
+def test_a_neighbour_count_takes_the_thread_count_that_goes_with_it(job: Job, tmp_path: Path) -> None:
+    """data.workers on a CPU: 2 workers and 1 of torch's threads on 2 cores (the rule's
+    ``cores - workers``). Its neighbours keep workers and threads sharing the cores alike: 1
+    worker with 2 threads, 3 workers with 1 (at least one), not the prediction's thread count."""
+
+    def findings(settings: dict[str, Any]) -> tuple[Finding, ...]:
+        if settings.get("num_workers", 0) >= 1:
+            return ()
+        suggestion = {"num_workers": 2, "torch_num_threads": 1}
+        return (job.make_finding(est_speedup=2.2, est_saving_fraction=0.55, suggestion=suggestion),)
+
+    job.findings = findings  # type: ignore[method-assign]
+    result = tune(job, tmp_path).result
+    changes = [c.change for c in result.candidates[:3]]
+    assert changes == [
+        {"num_workers": 2, "torch_num_threads": 1},
+        {"num_workers": 1, "torch_num_threads": 2},
+        {"num_workers": 3, "torch_num_threads": 1},
+    ]
+
+
 def test_which_suggestions_a_trial_applies_and_merges() -> None:
     from stallscope.tune.applicable import in_place
     from stallscope.tune.search import combinable

@@ -159,7 +159,7 @@ def _per_step(work: RankWork) -> dict[str, float]:
 def find_pace(ranks: Sequence[RankWork]) -> Pace | None:
     """The rank that sets the job's pace and its slow phase (``_phase_pace``), or, when the ranks'
     phases look alike, the rank whose own compute is slower (``_compute_pace``: its forward
-    passes); None when neither stands out."""
+    passes, or its own work a step where the forwards are alike); None when neither stands out."""
     return _phase_pace(ranks) or _compute_pace(ranks)
 
 
@@ -167,17 +167,20 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     """A compute straggler, from the ranks' forward passes (no collective in them, unlike the
     backward, where the fast ranks wait for the slow one inside ``compute``).
 
-    The slowest forward's rank ``s`` is the candidate. Its extra work per step is, where every
-    rank's training thread was clocked from one forward to the next (``RankWork.cycle_s``, CPU
-    runs), its own work beyond the others' median: the forward, backward, optimizer and anything
-    else the rank does alone, and not the all-reduce's time, which every rank spends. Otherwise
-    (CUDA) its compute is taken to scale with its forward, ``k = compute_s / forward_s``, and the
-    extra is ``k * (forward_s - median of the others')``: a bound that counts the collective's
-    time as work when the all-reduce is a large part of the step. A rank ``o``'s wait is the
-    slow rank's extra beyond its own (its compute at most); the job then steps at the larger of
-    the slow rank's step less its extra and the others' own work. It sets the pace when its
-    forward exceeds the others' median by ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``,
-    and its extra work is ``MIN_STRAGGLER_SHARE`` of the job's step."""
+    The slowest forward's rank ``s`` is the candidate; where no forward stands out and every
+    rank's cycle was measured, the rank with the most own work a step is, when that stands out
+    by the same thresholds (its extra work lies outside its forward: ``Pace.outside_forward``).
+    Its extra work per step is, where every rank's training thread was clocked from one forward
+    to the next (``RankWork.cycle_s``, CPU runs), its own work beyond the others' median: the
+    forward, backward, optimizer and anything else the rank does alone, and not the all-reduce's
+    time, which every rank spends. Otherwise (CUDA) its compute is taken to scale with its
+    forward, ``k = compute_s / forward_s``, and the extra is ``k * (forward_s - median of the
+    others')``: a bound that counts the collective's time as work when the all-reduce is a large
+    part of the step. A rank ``o``'s wait is the slow rank's extra beyond its own (its compute
+    at most); the job then steps at the larger of the slow rank's step less its extra and the
+    others' own work. It sets the pace when its forward exceeds the others' median by
+    ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``, and its extra work is
+    ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
     if len(active) < 2 or uneven_steps(active) is not None:
         return None

@@ -34,6 +34,7 @@ def other_note(span: SpanStats | None, framework: str) -> str | None:
             " shows its share by that name"
         )
     return text + (
-        ': wrap that code in `with scope.phase("logging"):`, or "checkpoint" or "validation", whichever it is,'
-        " and its findings follow; any other name shows its share"
+        ': wrap that code in `with scope.phase("compute"):` where it is the training step (forward, backward,'
+        ' optimizer), or in "logging", "checkpoint" or "validation", whichever it is, and its findings follow;'
+        " any other name shows its share"
     )

@@ -7,6 +7,7 @@ batch of a ``torch.utils.data.TensorDataset`` (pure indexing) in this process to
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -80,8 +81,8 @@ def inspect_loader(iterable: object) -> LoaderConfig | None:
     dataset = getattr(iterable, "dataset", None)
     in_memory = _in_memory(dataset)
     batched = getattr(iterable, "batch_sampler", None) is not None
-    sampler = getattr(iterable, "sampler", None)
-    sampler_kind = None if sampler is None else type(sampler).__name__
+    sampler = _real_sampler(iterable)
+    sampler_kind = None if sampler is None else _sampler_kind(sampler)
     shuffle = _shuffles(sampler, sampler_kind)
     return LoaderConfig(
         num_workers=workers,
@@ -105,11 +106,46 @@ def _own_collate(collate: object) -> str | None:
     torch's ``default_collate`` and ``default_convert`` or none."""
     if collate is None:
         return None
+    func = getattr(collate, "func", None)  # a functools.partial: the function it calls
+    if isinstance(collate, functools.partial) and func is not None:
+        return _own_collate(func)
     module = getattr(collate, "__module__", "") or ""
+    if module.startswith("transformers."):
+        # the Trainer's own collators (RemoveColumnsCollator wraps the one it was given)
+        inner = getattr(collate, "data_collator", None)
+        return _own_collate(inner) if inner is not None and inner is not collate else None
     if module.startswith("torch.utils.data"):
         return None
     name = getattr(collate, "__qualname__", None) or type(collate).__qualname__
     return str(name)[:80]
+
+
+#: the samplers whose order is known, by class name (a subclass counts as its base: Accelerate's
+#: ``SeedableRandomSampler`` is a ``RandomSampler``)
+_KNOWN_SAMPLERS = ("DistributedSampler", "RandomSampler", "SequentialSampler")
+
+
+def _real_sampler(iterable: object) -> object:
+    """The sampler the loader's indices come from: a loader made from a ``batch_sampler``
+    (Accelerate's ``DataLoaderShard`` always is) has a placeholder ``SequentialSampler`` as its
+    ``sampler``, so the batch samplers are followed down (``BatchSamplerShard.batch_sampler``,
+    then ``BatchSampler.sampler``)."""
+    batch = getattr(iterable, "batch_sampler", None)
+    for _ in range(4):
+        inner = getattr(batch, "batch_sampler", None)
+        if inner is None:
+            break
+        batch = inner
+    found = getattr(batch, "sampler", None)
+    return found if found is not None else getattr(iterable, "sampler", None)
+
+
+def _sampler_kind(sampler: object) -> str:
+    """A known sampler's name where the sampler is one or a subclass of one, else its own."""
+    for cls in type(sampler).__mro__:
+        if cls.__name__ in _KNOWN_SAMPLERS:
+            return cls.__name__
+    return type(sampler).__name__
 
 
 def _shuffles(sampler: object, kind: str | None) -> bool | None:

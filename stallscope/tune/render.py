@@ -23,7 +23,7 @@ from stallscope.tune.applicable import (
     TRANSFORMERS_KEYS,
 )
 from stallscope.tune.loaders import LOADER_KEYS
-from stallscope.tune.search import Candidate, TuneResult, head_to_head
+from stallscope.tune.search import WORKER_KEYS, Candidate, TuneResult, head_to_head
 
 
 def _x(value: float | None, bound: str = "estimate") -> str:
@@ -119,12 +119,17 @@ def summary(result: TuneResult, out: str) -> RenderableType:
         )
     for c in result.candidates:  # why a prediction was not tried, stopped early, or set aside
         said = c.verdict not in ("keep", "drop", "undecided")  # skipped, loss changed, not applied, failed...
-        if (said or c.futile) and c.note and not (c.neighbour and c.verdict == "skipped"):
+        if (said or c.futile) and c.note and not (c.neighbour and (c.verdict == "skipped" or c.futile)):
             why = c.note
             if c.verdict == "loss changed":
+                workers = any(k in c.change for k in WORKER_KEYS)
                 why = (
-                    f"not kept, the loss changed: {why} (a setting kept must train on the same data in the same"
-                    " order; a dataset that draws random samples in __getitem__ draws other ones with other workers)"
+                    f"not kept, the loss changed: {why} (a setting kept must train on the same data in the same order"
+                    + (
+                        "; a dataset that draws random samples in __getitem__ draws other ones with other workers)"
+                        if workers
+                        else ")"
+                    )
                 )
             parts.append(Text(plain(f"{c.label} ({c.finding}): {why}")))
         if c.reused:

@@ -32,7 +32,7 @@ from stallscope._exceptions import ReportError
 from stallscope.report.io import load_report
 from stallscope.report.schema import Report
 from stallscope.tune import runner
-from stallscope.tune.applicable import RANK_KEY, in_place
+from stallscope.tune.applicable import RANK_KEY, THREADS_KEY, in_place
 from stallscope.tune.loaders import LOADER_KEYS
 from stallscope.tune.plan import TrialPlan
 from stallscope.tune.stats import Speedup, decide, paired_speedup, t95
@@ -348,7 +348,7 @@ class Tuner:
         value = kept + (1 if kept > start else -1)
         if not 0 <= value <= 2 * self._cores:
             return None
-        return chosen.finding or "data.workers", {**chosen.change, key: value}
+        return chosen.finding or "data.workers", _with_count(chosen.change, key, value)
 
     def _onward_candidates(self, base: Mapping[str, Any]) -> list[Candidate] | None:
         """The step after a neighbour was kept over the predicted count: the count one step
@@ -397,7 +397,7 @@ class Tuner:
             if self.options.neighbours and isinstance(workers, int):
                 now = base.get(workers_key)
                 for value in (workers - 1, workers + 1):
-                    change = {**suggestion, workers_key: value}
+                    change = _with_count(suggestion, workers_key, value)
                     if (
                         0 <= value <= 2 * self._cores
                         and value not in (now, workers)
@@ -850,6 +850,17 @@ def scratch_for(out: Path, clock: Callable[[], float] = time.time) -> Path:
     """A fresh scratch folder beside ``tune.json``: ``stallscope-tune/<time>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(clock()))
     return out.resolve().parent / "stallscope-tune" / stamp
+
+
+def _with_count(settings: Mapping[str, Any], key: str, value: int) -> dict[str, Any]:
+    """``settings`` with the worker count ``key`` at ``value``; a thread count that goes with it
+    (``data.workers`` on a CPU: the workers and torch's threads share the cores) moves the other
+    way, so that a neighbour is the rule's advice for its own count (at least one thread)."""
+    out = {**settings, key: value}
+    threads, count = settings.get(THREADS_KEY), settings.get(key)
+    if isinstance(threads, int) and isinstance(count, int):
+        out[THREADS_KEY] = max(1, threads + count - value)
+    return out
 
 
 def _without_idle_keys(settings: dict[str, Any]) -> dict[str, Any]:

@@ -262,13 +262,18 @@ def rule(ctx: Context) -> Finding | None:
         if own_saves:
             fix += (
                 " The saves are not a ModelCheckpoint's (the Trainer has none): they are this fit's own"
-                " trainer.save_checkpoint calls, so change where they are made."
+                " trainer.save_checkpoint calls, so change where they are made (trainer.global_step counts"
+                " optimizer steps: with accumulate_grad_batches, divide the interval by it)."
             )
             snippet = (
-                f"if trainer.global_step % {k} == 0 or trainer.global_step == last_step:\n"
-                "    trainer.save_checkpoint(path)"
+                f"if trainer.global_step % {k} == 0:  # where the fit saves now\n"
+                "    trainer.save_checkpoint(path)\n"
+                "# and once in on_train_end: trainer.save_checkpoint(path)"
             )
-        if async_save:
+            if async_save:
+                fix += " And asynchronously: Trainer(plugins=[AsyncCheckpointIO()]) writes them in a background thread."
+                snippet += "\nTrainer(plugins=[AsyncCheckpointIO()])  # from lightning.pytorch.plugins.io"
+        elif async_save:
             fix += " Write the other saves in the background (a thread that saves a copy of the state)."
             snippet = (
                 f"if step == last_step:\n    writer.shutdown(wait=True)\n    save(state, path)\n"

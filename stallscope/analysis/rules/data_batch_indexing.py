@@ -94,6 +94,9 @@ def rule(ctx: Context) -> Finding | None:
         )
     head, base, note = _batch_sampler(loader.sampler, loader.shuffle, lightning)
     fix += note
+    suggestion: dict[str, object] = {"batch_sampler": True}
+    if lightning and loader.sampler == "DistributedSampler":
+        suggestion["use_distributed_sampler"] = False  # with it: a Trainer setting, applied by hand
     snippet = (
         f"{head}\nsampler = BatchSampler({base}, batch_size={batch_size}, drop_last={loader.drop_last})\n"
         f"DataLoader(dataset, sampler=sampler, batch_size=None, num_workers={model.workers})"
@@ -122,7 +125,7 @@ def rule(ctx: Context) -> Finding | None:
             "predicted_step_ms": ms(new_step),
         },
         fix=fix,
-        suggestion={"batch_sampler": True},
+        suggestion=suggestion,
         snippet=snippet,
     )
 
@@ -131,23 +134,31 @@ def _batch_sampler(kind: str | None, shuffle: bool | None, lightning: bool) -> t
     """The snippet's first lines, the sampler the BatchSampler draws its indices from, and what
     the fix adds about it, for a loader whose sampler is a ``kind`` (its class name) that shuffles
     or not (None: not known). The order and each rank's share of the data stay what they are: a
-    ``DistributedSampler`` stays inside (Lightning makes its own from the order the user's loader
-    had, and gives each rank its share of the batches); any other sampler is the user's own,
-    wrapped as it is."""
-    plain_order = kind in (None, "RandomSampler", "SequentialSampler")
-    if plain_order or (kind == "DistributedSampler" and lightning and shuffle is not None):
+    plain loop's ``DistributedSampler`` is the loader's own, kept inside; in Lightning, whose own
+    distributed wrapper would list a BatchSampler anew on each rank (each drawing its own order),
+    a ``DistributedSampler`` inside it with the Trainer's left off; any other sampler is the
+    user's own, wrapped as it is."""
+    if kind in ("RandomSampler", "SequentialSampler") or (kind is None and not lightning):
         order = "RandomSampler" if shuffle else "SequentialSampler"
-        note = (
-            "" if plain_order else " Lightning gives each rank its share of the batches, as it does of the samples now."
-        )
-        return f"from torch.utils.data import BatchSampler, {order}", f"{order}(dataset)", note
-    if kind == "DistributedSampler" and shuffle is not None:
+        return f"from torch.utils.data import BatchSampler, {order}", f"{order}(dataset)", ""
+    if kind == "DistributedSampler" and lightning:
         return (
             "from torch.utils.data import BatchSampler, DistributedSampler\n"
-            f"base = DistributedSampler(dataset, shuffle={shuffle})  # call base.set_epoch(epoch) each epoch",
+            f"base = DistributedSampler(dataset, shuffle={bool(shuffle)})"
+            "  # and Trainer(use_distributed_sampler=False)",
             "base",
-            " Keep the DistributedSampler inside the BatchSampler, so that each rank still reads its own share,"
-            " and call its set_epoch(epoch) at the start of each epoch (loader.sampler is then the"
+            " In this distributed fit, keep a DistributedSampler inside the BatchSampler and set"
+            " Trainer(use_distributed_sampler=False): Lightning's own would wrap the BatchSampler and list it anew"
+            " on each rank, each in its own order, so the ranks' batches would overlap. Call base.set_epoch(epoch)"
+            " in on_train_epoch_start (Lightning calls it only on the loader's sampler, the BatchSampler).",
+        )
+    if kind == "DistributedSampler":
+        return (
+            "from torch.utils.data import BatchSampler\n"
+            "base = loader.sampler  # its DistributedSampler: call base.set_epoch(epoch) each epoch",
+            "base",
+            " Keep the loader's DistributedSampler inside the BatchSampler, so that each rank still reads its own"
+            " share, and call its set_epoch(epoch) at the start of each epoch (loader.sampler is then the"
             " BatchSampler, which has no set_epoch).",
         )
     name = kind or "sampler"
