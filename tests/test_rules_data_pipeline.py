@@ -482,3 +482,26 @@ def test_on_a_gpu_busy_during_the_waits_keeping_the_workers_must_add_to_the_capp
     assert finding is not None
     assert finding.suggestion == {"num_workers": 2}
     assert finding.est_saving_fraction == pytest.approx(0.16, abs=1e-3)
+
+
+def test_the_workers_fix_in_trainer_words_keeps_its_caveats_and_not_its_dataloader_words() -> None:
+    """The rule's own finding for a CPU-trained model (workers and torch's threads), put in
+    TrainingArguments words: the thread advice once, nothing about a DataLoader, and the rule's
+    closing sentences on what the prediction counts (``data_workers.caveats``) kept as they are."""
+    from dataclasses import replace
+
+    from stallscope.analysis.transformers_words import in_trainer_words
+
+    context = Context(
+        span=starved_span(), loader=loader(), cores=2, config=AnalysisConfig(), batch_tensors=2, compute_threads=2
+    )
+    finding = data_workers.rule(context)
+    assert finding is not None
+    hf = replace(context, config=AnalysisConfig(framework="transformers"))
+    words = in_trainer_words(finding, hf)
+    assert words.fix.count("torch.set_num_threads(1)") == 1
+    assert "DataLoader" not in words.fix
+    tail = data_workers.caveats(finding.fix)
+    assert tail.startswith(" The workers share")
+    assert "intra-op" not in tail  # the thread advice comes before the caveats, not among them
+    assert words.fix.endswith(tail)
