@@ -231,8 +231,8 @@ def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by
     and the training threads' own work a step (CPU from one forward to the next) is 1.3 against
     3.7 ms. The helper's torchrun job read just that, and was told "no fix"."""
     ranks = [
-        work(0, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0013),
-        work(1, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0037),
+        work(0, data_ms=0.2, compute_ms=3.8, steps=100, forward_s=0.0003, cycle_s=0.0013),
+        work(1, data_ms=0.2, compute_ms=3.8, steps=100, forward_s=0.0003, cycle_s=0.0037),
     ]
     pace = find_pace(ranks)
     assert pace is not None
@@ -246,8 +246,15 @@ def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by
     assert "outside its forward pass" in top.fix
     assert unseen_wait_note(ranks) is None  # named, so not an unseen wait
     # the same own work on both ranks: nobody stands out
-    alike = [ranks[0], work(1, data_ms=0.2, compute_ms=3.8, forward_s=0.0003, cycle_s=0.0014)]
+    alike = [ranks[0], work(1, data_ms=0.2, compute_ms=3.8, steps=100, forward_s=0.0003, cycle_s=0.0014)]
     assert find_pace(alike) is None
+    # a job of fewer steps than a diagnosis judges (24): 24 cycles on a very busy machine differed
+    # by 2.5x between two healthy ranks (CI's twin pass), so its own work names no one
+    short = [
+        work(r, data_ms=0.2, compute_ms=3.8, steps=24, forward_s=0.0003, cycle_s=c)
+        for r, c in ((0, 0.0013), (1, 0.0037))
+    ]
+    assert find_pace(short) is None
 
 
 def test_own_work_alike_is_too_little_extra_for_a_straggler() -> None:

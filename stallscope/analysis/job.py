@@ -197,6 +197,10 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
         # rank's was clocked, if that stands out (work outside the forward: an extra loss, a metric)
         if not all(c is not None and c > 0 for c in cycles.values()):
             return None
+        from stallscope.analysis.diagnose import MIN_JUDGED_STEPS  # (here: it imports the rules)
+
+        if any(r.steps < MIN_JUDGED_STEPS for r in active):
+            return None  # 24 cycles on a very busy machine differed by 2.5x between two healthy ranks
         own_work = {k: float(c or 0.0) for k, c in cycles.items()}
         slow = max(own_work, key=lambda k: (own_work[k], -k))
         if not _stands_out(own_work, slow):
