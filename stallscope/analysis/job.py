@@ -189,28 +189,28 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     forward = {r.rank: float(r.forward_s or 0.0) for r in active}
     compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
     step = {r.rank: r.wall_s / r.steps for r in active}
-    cycles = {r.rank: r.cycle_s for r in active}
+    # each rank's own work a step, where every rank's training thread was clocked (CPU runs)
+    cycle: dict[int, float] = {}
+    if all(r.cycle_s is not None and r.cycle_s > 0 for r in active):
+        cycle = {r.rank: float(r.cycle_s or 0.0) for r in active}
     slow = max(forward, key=lambda k: (forward[k], -k))
     outside = False
     if not _stands_out(forward, slow):
-        # its forward is like the others': the rank with the most own work a step, where every
-        # rank's was clocked, if that stands out (work outside the forward: an extra loss, a metric)
-        if not all(c is not None and c > 0 for c in cycles.values()):
+        # its forward is like the others': the rank with the most own work a step, if that stands
+        # out (work outside the forward: an extra loss, a metric)
+        if not cycle:
             return None
         from stallscope.analysis.diagnose import MIN_JUDGED_STEPS  # (here: it imports the rules)
 
         if any(r.steps < MIN_JUDGED_STEPS for r in active):
             return None  # 24 cycles on a very busy machine differed by 2.5x between two healthy ranks
-        own_work = {k: float(c or 0.0) for k, c in cycles.items()}
-        slow = max(own_work, key=lambda k: (own_work[k], -k))
-        if not _stands_out(own_work, slow):
+        slow = max(cycle, key=lambda k: (cycle[k], -k))
+        if not _stands_out(cycle, slow):
             return None
         outside = True
     others = [k for k in forward if k != slow]
     typical = statistics.median(forward[k] for k in others)
-    cycle: dict[int, float] = {}
-    if all(c is not None and c > 0 for c in cycles.values()):
-        cycle = {k: float(c or 0.0) for k, c in cycles.items()}
+    if cycle:
         extra = min(compute[slow], max(0.0, cycle[slow] - statistics.median(cycle[k] for k in others)))
         wait = {k: min(compute[k], max(0.0, cycle[slow] - cycle[k])) for k in others}
     else:
