@@ -19,7 +19,6 @@ from typing import Any
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.rules import data_workers
-from stallscope.analysis.rules.data_workers import caveats
 
 #: neutral DataLoader keys -> the ``TrainingArguments`` field the Trainer builds its loaders from
 LOADER_FIELDS = {
@@ -64,7 +63,7 @@ def _loader(f: Finding, ctx: Context) -> Finding:
         )
         snippet = f"torch.set_num_threads({threads})\n{snippet}"
     if f.id == data_workers.ID:
-        fix += caveats(f.fix)  # what the prediction counts and how far it may be off
+        fix += data_workers.caveats(f.fix)  # what the prediction counts and how far it may be off
     return replace(f, suggestion=suggestion, fix=fix, snippet=snippet)
 
 

@@ -9,6 +9,7 @@ when the rank's own diagnosis has no fix for it (``straggler_finding``).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -80,22 +81,22 @@ def straggler_finding(pace: Pace) -> Finding:
     )
 
 
-def _others_forward_s(pace: Pace) -> float:
-    others = [v for k, v in pace.forward_s.items() if k != pace.rank]
+def _others_median(seconds: Mapping[int, float], rank: int) -> float:
+    """The median of the other ranks' per-step seconds (0 when there are none)."""
+    others = [v for k, v in seconds.items() if k != rank]
     return statistics.median(others) if others else 0.0
 
 
 def _title(pace: Pace) -> str:
     if pace.phase == COMPUTE and pace.outside_forward and pace.cycle_s:
-        mine = pace.cycle_s[pace.rank]
-        others = statistics.median(v for k, v in pace.cycle_s.items() if k != pace.rank)
+        mine, others = pace.cycle_s[pace.rank], _others_median(pace.cycle_s, pace.rank)
         ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
         return (
             f"Rank {pace.rank} sets the job's pace: its own work takes {ratio}({mine * 1e3:.1f} ms a step against "
             f"{others * 1e3:.1f} ms, outside its forward pass, which is like theirs), and the others wait for it"
         )
     if pace.phase == COMPUTE and pace.forward_s:
-        mine, others = pace.forward_s[pace.rank], _others_forward_s(pace)
+        mine, others = pace.forward_s[pace.rank], _others_median(pace.forward_s, pace.rank)
         ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
         return (
             f"Rank {pace.rank} sets the job's pace: its forward takes {ratio}({mine * 1e3:.1f} ms a step against "
