@@ -670,7 +670,7 @@ class Session:
             if group is not None:  # (not expected: ``_wait`` leaves an epoch that may close one)
                 self._group_since = None
                 group_signals = self.signals.close_group(signals, alone=False, host=True)
-                run_span = self.timeline.run_snapshot().unsorted() if self._pools(group) else None
+                run_span = self._run_span(group)
                 first = self._group.first if self._group.first is not None else index
                 known = self._known(group_signals, first_epoch=first, facts=facts)
                 self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
@@ -723,7 +723,7 @@ class Session:
         if group is not None:  # it closes its group: the group's diagnosis
             self._group_since = None  # (the next group starts at this epoch end's)
             group_signals = self.signals.close_group(signals, alone=group is snapshot)
-            run_span = self.timeline.run_snapshot().unsorted() if self._pools(group) else None
+            run_span = self._run_span(group)
             first = self._group.first if self._group.first is not None else index
             known = self._known(group_signals, first_epoch=first)
             epoch = self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
@@ -743,13 +743,16 @@ class Session:
             self._latest = None  # taken when asked for (``report``)
         return epoch
 
-    def _pools(self, snapshot: SpanSnapshot) -> bool:
-        """Whether an epoch's report needs the run so far (``Context.run_span``): the frequency
-        rules take a phase's cost from its totals (not its percentiles: the snapshot's span is used
-        unsorted), so only an epoch where such a phase could be worth a finding pays for it."""
+    def _run_span(self, snapshot: SpanSnapshot) -> SpanStats | None:
+        """The run so far (``Context.run_span``) where the report of ``snapshot`` (an epoch or a
+        group) needs it, else None: the frequency rules take a phase's cost from its totals and
+        the steps after each run of it, not its percentiles (``SpanSnapshot.unsorted``), so only
+        an epoch where such a phase could be worth a finding pays for it."""
         phase_ns = snapshot.phase_ns
         frequent = sum(phase_ns.get(name, 0) for name in (CHECKPOINT, LOGGING, VALIDATION))
-        return snapshot.wall_ns > 0 and frequent >= self.config.min_saving * snapshot.wall_ns
+        if snapshot.wall_ns <= 0 or frequent < self.config.min_saving * snapshot.wall_ns:
+            return None
+        return self.timeline.run_snapshot().unsorted()
 
     def _keep_epoch(
         self,
@@ -829,7 +832,7 @@ class Session:
             return False
         self._group = _Group()
         signals = self.signals.close_group(Signals(), alone=False, host=True)
-        run_span = self.timeline.run_snapshot().unsorted() if self._pools(snapshot) else None
+        run_span = self._run_span(snapshot)
         known = self._known(signals, first_epoch=group.first)
         group.view = self._group_view(snapshot, signals, known, group.steps_before, run_span, self.epoch_steps)
         group.last = group.latest
