@@ -790,3 +790,54 @@ def test_the_folds_agree_on_the_recent_steps_with_any_number_of_custom_phases(cu
         assert _folded_state(in_c) == _folded_state(in_python)
     assert in_c._steps > in_c._ring_size
     assert any(in_c._ring_phases[recorder.RECENT_COLUMNS - 1 :: recorder.RECENT_COLUMNS]) == (custom > 0)
+
+
+def _order_stats_in_python(values: list[int]) -> tuple[object, ...]:
+    """``Distribution.of``'s numbers as its Python code makes them (a list never goes to C)."""
+    from stallscope.timeline.stats import Distribution
+
+    d = Distribution.of(values)
+    return (d.n, d.mean, d.p10, d.p50, d.p90, d.max)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_c_order_statistics_are_the_python_ones_to_the_last_bit(seed: int) -> None:
+    """An epoch's step times and waits (an ``array('q')``) are summarised in C: every number is
+    the same double as the Python code's, for any length, spread and size of value, ties and
+    the interpolation between two neighbours included."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 3, 10, 30, 31, 100, 2048, rng.randrange(1, 5000)])
+    top = rng.choice([10, 1_000, 300_000, 10**9, 2**40, 2**53 // n])
+    values = [rng.randrange(-top // 50, top) if rng.random() < 0.1 else rng.randrange(0, top) for _ in range(n)]
+    if rng.random() < 0.3:  # ties
+        values = [v - v % (top // 7 + 1) for v in values]
+    got = native.order_stats(array("q", values))
+    assert got is not None
+    want = _order_stats_in_python(values)
+    assert [type(x) for x in got] == [type(x) for x in want]
+    assert got == want, (n, top)
+
+
+def test_c_order_statistics_leave_to_python_what_only_its_exact_division_gets_right() -> None:
+    """A sum past 2**53 (Python divides ints exactly, C would round the sum first): C says None
+    and ``Distribution.of`` gives Python's numbers; what is not an ``array('q')`` is refused."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    from stallscope.timeline.stats import Distribution
+
+    big = [2**52 + 1, 2**52 + 3, 2**52 + 7]
+    assert native.order_stats(array("q", big)) is None
+    d = Distribution.of(array("q", big))
+    assert (d.n, d.mean, d.p10, d.p50, d.p90, d.max) == _order_stats_in_python(big)
+    with pytest.raises(OverflowError):
+        array("q", [2**63])  # nothing past 64 bits can reach C
+    assert native.order_stats(array("q", [2**62, 2**62])) is None  # the sum overflows: Python's
+    for bad in (array("d", [1.0]), array("i", [1]), [1, 2], b"12345678"):
+        with pytest.raises(TypeError):
+            native.order_stats(bad)
+    with pytest.raises(ValueError, match="no values"):
+        native.order_stats(array("q"))

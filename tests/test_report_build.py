@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import random
+from array import array
 from collections.abc import Mapping
 
 import pytest
 
-from stallscope.report.build import phase_fractions, summarize
+from stallscope.report.build import phase_fractions, summarize, summarize_snapshot
 from stallscope.timeline.phases import BUILTIN_PHASES
-from stallscope.timeline.stats import Distribution, IdleWindow, SpanStats
+from stallscope.timeline.stats import Distribution, IdleWindow, SpanSnapshot, SpanStats
 
 MS = 1_000_000
 
@@ -103,3 +105,41 @@ def test_summary_of_an_empty_span() -> None:
     assert summary.gpu_idle_fraction == 0.0
     assert summary.steps_per_s == 0.0
     assert summary.wall_s == 0.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_an_epochs_summary_from_its_snapshot_is_the_summary_of_its_stats(seed: int) -> None:
+    """What a report of many short epochs makes for each (``summarize_snapshot``, no
+    ``SpanStats``) is what the epoch's statistics give, to the last digit, with or without a
+    device measurement; a snapshot of a span with idle windows keeps them."""
+    rng = random.Random(seed)
+    steps = rng.randrange(0, 60)
+    step = array("q", (rng.randrange(0, 5 * MS) for _ in range(steps)))
+    wait = array("q", (rng.choice([0, 0, rng.randrange(0, MS)]) for _ in range(steps)))
+    phases = {name: rng.choice([0, rng.randrange(0, 50 * MS)]) for name in (*BUILTIN_PHASES, "custom")}
+    wall = sum(phases.values()) if rng.random() < 0.9 else 0
+    windows = (IdleWindow(steps=3, wall_ns=7 * MS, busy_ns=1_234_567),) if seed % 4 == 0 else ()
+
+    def make() -> SpanStats:
+        return SpanStats(
+            wall_ns=wall,
+            steps=steps,
+            epochs=1,
+            phase_ns=phases,
+            phase_counts=dict.fromkeys(phases, 1),
+            step_total_ns=wall,
+            step=Distribution.of(()),
+            data_wait=Distribution.of(()),
+            data_cpu_ns=None,
+            process_cpu_ns=0,
+            windows=windows,
+        )
+
+    made_first = seed % 2 == 0
+    snapshot = SpanSnapshot(make() if made_first else make, step, wait, steps=steps, wall_ns=wall, phase_ns=phases)
+    device = {} if seed % 3 else {"idle_fraction": rng.random(), "idle_source": "nvml", "nvml": {"util_mean": 0.5}}
+    got = summarize_snapshot(snapshot, **device)
+    want = summarize(snapshot.stats(), **device)
+    assert got == want
+    assert got.idle_windows == (want.idle_windows if made_first else ())
+    assert bool(got.idle_windows) == (made_first and bool(windows))

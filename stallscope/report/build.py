@@ -9,7 +9,7 @@ from stallscope.report.schema import Summary
 from stallscope.signals.cuda_events import CudaSummary
 from stallscope.signals.nvml import NvmlSummary
 from stallscope.timeline.phases import COMPUTE
-from stallscope.timeline.stats import Distribution, SpanStats
+from stallscope.timeline.stats import Distribution, IdleWindow, SpanSnapshot, SpanStats
 
 
 def _dist(d: Distribution) -> dict[str, float]:
@@ -24,7 +24,7 @@ def _dist(d: Distribution) -> dict[str, float]:
     }
 
 
-def phase_fractions(span: SpanStats) -> dict[str, float]:
+def phase_fractions(span: SpanStats | SpanSnapshot) -> dict[str, float]:
     """Fractions of wall time per phase, rounded so that they still sum to 1."""
     wall = span.wall_ns
     if wall <= 0:
@@ -87,7 +87,9 @@ def nvml_fields(nvml: NvmlSummary | None) -> dict[str, Any] | None:
     return {k: v for k, v in fields.items() if k in always or (v is not None and v != {})}
 
 
-def device_idle(span: SpanStats, cuda: CudaSummary | None, nvml: NvmlSummary | None) -> tuple[float | None, str]:
+def device_idle(
+    span: SpanStats | SpanSnapshot, cuda: CudaSummary | None, nvml: NvmlSummary | None
+) -> tuple[float | None, str]:
     """The best measurement of the accelerator's idle fraction over ``span`` and its source:
     CUDA events (device-side busy time of the compute phase), else NVML utilization, else None
     (``summarize`` then uses the host phases). NVML utilization that stopped part-way through
@@ -108,9 +110,37 @@ def summarize(
 ) -> Summary:
     """A report summary of ``span``. Without a device measurement the idle fraction is
     ``1 - compute share`` (``host_phases``)."""
+    return _summary(span, span.step, span.data_wait, span.windows, idle_fraction, idle_source, nvml)
+
+
+def summarize_snapshot(
+    snapshot: SpanSnapshot,
+    *,
+    idle_fraction: float | None = None,
+    idle_source: str = "host_phases",
+    nvml: Mapping[str, Any] | None = None,
+) -> Summary:
+    """``summarize(snapshot.stats())``, without the ``SpanStats`` a summary does not need: what a
+    report made of many short epochs makes once for each of them."""
+    made = snapshot.made
+    windows = made.windows if made is not None else ()  # a span made from the snapshot has none
+    step, data_wait = Distribution.of(snapshot.step), Distribution.of(snapshot.data_wait)
+    return _summary(snapshot, step, data_wait, windows, idle_fraction, idle_source, nvml)
+
+
+def _summary(
+    span: SpanStats | SpanSnapshot,
+    step: Distribution,
+    data_wait: Distribution,
+    idle_windows: tuple[IdleWindow, ...],
+    idle_fraction: float | None,
+    idle_source: str,
+    nvml: Mapping[str, Any] | None,
+) -> Summary:
+    wall_ns = span.wall_ns
     fractions = phase_fractions(span)
     if idle_fraction is None:
-        idle_fraction = 1.0 - span.phase_fraction(COMPUTE) if span.wall_ns > 0 else 0.0
+        idle_fraction = 1.0 - span.phase_ns.get(COMPUTE, 0) / wall_ns if wall_ns > 0 else 0.0
         idle_source = "host_phases"
     windows = (
         tuple(
@@ -119,21 +149,22 @@ def summarize(
                 "wall_s": round(w.wall_ns / 1e9, 6),
                 "idle_fraction": round(w.idle_fraction, 6),
             }
-            for w in span.windows
+            for w in idle_windows
         )
-        if span.windows  # an epoch's: none
+        if idle_windows  # an epoch's: none
         else ()
     )
+    wall_s = wall_ns / 1e9
     return Summary(
-        wall_s=round(span.wall_s, 6),
+        wall_s=round(wall_s, 6),
         steps=span.steps,
-        steps_per_s=round(span.steps / span.wall_s, 4) if span.wall_ns > 0 else 0.0,
+        steps_per_s=round(span.steps / wall_s, 4) if wall_ns > 0 else 0.0,
         gpu_idle_fraction=round(min(1.0, max(0.0, idle_fraction)), 6),
         idle_source=idle_source,
         phase_fractions=fractions,
         phase_seconds={name: round(ns / 1e9, 6) if ns else 0.0 for name, ns in span.phase_ns.items()},
-        step_time_s=_dist(span.step),
-        data_wait_s=_dist(span.data_wait),
+        step_time_s=_dist(step),
+        data_wait_s=_dist(data_wait),
         nvml=nvml,
         idle_windows=windows,
     )

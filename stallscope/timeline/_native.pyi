@@ -1,5 +1,6 @@
 """Types of the timeline's hot path in C (``_native.c``); ``recorder.py`` has its Python twin."""
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -33,6 +34,11 @@ class EventLog:
     def clear(self) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> int: ...
+
+def order_stats(values: array[int], /) -> tuple[int, float, float, float, float, float] | None:
+    """``stats.Distribution.of``'s numbers (n, mean, p10, p50, p90, max, in seconds) of a
+    non-empty ``array('q')`` of nanoseconds, each the same double as Python's; None where the
+    sum passes 2**53 (Python divides it exactly)."""
 
 def fold(timeline: object, events: EventLog | list[int], upto: int = ..., /) -> None:
     """``recorder.Timeline._fold_events`` in C: apply ``events`` (the first ``upto`` entries, an

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import math
 import operator
+import os
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+
+try:  # the C module's twin of ``Distribution.of`` for the recorder's arrays (``_native.c``)
+    from stallscope.timeline import _native
+except ImportError:  # not built: the Python code alone
+    _native = None  # type: ignore[assignment]
+#: ``_native.order_stats``, None where the C module is not built, is from an older checkout, or
+#: is turned off (``STALLSCOPE_NO_NATIVE``, as recorder.py's hot path)
+_order_stats = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "order_stats", None)
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,10 @@ class Distribution:
         """Summarise ``values_ns`` (nanoseconds); an empty sequence gives all zeros."""
         if not values_ns:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        if _order_stats is not None and type(values_ns) is array and values_ns.typecode == "q":
+            numbers = _order_stats(values_ns)  # the same numbers, without an int object a value
+            if numbers is not None:
+                return cls(*numbers)
         ordered = sorted(values_ns)
         n = len(ordered)
         # positional, and ``quantile``'s arithmetic inline: an epoch's report makes two of these
@@ -230,6 +244,11 @@ class SpanSnapshot:
             assert make is not None
             span = self._span = make()
         return span
+
+    @property
+    def made(self) -> SpanStats | None:
+        """The span's statistics where they were made already (``span``), else None."""
+        return self._span
 
     def unsorted(self) -> SpanStats:
         """``span`` with the recent steps one by one (``SpanStats.recent``), without the sorting
