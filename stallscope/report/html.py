@@ -102,8 +102,7 @@ def _secs(s: float) -> str:
 
 def _n(x: float) -> str:
     """A coordinate: one decimal at most."""
-    text = f"{x:.1f}"
-    return text[:-2] if text.endswith(".0") else text
+    return f"{x:.1f}".removesuffix(".0")
 
 
 # -- the page ----------------------------------------------------------------------------------
