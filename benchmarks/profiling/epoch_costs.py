@@ -43,8 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-#: (module, class, method): the epoch end, the next pass's set-up, the run's end
+#: (module, class, method): the scope's start, the epoch end, the next pass's set-up, the run's end
 WRAPPED = (
+    ("stallscope.hooks.scope", "StallScope", "__init__"),
+    ("stallscope.hooks.scope", "StallScope", "__enter__"),
     ("stallscope.hooks.scope", "StallScope", "_end_epoch"),
     ("stallscope.hooks.scope", "StallScope", "_inspect"),
     ("stallscope.hooks.scope", "StallScope", "_first_item"),

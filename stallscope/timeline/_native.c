@@ -16,6 +16,8 @@
  *           iterator ends or raises. The final wait is appended to ``result``.
  *   fold    Timeline._fold_events: applies the logged events to the phase totals, steps, rings
  *           and idle windows (it calls back ``timeline._close_window`` once per window).
+ *   order_stats  stats.Distribution.of's numbers of an array('q') of step times: what a report
+ *           of many short epochs makes twice for each (tests/test_native.py holds it to Python's).
  *
  * Never hurt the run: StallScope's own errors (an Exception from a clock or a callback) go to
  * ``timeline._failed`` (which turns recording off), and the stream then passes the
