@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,9 +32,9 @@ Status = Literal["ok", "short", "failed", "hung", "interrupted"]
 #: how long a group has after SIGTERM before SIGKILL
 GRACE_S = 3.0
 #: how long, after the SIGKILL, tune waits for the group's last processes to be gone (it goes on
-#: as soon as they are): under ``make test-busy`` a trial's process outlived tune's Ctrl-C by more
-#: than 2 s twice (which process, and why, was not found: one killed inside a disk write, for
-#: one, dies only when the write ends)
+#: as soon as they are; one killed inside a disk write, for one, dies only when the write ends).
+#: Under ``make test-busy`` a trial's process outlived tune's Ctrl-C three times: a Ctrl-C that
+#: lands while ``Popen`` starts the child left it unstopped (``_InterruptHeld``)
 GONE_WAIT_S = 10.0
 #: how often the child is polled
 POLL_S = 0.05
@@ -213,6 +214,7 @@ def run_trial(
     env.update(plan.environ())
     started = clock()
     with open(log, "wb") as out:
+        held = _InterruptHeld()
         try:
             proc = subprocess.Popen(
                 list(command),
@@ -224,9 +226,16 @@ def run_trial(
                 start_new_session=True,
             )
         except OSError as exc:
+            held.release()
             return TrialOutcome(plan, "failed", None, 0.0, None, log, f"could not start the command: {exc}")
+        except BaseException:
+            held.release()
+            raise
         status: Status | None = None
         try:
+            held.release()  # inside: a Ctrl-C from here on stops the child's group below
+            if held.signalled:  # Ctrl-C while the child started
+                raise KeyboardInterrupt
             if on_start is not None:
                 on_start(proc.pid)
             while proc.poll() is None:
@@ -253,6 +262,31 @@ def run_trial(
     if not result.get("complete"):
         return TrialOutcome(plan, "short", rc, wall, result, log, "the command ended before the trial's budget")
     return TrialOutcome(plan, "ok", rc, wall, result, log)
+
+
+class _InterruptHeld:
+    """Ctrl-C (SIGINT) held from here until ``release``, and said in ``signalled``. Raised inside
+    ``Popen`` (which waits there for the child's ``exec``), or before its result is kept, it left
+    a child that nothing stopped, in a session of its own (seen under ``make test-busy``: a trial
+    outlived tune's Ctrl-C). Held only where SIGINT raises KeyboardInterrupt, on the main thread."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._note)
+                self._previous = previous
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.signalled = True
+
+    def release(self) -> None:
+        """Ctrl-C raises again (once: a second call does nothing)."""
+        previous, self._previous = self._previous, None
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def with_ranks(result: dict[str, Any] | None, path: Path) -> dict[str, Any] | None:
