@@ -48,3 +48,62 @@ def test_a_ctrl_c_while_the_child_starts_leaves_no_trial_running(
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+class _Stopped(KeyboardInterrupt):
+    """What ``stallscope tune``'s SIGTERM handler raises."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
+def test_a_sigterm_while_the_child_starts_leaves_no_trial_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler's SIGTERM, which ``stallscope tune`` turns into a KeyboardInterrupt of its own,
+    lands inside ``Popen``: the child is stopped and the handler's exception goes on up."""
+    started: list[subprocess.Popen[bytes]] = []
+    real = subprocess.Popen
+
+    def popen_then_sigterm(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        child = real(*args, **kwargs)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            time.sleep(0)
+        return child
+
+    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    monkeypatch.setattr(runner.subprocess, "Popen", popen_then_sigterm)
+    try:
+        with pytest.raises(_Stopped):
+            runner.run_trial(
+                [sys.executable, "-c", "import time; time.sleep(120)"], TrialPlan(1, tmp_path), timeout_s=300
+            )
+        assert started[0].poll() is not None
+        assert signal.getsignal(signal.SIGTERM) is _raise_stopped
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in started:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def test_a_ctrl_c_while_the_command_fails_to_start_still_stops_the_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT does not raise KeyboardInterrupt here")
+
+    def ctrl_c_then_fail(*args: Any, **kwargs: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):
+            time.sleep(0)
+        raise FileNotFoundError("no such command")
+
+    monkeypatch.setattr(runner.subprocess, "Popen", ctrl_c_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_trial(["no-such-command"], TrialPlan(1, tmp_path), timeout_s=300)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -34,7 +34,7 @@ GRACE_S = 3.0
 #: how long, after the SIGKILL, tune waits for the group's last processes to be gone (it goes on
 #: as soon as they are; one killed inside a disk write, for one, dies only when the write ends).
 #: Under ``make test-busy`` a trial's process outlived tune's Ctrl-C three times: a Ctrl-C that
-#: lands while ``Popen`` starts the child left it unstopped (``_InterruptHeld``)
+#: lands while ``Popen`` starts the child left it unstopped (``_SignalsHeld``)
 GONE_WAIT_S = 10.0
 #: how often the child is polled
 POLL_S = 0.05
@@ -214,7 +214,7 @@ def run_trial(
     env.update(plan.environ())
     started = clock()
     with open(log, "wb") as out:
-        held = _InterruptHeld()
+        held = _SignalsHeld()
         try:
             proc = subprocess.Popen(
                 list(command),
@@ -227,6 +227,7 @@ def run_trial(
             )
         except OSError as exc:
             held.release()
+            held.deliver()  # a Ctrl-C while it failed to start: the search stops all the same
             return TrialOutcome(plan, "failed", None, 0.0, None, log, f"could not start the command: {exc}")
         except BaseException:
             held.release()
@@ -234,8 +235,7 @@ def run_trial(
         status: Status | None = None
         try:
             held.release()  # inside: a Ctrl-C from here on stops the child's group below
-            if held.signalled:  # Ctrl-C while the child started
-                raise KeyboardInterrupt
+            held.deliver()  # one that came while the child started, likewise
             if on_start is not None:
                 on_start(proc.pid)
             while proc.poll() is None:
@@ -264,29 +264,54 @@ def run_trial(
     return TrialOutcome(plan, "ok", rc, wall, result, log)
 
 
-class _InterruptHeld:
-    """Ctrl-C (SIGINT) held from here until ``release``, and said in ``signalled``. Raised inside
-    ``Popen`` (which waits there for the child's ``exec``), or before its result is kept, it left
-    a child that nothing stopped, in a session of its own (seen under ``make test-busy``: a trial
-    outlived tune's Ctrl-C). Held only where SIGINT raises KeyboardInterrupt, on the main thread."""
+class _SignalsHeld:
+    """Ctrl-C (SIGINT) and SIGTERM held from here until ``release``, and their handlers called by
+    ``deliver``. Raised inside ``Popen`` (which waits there for the child's ``exec``), or before
+    its result is kept, a KeyboardInterrupt (``stallscope tune`` raises one for a SIGTERM too) left
+    a child that nothing stopped, in a session of its own: ``make test-busy`` saw a trial outlive
+    tune's Ctrl-C. Only a signal whose handler is Python's is held (SIG_DFL and SIG_IGN need no
+    help), and only on the main thread, where Python runs its handlers."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self.signalled = False
-        self._previous: Any = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            if previous is signal.default_int_handler:
-                signal.signal(signal.SIGINT, self._note)
-                self._previous = previous
+        #: (signal, its handler before) of the signals held, and the signals that came, in order
+        self._held: list[tuple[int, Callable[[int, Any], Any]]] = []
+        self.came: list[int] = []
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            previous = signal.getsignal(signum)
+            if callable(previous):
+                signal.signal(signum, self._note)
+                self._held.append((signum, previous))
 
     def _note(self, signum: int, frame: object) -> None:
-        self.signalled = True
+        self.came.append(signum)
 
     def release(self) -> None:
-        """Ctrl-C raises again (once: a second call does nothing)."""
-        previous, self._previous = self._previous, None
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        """Each held signal's own handler again. ``signal.signal`` first runs the handlers of
+        signals already pending, and one may raise: the handlers are put back all the same, and
+        what it raised goes on up."""
+        raised: BaseException | None = None
+        held, self._held = self._held, []
+        for signum, previous in reversed(held):
+            for _ in range(3):
+                try:
+                    signal.signal(signum, previous)
+                    break
+                except BaseException as exc:  # a pending handler's: the next try sets it
+                    raised = raised or exc
+        if raised is not None:
+            raise raised
+
+    def deliver(self) -> None:
+        """Call the handler of each signal that came while held, as it would have been called."""
+        came, self.came = self.came, []
+        for signum in came:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                handler(signum, None)
 
 
 def with_ranks(result: dict[str, Any] | None, path: Path) -> dict[str, Any] | None:
