@@ -33,8 +33,11 @@ def start_quiet(thread: threading.Thread) -> None:
     if mask is None or not _ALL:  # no POSIX signal masks (Windows)
         thread.start()
         return
-    previous = mask(signal.SIG_BLOCK, _ALL)
+    # the mask read first, changing nothing: each call also runs the handlers of signals already
+    # pending, and one that raises (a Ctrl-C just then) must not leave this thread's signals blocked
+    previous = mask(signal.SIG_BLOCK, ())
     try:
+        mask(signal.SIG_BLOCK, _ALL)
         thread.start()
     finally:
         mask(signal.SIG_SETMASK, previous)

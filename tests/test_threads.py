@@ -50,3 +50,29 @@ def test_stallscopes_threads_leave_the_process_signals_to_the_users_threads(tmp_
         main = threading.main_thread().native_id
         assert main is not None
         assert not {int(s) for s in USERS} & _blocked(main)
+
+
+def test_a_signal_handled_while_the_mask_changes_leaves_the_starters_mask_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each change of the mask also runs the handlers of signals already pending: a Ctrl-C then
+    raises inside it, after the mask changed. The thread that started the other keeps its own
+    signals (a training thread with every signal blocked would pass that on to its loader's
+    workers)."""
+    import stallscope._threads as threads_module
+
+    real = signal.pthread_sigmask
+
+    class Masks:
+        def pthread_sigmask(self, how: int, signals: object) -> object:
+            previous = real(how, signals)  # type: ignore[arg-type]
+            if how == signal.SIG_BLOCK and signals:
+                raise KeyboardInterrupt  # a pending Ctrl-C, handled as the call ends
+            return previous
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    monkeypatch.setattr(threads_module, "_masks", Masks())
+    thread = threading.Thread(target=lambda: None)
+    with pytest.raises(KeyboardInterrupt):
+        start_quiet(thread)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
