@@ -811,7 +811,8 @@ def test_the_c_order_statistics_are_the_python_ones_to_the_last_bit(seed: int) -
     rng = random.Random(seed)
     n = rng.choice([1, 2, 3, 10, 30, 31, 100, 2048, rng.randrange(1, 5000)])
     top = rng.choice([10, 1_000, 300_000, 10**9, 2**40, 2**53 // n])
-    values = [rng.randrange(-top // 50, top) if rng.random() < 0.1 else rng.randrange(0, top) for _ in range(n)]
+    low = -top if seed % 5 == 0 else -top // 50  # some far below 0: the differences are large
+    values = [rng.randrange(low, top) if rng.random() < 0.1 else rng.randrange(0, top) for _ in range(n)]
     if rng.random() < 0.3:  # ties
         values = [v - v % (top // 7 + 1) for v in values]
     got = native.order_stats(array("q", values))
@@ -836,6 +837,12 @@ def test_c_order_statistics_leave_to_python_what_only_its_exact_division_gets_ri
     with pytest.raises(OverflowError):
         array("q", [2**63])  # nothing past 64 bits can reach C
     assert native.order_stats(array("q", [2**62, 2**62])) is None  # the sum overflows: Python's
+    apart = [-(2**62), 2**62]  # the sum is 0, the difference 2**63: past 64 bits
+    assert native.order_stats(array("q", apart)) is None
+    d = Distribution.of(array("q", apart))
+    assert (d.n, d.mean, d.p10, d.p50, d.p90, d.max) == _order_stats_in_python(apart)
+    edge = [2**52, 2**52]  # a sum of exactly 2**53: still C's, and Python's numbers
+    assert native.order_stats(array("q", edge)) == _order_stats_in_python(edge)
     for bad in (array("d", [1.0]), array("i", [1]), [1, 2], b"12345678"):
         with pytest.raises(TypeError):
             native.order_stats(bad)

@@ -1299,7 +1299,8 @@ cmp_ll(const void *a, const void *b)
  * step: ints exact (the sum in 64 bits, checked), each int made a double as Python makes it
  * (round to nearest), and the interpolation's product rounded before its sum (``volatile``: a
  * compiler that fuses a multiply-add, as on aarch64, would round once). None where that cannot
- * hold (a sum past 2**53, whose division Python does exactly): the Python code then does it. */
+ * hold (a sum past 2**53, whose division Python does exactly; a sum or a difference of two values
+ * past 64 bits): the Python code then does it. */
 static PyObject *
 native_order_stats(PyObject *module, PyObject *values)
 {
@@ -1326,6 +1327,12 @@ native_order_stats(PyObject *module, PyObject *values)
     }
     memcpy(ordered, view.buf, (size_t)n * sizeof(long long));
     qsort(ordered, (size_t)n, sizeof(long long), cmp_ll);
+    long long range;
+    if (__builtin_sub_overflow(ordered[n - 1], ordered[0], &range)) {
+        /* values far apart on both sides of 0: a difference of two would not fit in 64 bits */
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
     const long long exact = 1LL << 53;
     long long sum = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1342,7 +1349,7 @@ native_order_stats(PyObject *module, PyObject *values)
     double out[3];
     long long last = (long long)n - 1;
     for (int k = 0; k < 3; k++) {
-        double pos = (double)last * qs[k];
+        volatile double pos = (double)last * qs[k]; /* rounded here, as Python rounds it */
         long long lo = (long long)pos; /* floor: pos >= 0 */
         long long hi = lo < last ? lo + 1 : last;
         volatile double part = (double)(ordered[hi] - ordered[lo]) * (pos - (double)lo);

@@ -38,7 +38,7 @@ class EventLog:
 def order_stats(values: array[int], /) -> tuple[int, float, float, float, float, float] | None:
     """``stats.Distribution.of``'s numbers (n, mean, p10, p50, p90, max, in seconds) of a
     non-empty ``array('q')`` of nanoseconds, each the same double as Python's; None where the
-    sum passes 2**53 (Python divides it exactly)."""
+    sum passes 2**53 (Python divides it exactly), or a sum or difference passes 64 bits."""
 
 def fold(timeline: object, events: EventLog | list[int], upto: int = ..., /) -> None:
     """``recorder.Timeline._fold_events`` in C: apply ``events`` (the first ``upto`` entries, an

@@ -184,7 +184,9 @@ class SpanSnapshot:
     function that makes it when first asked for: an epoch end of a short epoch needs only its
     steps, wall time and phase times (``steps``, ``epochs``, ``wall_ns``, ``phase_ns``, given with
     the function), and the rest (the phase counts, the data CPU, the record itself) waits for its
-    report. Two threads asking at once may both make it; they make equal ones."""
+    report. Two threads asking at once may both make it; they make equal ones. A span made by
+    the function has no idle windows (only a run's ``SpanStats``, given made, has them):
+    ``report.build.summarize_snapshot`` counts on it."""
 
     __slots__ = (
         "_span",
