@@ -121,19 +121,7 @@ def test_an_epochs_summary_from_its_snapshot_is_the_summary_of_its_stats(seed: i
     windows = (IdleWindow(steps=3, wall_ns=7 * MS, busy_ns=1_234_567),) if seed % 4 == 0 else ()
 
     def make() -> SpanStats:
-        return SpanStats(
-            wall_ns=wall,
-            steps=steps,
-            epochs=1,
-            phase_ns=phases,
-            phase_counts=dict.fromkeys(phases, 1),
-            step_total_ns=wall,
-            step=Distribution.of(()),
-            data_wait=Distribution.of(()),
-            data_cpu_ns=None,
-            process_cpu_ns=0,
-            windows=windows,
-        )
+        return _span(wall, phases, steps, windows)  # its distributions: stats() makes the snapshot's
 
     made_first = seed % 2 == 0
     snapshot = SpanSnapshot(make() if made_first else make, step, wait, steps=steps, wall_ns=wall, phase_ns=phases)
