@@ -24,10 +24,14 @@ from stallscope.timeline import recorder
 def test_the_c_hot_path_is_in_use_unless_turned_off() -> None:
     """An install here always has a C compiler: a build that silently lost the extension would
     pass every other test on the Python twin and be twice as slow."""
+    from stallscope.timeline import stats
+
     if os.environ.get("STALLSCOPE_NO_NATIVE"):
         assert recorder._native is None
+        assert stats._order_stats is None
     else:
         assert recorder._native is not None
+        assert stats._order_stats is recorder._native.order_stats
 
 
 def test_a_sanitized_run_imports_the_sanitized_build() -> None:

@@ -44,6 +44,7 @@ from threading import get_ident
 from typing import NamedTuple, TypeVar
 
 from stallscope._exceptions import from_signal_handler
+from stallscope.timeline import stats as _stats
 from stallscope.timeline.phases import BUILTIN_PHASES, COMPUTE, DATA, OTHER
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanSnapshot, SpanStats
 
@@ -112,6 +113,8 @@ if _native is not None and (
     or not all(hasattr(_native, name) for name in ("fold", "StepHook", "HookBase"))
 ):
     _native = None  # type: ignore[assignment]
+if _native is None:  # one switch: a build refused here does not summarise steps either
+    _stats._order_stats = None
 #: whether the C hot path is in use
 NATIVE = _native is not None
 #: the C module where it is in use (hooks/lightning.py builds its per-step ``StepHook``s), else None
