@@ -280,11 +280,15 @@ class _SignalsHeld:
         self.came: list[int] = []
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in self.SIGNALS:
-            previous = signal.getsignal(signum)
-            if callable(previous):
-                signal.signal(signum, self._note)
-                self._held.append((signum, previous))
+        try:
+            for signum in self.SIGNALS:
+                previous = signal.getsignal(signum)
+                if callable(previous):
+                    signal.signal(signum, self._note)
+                    self._held.append((signum, previous))
+        except BaseException:  # a pending handler raised before anything started: all put back
+            self.release()
+            raise
 
     def _note(self, signum: int, frame: object) -> None:
         self.came.append(signum)
