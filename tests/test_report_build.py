@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from stallscope.report.build import phase_fractions, summarize, summarize_snapshot
+from stallscope.report.build import phase_fractions, summarize
 from stallscope.timeline.phases import BUILTIN_PHASES
 from stallscope.timeline.stats import Distribution, IdleWindow, SpanSnapshot, SpanStats
 
@@ -109,7 +109,7 @@ def test_summary_of_an_empty_span() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_an_epochs_summary_from_its_snapshot_is_the_summary_of_its_stats(seed: int) -> None:
-    """What a report of many short epochs makes for each (``summarize_snapshot``, no
+    """What a report of many short epochs makes for each (``summarize`` of its snapshot, no
     ``SpanStats``) is what the epoch's statistics give, to the last digit, with or without a
     device measurement; a snapshot of a span with idle windows keeps them."""
     rng = random.Random(seed)
@@ -126,7 +126,7 @@ def test_an_epochs_summary_from_its_snapshot_is_the_summary_of_its_stats(seed: i
     made_first = seed % 2 == 0
     snapshot = SpanSnapshot(make() if made_first else make, step, wait, steps=steps, wall_ns=wall, phase_ns=phases)
     device = {} if seed % 3 else {"idle_fraction": rng.random(), "idle_source": "nvml", "nvml": {"util_mean": 0.5}}
-    got = summarize_snapshot(snapshot, **device)
+    got = summarize(snapshot, **device)
     want = summarize(snapshot.stats(), **device)
     assert got == want
     assert got.idle_windows == (want.idle_windows if made_first else ())

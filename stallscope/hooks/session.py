@@ -41,7 +41,7 @@ from stallscope.analysis.unnamed import other_note
 from stallscope.config import ScopeConfig
 from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
-from stallscope.report.build import device_idle, nvml_fields, summarize, summarize_snapshot
+from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.html import render_report
 from stallscope.report.html_io import HTML_NAME, write_html
 from stallscope.report.io import REPORT_NAME, write_report
@@ -1253,15 +1253,11 @@ class Session:
         return max(1, self.host.usable_cores // ranks_here(self.job, self.local_ranks))
 
     def summarize(self, span: SpanStats | SpanSnapshot, signals: Signals | None = None) -> Summary:
-        """``span``'s summary; an epoch's straight from its snapshot (``summarize_snapshot``)."""
-        idle: float | None = None
-        source, nvml = "host_phases", None
-        if signals is not None:
-            idle, source = device_idle(span, signals.cuda, signals.nvml)
-            nvml = nvml_fields(signals.nvml)
-        if isinstance(span, SpanSnapshot):
-            return summarize_snapshot(span, idle_fraction=idle, idle_source=source, nvml=nvml)
-        return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml)
+        """``span``'s summary (an epoch's straight from its snapshot)."""
+        if signals is None:
+            return summarize(span)
+        idle, source = device_idle(span, signals.cuda, signals.nvml)
+        return summarize(span, idle_fraction=idle, idle_source=source, nvml=nvml_fields(signals.nvml))
 
     def build_report(self, *, complete: bool) -> Report:
         """The report of the run so far, built now."""

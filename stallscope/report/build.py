@@ -102,41 +102,25 @@ def device_idle(
 
 
 def summarize(
-    span: SpanStats,
+    span: SpanStats | SpanSnapshot,
     *,
     idle_fraction: float | None = None,
     idle_source: str = "host_phases",
     nvml: Mapping[str, Any] | None = None,
 ) -> Summary:
     """A report summary of ``span``. Without a device measurement the idle fraction is
-    ``1 - compute share`` (``host_phases``)."""
-    return _summary(span, span.step, span.data_wait, span.windows, idle_fraction, idle_source, nvml)
-
-
-def summarize_snapshot(
-    snapshot: SpanSnapshot,
-    *,
-    idle_fraction: float | None = None,
-    idle_source: str = "host_phases",
-    nvml: Mapping[str, Any] | None = None,
-) -> Summary:
-    """``summarize(snapshot.stats())``, without the ``SpanStats`` a summary does not need: what a
-    report made of many short epochs makes once for each of them."""
-    made = snapshot.made
-    windows = made.windows if made is not None else ()  # a span made from the snapshot has none
-    step, data_wait = Distribution.of(snapshot.step), Distribution.of(snapshot.data_wait)
-    return _summary(snapshot, step, data_wait, windows, idle_fraction, idle_source, nvml)
-
-
-def _summary(
-    span: SpanStats | SpanSnapshot,
-    step: Distribution,
-    data_wait: Distribution,
-    idle_windows: tuple[IdleWindow, ...],
-    idle_fraction: float | None,
-    idle_source: str,
-    nvml: Mapping[str, Any] | None,
-) -> Summary:
+    ``1 - compute share`` (``host_phases``). A snapshot (an epoch's) is summarised from its own
+    numbers, as ``summarize(snapshot.stats())`` would, without the ``SpanStats`` a summary does
+    not need: what a report made of many short epochs makes once for each of them."""
+    step: Distribution
+    data_wait: Distribution
+    idle_windows: tuple[IdleWindow, ...]
+    if isinstance(span, SpanSnapshot):
+        made = span.made
+        idle_windows = made.windows if made is not None else ()  # a span made from it has none
+        step, data_wait = Distribution.of(span.step), Distribution.of(span.data_wait)
+    else:
+        step, data_wait, idle_windows = span.step, span.data_wait, span.windows
     wall_ns = span.wall_ns
     fractions = phase_fractions(span)
     if idle_fraction is None:

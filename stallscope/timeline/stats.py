@@ -186,7 +186,7 @@ class SpanSnapshot:
     the function), and the rest (the phase counts, the data CPU, the record itself) waits for its
     report. Two threads asking at once may both make it; they make equal ones. A span made by
     the function has no idle windows (only a run's ``SpanStats``, given made, has them):
-    ``report.build.summarize_snapshot`` counts on it."""
+    ``report.build.summarize`` of a snapshot counts on it."""
 
     __slots__ = (
         "_span",
