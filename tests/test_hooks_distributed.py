@@ -484,6 +484,10 @@ def test_the_jobs_report_adds_up_run_summaries_of_one_epoch_end(
     from stallscope.report import writer as writer_module
 
     clock = _fake_clocked_ranks(monkeypatch)
+    # rank 0's writes on its training thread, each when due: a first write held back (2 s of the
+    # fake clock) went to the writer's thread, which timed it on the clock the training thread
+    # was advancing meanwhile, and a busy machine then saw no mid-run write after it
+    monkeypatch.setattr(session, "FIRST_WRITE_S", 0.0)
     real_job, real_write = session.Session._report_job, writer_module.write_report
 
     def report_job(self: session.Session, *, complete: bool) -> Any:
