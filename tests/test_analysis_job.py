@@ -7,6 +7,7 @@ the slow one is inside its compute.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -223,6 +224,31 @@ def test_a_compute_stragglers_extra_work_is_its_own_work_beyond_the_others_where
     pace = find_pace(ranks)
     assert pace is not None
     assert pace.excess_s == pytest.approx(0.0045)
+
+
+def test_a_compute_stragglers_extra_work_is_in_wall_time_at_its_own_stretch() -> None:
+    """What CI's Lightning job read on a loaded 2-core machine (24 steps): rank 1 runs the model
+    four times, 22.3 ms of its own CPU work a step against rank 0's 9.1 ms. Rank 0's short
+    forwards, beside rank 1's, took 4.6 times their CPU time in wall time, rank 1's 2.2 times:
+    the difference of the two stretched cycles (6 ms, 11% of the step) named no one. Rank 1 would
+    do without 13.1 ms of CPU work, which takes 2.2 times as long there: 28.4 ms a step."""
+    ranks = [
+        work(0, data_ms=3.4, compute_ms=49.3, other_ms=4.3, steps=24, forward_s=0.00155, cycle_s=0.00915, stretch=4.6),
+        work(1, data_ms=2.3, compute_ms=49.7, other_ms=4.0, steps=24, forward_s=0.0054, cycle_s=0.0223, stretch=2.2),
+    ]
+    pace = find_pace(ranks)
+    assert pace is not None
+    assert (pace.rank, pace.phase, pace.outside_forward) == (1, "compute", False)
+    assert pace.excess_s == pytest.approx((0.0223 - 0.00915) * 2.2)
+    assert pace.wait_s[0] == pytest.approx(0.0223 * 2.2 - 0.00915 * 4.6)  # each at its own stretch
+    (top,) = diagnose_job(ranks)
+    assert top.evidence["own_work_ms"] == {"0": 9.15, "1": 22.3}
+    assert top.evidence["stretch"] == {"0": 4.6, "1": 2.2}
+    # quiet machine: no stretch said
+    quiet = [replace(r, stretch=1.0) for r in ranks]
+    (top,) = diagnose_job(quiet)
+    assert "stretch" not in top.evidence
+    assert find_pace(quiet).excess_s == pytest.approx(0.0223 - 0.00915)  # type: ignore[union-attr]
 
 
 def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by_its_own_work() -> None:

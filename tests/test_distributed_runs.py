@@ -276,7 +276,8 @@ def test_a_compute_straggler_is_named_with_its_forward(tmp_path: Path) -> None:
     waits for it inside backward, so both ranks' compute looks alike. Their forward passes,
     timed by hooks StallScope puts on the DDP module itself, tell them apart. Five, not three:
     under `make test-busy` rank 0's forwards once ran at a quarter of a core (its own work read 4x
-    its CPU) and three extra passes fell under the rule's 20% of the step."""
+    its CPU) and three extra passes fell under the rule's 20% of the step (the extra work is now
+    taken at the slow rank's own stretch: ``test_analysis_job.py``)."""
     settings = {
         "report_dirs": str(tmp_path),
         "batches": 30,

@@ -94,6 +94,9 @@ class RankWork:
     #: the training thread's own work per step, CPU seconds from one forward to the next
     #: (``signals/forward.py``, CPU runs); None when not measured
     cycle_s: float | None = None
+    #: the wall time its forwards took over their CPU time (1: a quiet machine); a busy machine
+    #: stretches the rank's own work in wall time by about as much
+    stretch: float = 1.0
 
 
 def uneven_steps(ranks: Sequence[RankWork]) -> str | None:
@@ -138,8 +141,10 @@ class Pace:
     wait_s: Mapping[int, float] = field(default_factory=dict)
     #: each rank's forward pass per step, where timed (a compute straggler's evidence)
     forward_s: Mapping[int, float] = field(default_factory=dict)
-    #: each rank's own work per step (``RankWork.cycle_s``), where every rank's was measured
+    #: each rank's own work per step (``RankWork.cycle_s``, CPU seconds), where every rank's was
+    #: measured, and the stretch of each (``RankWork.stretch``) that turns it into wall time
     cycle_s: Mapping[int, float] = field(default_factory=dict)
+    stretch: Mapping[int, float] = field(default_factory=dict)
     #: a compute straggler found by its own work per step (``cycle_s``) where its forward passes
     #: are like the others' (its extra work lies outside its forward)
     outside_forward: bool = False
@@ -168,17 +173,22 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     backward, where the fast ranks wait for the slow one inside ``compute``).
 
     The slowest forward's rank ``s`` is the candidate; where no forward stands out and every
-    rank's cycle was measured, the rank with the most own work a step is, when that stands out
-    by the same thresholds (its extra work lies outside its forward: ``Pace.outside_forward``).
-    Its extra work per step is, where every rank's training thread was clocked from one forward
-    to the next (``RankWork.cycle_s``, CPU runs), its own work beyond the others' median: the
-    forward, backward, optimizer and anything else the rank does alone, and not the all-reduce's
-    time, which every rank spends. Otherwise (CUDA) its compute is taken to scale with its
-    forward, ``k = compute_s / forward_s``, and the extra is ``k * (forward_s - median of the
-    others')``: a bound that counts the collective's time as work when the all-reduce is a large
-    part of the step. A rank ``o``'s wait is the slow rank's extra beyond its own (its compute
-    at most); the job then steps at the larger of the slow rank's step less its extra and the
-    others' own work. It sets the pace when its forward exceeds the others' median by
+    rank's cycle was measured, the rank with the most own work a step (CPU time) is, when that
+    stands out by the same thresholds (its extra work lies outside its forward:
+    ``Pace.outside_forward``). Its extra work per step is, where every rank's training thread was
+    clocked from one forward to the next (``RankWork.cycle_s``, CPU runs), its own work beyond the
+    others' median: the forward, backward, optimizer and anything else the rank does alone, and
+    not the all-reduce's time, which every rank spends; in wall time at the slow rank's own
+    stretch (it is the slow rank that would do without it). The others' stretches do not enter
+    it: on a busy machine the fast rank's short forwards, which run beside the slow rank's, read
+    stretched twice as much (4.6 against 2.2 on the loaded 2-core machine), and the difference of
+    the two ranks' stretched cycles hid a slow rank with 2.4 times the others' work. Otherwise
+    (CUDA) its compute is taken to scale with its forward, ``k = compute_s / forward_s``, and the
+    extra is ``k * (forward_s - median of the others')``: a bound that counts the collective's
+    time as work when the all-reduce is a large part of the step. A rank ``o``'s wait is the slow
+    rank's own work beyond its own, each in wall time at its own stretch (its compute at most);
+    the job then steps at the larger of the slow rank's step less its extra and the others' own
+    work. It sets the pace when its forward exceeds the others' median by
     ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``, and its extra work is
     ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
@@ -189,10 +199,12 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     forward = {r.rank: float(r.forward_s or 0.0) for r in active}
     compute = {r.rank: _per_step(r).get(COMPUTE, 0.0) for r in active}
     step = {r.rank: r.wall_s / r.steps for r in active}
-    # each rank's own work a step, where every rank's training thread was clocked (CPU runs)
+    # each rank's own work a step (CPU time), where every rank's training thread was clocked
     cycle: dict[int, float] = {}
+    stretch: dict[int, float] = {}
     if all(r.cycle_s is not None and r.cycle_s > 0 for r in active):
         cycle = {r.rank: float(r.cycle_s or 0.0) for r in active}
+        stretch = {r.rank: max(1.0, r.stretch) for r in active}
     slow = max(forward, key=lambda k: (forward[k], -k))
     outside = False
     if not _stands_out(forward, slow):
@@ -211,8 +223,10 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     others = [k for k in forward if k != slow]
     typical = statistics.median(forward[k] for k in others)
     if cycle:
-        extra = min(compute[slow], max(0.0, cycle[slow] - statistics.median(cycle[k] for k in others)))
-        wait = {k: min(compute[k], max(0.0, cycle[slow] - cycle[k])) for k in others}
+        beyond = cycle[slow] - statistics.median(cycle[k] for k in others)
+        extra = min(compute[slow], max(0.0, beyond * stretch[slow]))
+        wall = {k: cycle[k] * stretch[k] for k in cycle}
+        wait = {k: min(compute[k], max(0.0, wall[slow] - wall[k])) for k in others}
     else:
         scale = max(1.0, compute[slow] / forward[slow])
         extra = scale * (forward[slow] - typical)
@@ -232,6 +246,7 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
         wait_s=wait,
         forward_s=forward,
         cycle_s=cycle,
+        stretch=stretch,
         outside_forward=outside,
     )
 

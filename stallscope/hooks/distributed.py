@@ -45,6 +45,7 @@ Why the store, not a collective
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -448,6 +449,7 @@ class _Span:
             epochs=self.epochs,
             forward_s=_per_step_s(self.forward, s.steps),
             cycle_s=_cycle_per_step_s(self.forward),
+            stretch=_stretch(self.forward),
         )
 
     def entry(self) -> RankEntry:
@@ -463,14 +465,24 @@ class _Span:
         )
 
 
+def _positive(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number above 0 (a rank's payload is input)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+        return float(value)
+    return None
+
+
 def _cycle_per_step_s(forward: Mapping[str, Any]) -> float | None:
-    """Seconds of the training thread's own work per step (``ForwardStats.cycle_s``) in wall
-    time on this rank's machine as busy as it was (its CPU time times the forwards' ``stretch``),
-    or None."""
-    value, stretch = forward.get("cycle_per_step"), forward.get("stretch", 1.0)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (value, stretch)):
-        return None
-    return float(value) * max(1.0, float(stretch)) / 1e3  # type: ignore[arg-type]
+    """CPU seconds of the training thread's own work per step (``ForwardStats.cycle_s``), or None."""
+    value = _positive(forward.get("cycle_per_step"))
+    return None if value is None else value / 1e3
+
+
+def _stretch(forward: Mapping[str, Any]) -> float:
+    """How much the rank's machine stretched its forwards in wall time (at least 1; 1 when not
+    said)."""
+    value = _positive(forward.get("stretch", 1.0))
+    return 1.0 if value is None else max(1.0, value)
 
 
 def _per_step_s(forward: Mapping[str, Any], steps: int) -> float | None:

@@ -67,8 +67,10 @@ def straggler_finding(pace: Pace) -> Finding:
     if pace.forward_s:
         evidence["forward_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.forward_s.items())}
         evidence["forward_spread_ms"] = round((max(pace.forward_s.values()) - min(pace.forward_s.values())) * 1e3, 3)
-    if pace.cycle_s:  # the training thread's own work per step, which the prediction takes
+    if pace.cycle_s:  # the training thread's own work per step (CPU), which the prediction takes
         evidence["own_work_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.cycle_s.items())}
+        if any(v > 1.0 for v in pace.stretch.values()):  # ... in wall time at these (a busy machine)
+            evidence["stretch"] = {str(k): round(v, 3) for k, v in sorted(pace.stretch.items())}
     return Finding(
         id=ID,
         title=_title(pace),
