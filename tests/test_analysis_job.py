@@ -14,6 +14,7 @@ import pytest
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import (
     RankWork,
+    _compute_pace,
     common_findings,
     diagnose_job,
     find_pace,
@@ -231,7 +232,8 @@ def test_a_compute_stragglers_extra_work_is_in_wall_time_at_its_own_stretch() ->
     four times, 22.3 ms of its own CPU work a step against rank 0's 9.1 ms. Rank 0's short
     forwards, beside rank 1's, took 4.6 times their CPU time in wall time, rank 1's 2.2 times:
     the difference of the two stretched cycles (6 ms, 11% of the step) named no one. Rank 1 would
-    do without 13.1 ms of CPU work, which takes 2.2 times as long there: 28.4 ms a step."""
+    do without 13.1 ms of CPU work, which takes 2.2 times as long there: 28.9 ms a step, and rank
+    0 waits as long (taking its own stretch there left it 7 ms of wait and the job x1.12)."""
     ranks = [
         work(0, data_ms=3.4, compute_ms=49.3, other_ms=4.3, steps=24, forward_s=0.00155, cycle_s=0.00915, stretch=4.6),
         work(1, data_ms=2.3, compute_ms=49.7, other_ms=4.0, steps=24, forward_s=0.0054, cycle_s=0.0223, stretch=2.2),
@@ -240,8 +242,12 @@ def test_a_compute_stragglers_extra_work_is_in_wall_time_at_its_own_stretch() ->
     assert pace is not None
     assert (pace.rank, pace.phase, pace.outside_forward) == (1, "compute", False)
     assert pace.excess_s == pytest.approx((0.0223 - 0.00915) * 2.2)
-    assert pace.wait_s[0] == pytest.approx(0.0223 * 2.2 - 0.00915 * 4.6)  # each at its own stretch
+    assert pace.wait_s[0] == pytest.approx(pace.excess_s)
+    step = (3.4 + 49.3 + 4.3) / 1e3
+    assert pace.others_step_s == pytest.approx(step - pace.excess_s)
     (top,) = diagnose_job(ranks)
+    assert top.est_speedup == pytest.approx((2.3 + 49.7 + 4.0) / 1e3 / (step - pace.excess_s), abs=1e-3)
+    assert top.est_speedup > 1.9
     assert top.evidence["own_work_ms"] == {"0": 9.15, "1": 22.3}
     assert top.evidence["stretch"] == {"0": 4.6, "1": 2.2}
     # quiet machine: no stretch said
@@ -249,6 +255,20 @@ def test_a_compute_stragglers_extra_work_is_in_wall_time_at_its_own_stretch() ->
     (top,) = diagnose_job(quiet)
     assert "stretch" not in top.evidence
     assert find_pace(quiet).excess_s == pytest.approx(0.0223 - 0.00915)  # type: ignore[union-attr]
+
+
+def test_a_slow_rank_whose_extra_work_leaves_the_job_no_faster_sets_no_pace() -> None:
+    """Rank 1's forward and own work stand out, but rank 0's step less its wait (its compute is
+    5 ms, all it can wait in) is still longer than rank 1's: the measures disagree, and rank 1 is
+    not named by its compute, rather than in a finding of no speedup that the report drops
+    without a word (no pace-setter: the job's note says it cannot tell)."""
+    ranks = [
+        work(0, data_ms=50.0, compute_ms=5.0, forward_s=0.001, cycle_s=0.005),
+        work(1, data_ms=5.0, compute_ms=40.0, forward_s=0.004, cycle_s=0.020),
+    ]
+    assert _compute_pace(ranks) is None
+    faster = work(0, data_ms=30.0, compute_ms=5.0, forward_s=0.001, cycle_s=0.005)  # a step of 35 ms
+    assert _compute_pace([faster, ranks[1]]) is not None
 
 
 def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by_its_own_work() -> None:
@@ -268,7 +288,7 @@ def test_a_compute_straggler_whose_extra_work_is_outside_its_forward_is_found_by
     (top,) = diagnose_job(ranks)
     assert top.id == "dist.straggler"
     assert top.evidence["rank"] == 1
-    assert "its own work takes 2.8x the other ranks' (3.7 ms a step against 1.3 ms, outside its forward" in top.title
+    assert "its own work takes 2.8x the other ranks' (3.7 ms of CPU time a step against 1.3 ms, outside" in top.title
     assert "outside its forward pass" in top.fix
     assert unseen_wait_note(ranks) is None  # named, so not an unseen wait
     # the same own work on both ranks: nobody stands out

@@ -273,6 +273,25 @@ def test_a_malformed_summary_is_a_note_not_a_failure(
     assert any("rank 1's summary could not be read" in n for n in job.notes)
 
 
+def test_a_ranks_forward_figures_are_read_as_input() -> None:
+    """A rank's ``forward_ms`` comes from another process: a figure that is not a finite number
+    (at least 0; a cycle and a stretch above 0) is left out, never carried into a finding or the
+    report's JSON, where an infinity cannot be written."""
+    good = {"per_step": 2.0, "p50": 1.0, "calls": 20, "cycle_per_step": 9.0, "stretch": 2.5}
+    assert distributed._per_step_s(good, 10) == pytest.approx(0.002)  # the p50 times the calls a step
+    assert distributed._cycle_per_step_s(good) == pytest.approx(0.009)
+    assert distributed._stretch(good) == pytest.approx(2.5)
+    assert distributed._per_step_s({**good, "p50": float("inf")}, 10) == pytest.approx(0.002)  # per_step
+    assert distributed._per_step_s({**good, "p50": 1e308, "calls": 1e308}, 10) is None
+    assert distributed._per_step_s({"per_step": float("nan")}, 10) is None
+    assert distributed._per_step_s({"per_step": True}, 10) is None
+    for bad in (float("inf"), float("nan"), 0, -1.0, True, "9"):
+        assert distributed._cycle_per_step_s({**good, "cycle_per_step": bad}) is None, bad
+        assert distributed._stretch({**good, "stretch": bad}) == 1.0, bad
+    assert distributed._stretch({**good, "stretch": 0.5}) == 1.0  # never below 1
+    assert distributed._stretch({}) == 1.0
+
+
 def test_ranks_in_step_cost_one_check() -> None:
     store, clock = DictStore(), Clock()
     for r in (1, 2, 3):

@@ -182,13 +182,16 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     stretch (it is the slow rank that would do without it). The others' stretches do not enter
     it: on a busy machine the fast rank's short forwards, which run beside the slow rank's, read
     stretched twice as much (4.6 against 2.2 on the loaded 2-core machine), and the difference of
-    the two ranks' stretched cycles hid a slow rank with 2.4 times the others' work. Otherwise
-    (CUDA) its compute is taken to scale with its forward, ``k = compute_s / forward_s``, and the
-    extra is ``k * (forward_s - median of the others')``: a bound that counts the collective's
-    time as work when the all-reduce is a large part of the step. A rank ``o``'s wait is the slow
-    rank's own work beyond its own, each in wall time at its own stretch (its compute at most);
-    the job then steps at the larger of the slow rank's step less its extra and the others' own
-    work. It sets the pace when its forward exceeds the others' median by
+    the two ranks' stretched cycles hid a slow rank with 2.4 times the others' work. A rank
+    ``o``'s wait is the slow rank's own work beyond its own, at the slow rank's stretch too (the
+    slow rank does that work while ``o`` waits; its compute at most). Otherwise (CUDA) its compute
+    is taken to scale with its forward, ``k = compute_s / forward_s``, and the extra is
+    ``k * (forward_s - median of the others')``: a bound that counts the collective's time as
+    work when the all-reduce is a large part of the step; a rank ``o``'s wait is its compute
+    beyond ``k`` times its forward. The job then steps at the larger of the slow rank's step less
+    its extra and the others' own work (their step less their wait); a slow rank whose extra
+    work would leave the job no faster than the others' own work sets no pace (the measures
+    disagree). It sets the pace when its forward exceeds the others' median by
     ``MIN_FORWARD_EXCESS`` and by ``MIN_FORWARD_EXCESS_S``, and its extra work is
     ``MIN_STRAGGLER_SHARE`` of the job's step."""
     active = [r for r in ranks if r.steps > 0 and r.wall_s > 0]
@@ -215,7 +218,9 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
         from stallscope.analysis.diagnose import MIN_JUDGED_STEPS  # (here: it imports the rules)
 
         if any(r.steps < MIN_JUDGED_STEPS for r in active):
-            return None  # 24 cycles on a very busy machine differed by 2.5x between two healthy ranks
+            # 24 cycles (then in wall time) on a very busy machine differed by 2.5x between two
+            # healthy ranks
+            return None
         slow = max(cycle, key=lambda k: (cycle[k], -k))
         if not _stands_out(cycle, slow):
             return None
@@ -225,8 +230,7 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     if cycle:
         beyond = cycle[slow] - statistics.median(cycle[k] for k in others)
         extra = min(compute[slow], max(0.0, beyond * stretch[slow]))
-        wall = {k: cycle[k] * stretch[k] for k in cycle}
-        wait = {k: min(compute[k], max(0.0, wall[slow] - wall[k])) for k in others}
+        wait = {k: min(compute[k], max(0.0, (cycle[slow] - cycle[k]) * stretch[slow])) for k in others}
     else:
         scale = max(1.0, compute[slow] / forward[slow])
         extra = scale * (forward[slow] - typical)
@@ -234,13 +238,14 @@ def _compute_pace(ranks: Sequence[RankWork]) -> Pace | None:
     wait[slow] = 0.0
     own = {k: max(0.0, step[k] - wait[k]) for k in forward}
     job_step = step[slow]
-    if job_step <= 0 or extra < MIN_STRAGGLER_SHARE * job_step:
+    others_step = max(own[k] for k in others)
+    if job_step <= 0 or extra < MIN_STRAGGLER_SHARE * job_step or others_step >= job_step:
         return None
     return Pace(
         rank=slow,
         phase=COMPUTE,
         job_step_s=job_step,
-        others_step_s=max(own[k] for k in others),
+        others_step_s=others_step,
         excess_s=extra,
         own_s=own,
         wait_s=wait,

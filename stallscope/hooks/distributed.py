@@ -465,11 +465,17 @@ class _Span:
         )
 
 
-def _positive(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number above 0 (a rank's payload is input)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf:
+def _at_least_0(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number of at least 0 (a rank's payload is input)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf:
         return float(value)
     return None
+
+
+def _positive(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number above 0."""
+    number = _at_least_0(value)
+    return number if number is not None and number > 0 else None
 
 
 def _cycle_per_step_s(forward: Mapping[str, Any]) -> float | None:
@@ -489,14 +495,14 @@ def _per_step_s(forward: Mapping[str, Any], steps: int) -> float | None:
     """Seconds of forward per step: the typical pass (p50) times the passes per step, which a
     few passes slowed by something else (a page fault, a frequency dip) do not move; the mean
     where the median is not given."""
-    numbers = {k: forward.get(k) for k in ("per_step", "p50", "calls")}
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in numbers.values()):
-        value = numbers["per_step"]
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-        return float(value) / 1e3 if ok else None  # type: ignore[arg-type]
+    numbers = {k: _at_least_0(forward.get(k)) for k in ("per_step", "p50", "calls")}
+    p50, calls, per_step = numbers["p50"], numbers["calls"], numbers["per_step"]
+    if p50 is None or calls is None:
+        return None if per_step is None else per_step / 1e3
     if steps <= 0:
         return None
-    return float(numbers["p50"]) * float(numbers["calls"]) / steps / 1e3  # type: ignore[arg-type]
+    value = p50 * calls / steps / 1e3
+    return value if math.isfinite(value) else None
 
 
 def _span(payload: Mapping[str, Any], part: str) -> _Span:

@@ -69,7 +69,7 @@ def straggler_finding(pace: Pace) -> Finding:
         evidence["forward_spread_ms"] = round((max(pace.forward_s.values()) - min(pace.forward_s.values())) * 1e3, 3)
     if pace.cycle_s:  # the training thread's own work per step (CPU), which the prediction takes
         evidence["own_work_ms"] = {str(k): round(v * 1e3, 3) for k, v in sorted(pace.cycle_s.items())}
-        if any(v > 1.0 for v in pace.stretch.values()):  # ... in wall time at these (a busy machine)
+        if any(round(v, 3) > 1.0 for v in pace.stretch.values()):  # ... in wall time at these (a busy machine)
             evidence["stretch"] = {str(k): round(v, 3) for k, v in sorted(pace.stretch.items())}
     return Finding(
         id=ID,
@@ -94,8 +94,9 @@ def _title(pace: Pace) -> str:
         mine, others = pace.cycle_s[pace.rank], _others_median(pace.cycle_s, pace.rank)
         ratio = f"{mine / others:.1f}x the other ranks' " if others > 0 else ""
         return (
-            f"Rank {pace.rank} sets the job's pace: its own work takes {ratio}({mine * 1e3:.1f} ms a step against "
-            f"{others * 1e3:.1f} ms, outside its forward pass, which is like theirs), and the others wait for it"
+            f"Rank {pace.rank} sets the job's pace: its own work takes {ratio}({mine * 1e3:.1f} ms of CPU time a"
+            f" step against {others * 1e3:.1f} ms, outside its forward pass, which is like theirs), and the others"
+            " wait for it"
         )
     if pace.phase == COMPUTE and pace.forward_s:
         mine, others = pace.forward_s[pace.rank], _others_median(pace.forward_s, pace.rank)
@@ -128,7 +129,7 @@ def _fix(pace: Pace) -> str:
         return (
             f"Rank {rank} does more work per step than the others outside its forward pass (its forward is like"
             f" theirs): look for work that only rank {rank} does in the step (an extra loss or backward, a metric,"
-            " a rank check around code), or a slower or shared core on that rank, and even it out or move it out"
+            " a rank check around code), or a slower core on that rank, and even it out or move it out"
             f" of the step; {_WAIT}"
         )
     if phase == COMPUTE:
