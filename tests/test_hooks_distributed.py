@@ -592,7 +592,7 @@ def test_sibling_ranks_are_the_jobs_load_not_other_processes() -> None:
     assert notes == (
         "something else",
         "the job's 2 ranks on rank 0's machine and their workers kept 2.2 of its 2 cores busy on average: "
-        "they oversubscribe it (each rank's diagnosis counts on 1 cores)",
+        "they oversubscribe it (each rank's diagnosis counts on 1 core)",
     )
     # a machine truly busy with others still says so, once, the job's own ranks aside
     job.load = {"own": 0.5, "others": 2.5, "machine": 4.0, "wall_s": 10.0}

@@ -61,6 +61,7 @@ from stallscope._threads import start_quiet
 from stallscope.analysis.disturbance import MIN_SAMPLED_S, OTHERS_SHARE
 from stallscope.analysis.finding import Finding
 from stallscope.analysis.job import RankWork, diagnose_job, uneven_steps, unseen_wait_note
+from stallscope.analysis.numbers import count
 from stallscope.report.job import consecutive_summary, job_summary, rank_entry
 from stallscope.report.recent import RecentSteps, recent_from_dict, recent_to_dict
 from stallscope.report.schema import (
@@ -733,14 +734,14 @@ class Job:
         kept = [text for text in notes if not (text.startswith(LOAD_NOTE) or _RANK_LOAD_NOTE.match(text))]
         if own["wall_s"] >= MIN_SAMPLED_S and others >= OTHERS_SHARE * machine:
             kept.append(
-                f"{LOAD_NOTE}{others:.1f} of rank 0's machine's {machine:.0f} cores busy during the run, the job's "
-                "own ranks and their workers aside: the timings are disturbed"
+                f"{LOAD_NOTE}{others:.1f} of rank 0's machine's {count(round(machine), 'core')} busy during the run, "
+                "the job's own ranks and their workers aside: the timings are disturbed"
             )
         if job_cores > machine:
             kept.append(
                 f"the job's {len(loads)} ranks on rank 0's machine and their workers kept {job_cores:.1f} of its "
-                f"{machine:.0f} cores busy on average: they oversubscribe it (each rank's diagnosis counts on "
-                f"{self.cores or 1} cores)"
+                f"{count(round(machine), 'core')} busy on average: they oversubscribe it (each rank's diagnosis "
+                f"counts on {count(self.cores or 1, 'core')})"
             )
         return tuple(kept)
 
