@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import compress
 
 from stallscope.analysis.finding import Confidence, Finding
-from stallscope.analysis.numbers import fmt_ms
+from stallscope.analysis.numbers import count, fmt_ms
 from stallscope.signals.host_sampler import HostSummary
 from stallscope.timeline.stats import RecentSteps, SpanStats, quantile
 
@@ -125,9 +125,10 @@ def disturbance_note(host: HostSummary | None) -> str | None:
     """The report's note for a run disturbed by other processes, else None."""
     if not disturbed(host) or host is None or host.others_cores is None:
         return None
+    cores = count(host.machine_cores, "core") if host.machine_cores else "cores"
     return (
-        f"other processes kept {host.others_cores:.1f} of the machine's {host.machine_cores} cores busy during"
-        " the run: the timings are disturbed, so every finding's confidence is one step lower"
+        f"other processes kept {host.others_cores:.1f} of the machine's {cores} busy during the run: the timings"
+        " are disturbed, so every finding's confidence is one step lower"
     )
 
 
