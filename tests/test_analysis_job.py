@@ -228,7 +228,8 @@ def test_a_compute_stragglers_extra_work_is_its_own_work_beyond_the_others_where
 
 
 def test_a_compute_stragglers_extra_work_is_in_wall_time_at_its_own_stretch() -> None:
-    """What CI's Lightning job read on a loaded 2-core machine (24 steps): rank 1 runs the model
+    """What the Lightning job read beside two CPU spinners on the 2-core machine (24 steps; CI saw
+    the same failure, its figures cut from the log): rank 1 runs the model
     four times, 22.3 ms of its own CPU work a step against rank 0's 9.1 ms. Rank 0's short
     forwards, beside rank 1's, took 4.6 times their CPU time in wall time, rank 1's 2.2 times:
     the difference of the two stretched cycles (6 ms, 11% of the step) named no one. Rank 1 would
