@@ -445,6 +445,13 @@ def test_sixteen_workers_on_two_cores_are_told_fewer_even_when_they_keep_up() ->
     assert "from 16 to" in finding.fix
     assert "on 2 usable cores" in finding.fix
     assert finding.est_saving_fraction > 0
+    # one core: the words agree with it
+    sampled_one = host(wall_s=span.wall_s, main_cpu_s=0.3, workers_cpu_s=30 * 4e-3, cores=1)
+    one = data_workers.rule(dataclasses.replace(context, cores=1, host_signals=sampled_one))
+    assert one is not None
+    assert "16 workers on 1 usable core are started" in one.fix
+    assert one.title.startswith("16 workers on 1 usable core: more than it can run")
+    assert "1 usable cores" not in one.fix + one.title
     # as many workers as cores, or no CPU measured: nothing to say while the loop is fed
     assert data_workers.rule(dataclasses.replace(context, loader=loader(workers=2))) is None
     assert data_workers.rule(dataclasses.replace(context, host_signals=None)) is None

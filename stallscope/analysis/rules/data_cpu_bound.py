@@ -19,7 +19,7 @@ from dataclasses import replace
 from stallscope.analysis.context import Context
 from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import fmt_ms, frac, ms
+from stallscope.analysis.numbers import count, fmt_ms, frac, ms
 from stallscope.analysis.worker_cpu import SATURATED
 
 ID = "data.cpu_bound"
@@ -92,7 +92,8 @@ def rule(ctx: Context) -> Finding | None:
     return Finding(
         id=ID,
         title=(
-            f"Batch preparation is CPU-bound: the {model.cores} usable cores are {busy_cores} busy and "
+            f"Batch preparation is CPU-bound: the {count(model.cores, 'usable core')} "
+            f"{'is' if model.cores == 1 else 'are'} {busy_cores} busy and "
             f"training still waits {fmt_ms(model.wait_s)} per step"
         ),
         est_saving_fraction=saving,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from stallscope.analysis.context import Context
 from stallscope.analysis.finding import Finding, speedup_for
-from stallscope.analysis.numbers import frac, ms
+from stallscope.analysis.numbers import count, frac, ms
 from stallscope.timeline.phases import VALIDATION
 
 ID = "data.persistent_workers"
@@ -48,7 +48,10 @@ def _val_finding(ctx: Context) -> Finding | None:
         f" {starts.each_s * 1e3:.0f} ms each time)."
     )
     if n > ctx.cores:
-        fix += f" Or give it fewer workers: {n} on {ctx.cores} usable cores start up and compete for them."
+        fix += (
+            f" Or give it fewer workers: {n} on {count(ctx.cores, 'usable core')} start up and compete for "
+            f"{'it' if ctx.cores == 1 else 'them'}."
+        )
     return Finding(
         id=ID,
         title=f"The validation loader's workers are started at every validation run, {starts.each_s:.2f} s each time",

@@ -116,7 +116,7 @@ def rule(ctx: Context) -> Finding | None:
     elif fewer and crowded and not model.starved:
         fix = (
             f"Lower num_workers of {where} from {model.workers} to {suggested}: {model.workers} workers on"
-            f" {ctx.cores} usable cores are started at every pass"
+            f" {count(ctx.cores, 'usable core')} are started at every pass"
             + (f" ({model.pass_overhead_s / max(1, model.passes) * 1e3:.0f} ms each time)" if model.passes else "")
             + f" and compete with training for the cores; {count(suggested, 'worker')} would keep up with the steps"
             " (their CPU time per batch, as measured)."
@@ -163,7 +163,7 @@ def rule(ctx: Context) -> Finding | None:
         }
         slower = ends[-1] < speedup
         reasons.append(
-            f"{_SHARED.strip()} the {ctx.cores} usable cores with the training process"
+            f"{_SHARED.strip()} the {count(ctx.cores, 'usable core')} with the training process"
             + (f" and other processes ({shared.others:.1f} cores' worth)" if shared.others >= 0.05 else "")
             + f": about {shared.demand_now:.1f} cores of work now, {shared.demand_after:.1f} with the change,"
             + (" so the training step itself may run slower." if slower else " so the step itself may run faster.")
@@ -191,7 +191,8 @@ def rule(ctx: Context) -> Finding | None:
     return Finding(
         id=ID,
         title=(
-            f"{count(model.workers, 'worker')} on {ctx.cores} usable cores: more than the cores can run"
+            f"{count(model.workers, 'worker')} on {count(ctx.cores, 'usable core')}: more than "
+            f"{'it' if ctx.cores == 1 else 'the cores'} can run"
             if fewer and crowded and not model.starved
             else f"Handing batches over from {count(model.workers, 'worker')} costs more than making them: training "
             f"waits {fmt_ms(model.wait_s)} per step ({wait_share:.0%} of the time)"
