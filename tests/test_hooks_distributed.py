@@ -343,7 +343,7 @@ def test_rank_0_counts_on_the_ranks_run_summaries_at_the_multiples_of_the_larges
     leader = Job(RankInfo(0, 3), "host0", exchange(store, 0, clock, world=3))
     assert leader.run_due(1)  # nothing heard yet: every epoch end
     for r, every in ((1, 4), (2, 8)):
-        exchange(store, r, clock, world=3).post("epoch0", {**payload(r, "epoch0"), "every": every})
+        exchange(store, r, clock, world=3).post("post0", {**payload(r, "post0"), "every": every, "next": every})
     leader.close_epoch(_epoch(0), None)
     leader.settle()
     assert [i for i in range(33) if leader.run_due(i)] == [0, 8, 16, 24, 32]
@@ -370,6 +370,176 @@ def test_rank_0_takes_an_epoch_at_its_next_epoch_end_unless_it_is_needed_sooner(
     assert [e.index for e in leader.epochs] == [0, 1]
     assert clock.now == 0.0  # nothing was waited for
     assert store.empty()
+
+
+@pytest.mark.parametrize("queues", [True, False])
+def test_a_rank_posts_its_epochs_in_batches_and_rank_0_never_waits_for_one_not_made(queues: bool) -> None:
+    """Ranks in step, rank 0 closing each epoch before rank 1 (its worst case): rank 1 posts its
+    epochs at the multiples of its ``post_every`` (its run summary's, at most ``MAX_BATCH``
+    apart), keeps its word when its ``run_every`` goes up (the next post at the epoch it said),
+    posts sooner when it comes down; rank 0 never waits (a wait would move the clock) and ends
+    with every epoch of the job holding rank 1's numbers."""
+    store, clock = DictStore(queues=queues), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    notes: list[str] = []
+    leader._note = notes.append
+    posted: list[int] = []
+    real_post = other._post
+
+    def post(name: str, report: Any) -> None:
+        posted.append(other._unsent[-1][0].index if other._unsent else -1)
+        real_post(name, report)
+
+    other._post = post  # type: ignore[method-assign]
+    for i in range(70):
+        if i == 50:  # its epochs grew longer (``note_epoch``, before the epoch's post)
+            other.run_every = 4
+        leader.close_epoch(_epoch(i, steps=5), None)
+        other.close_epoch(_epoch(i, steps=7), None)
+        if i == 3:  # its run report cost more than thought (``note_run_cost``, after the post)
+            other.run_every = 64  # 16 epochs a post
+        assert clock.now == 0.0, i
+    assert posted == [0, 1, 2, 3, 4, 16, 32, 48, 52, 56, 60, 64, 68]
+    # the word given at epoch 3 (next at 4) kept after run_every went up; 52 once it came down
+    report = session.Session(ScopeConfig.create(None, console=False)).build_report(complete=True)
+    other.finish(report)
+    leader.finish(report)
+    assert clock.now == 0.0
+    assert [e.index for e in leader.epochs] == list(range(70))
+    assert {e.summary.steps for e in leader.epochs} == {7}  # rank 1's (the longer) in every one
+    assert not any("sent no summary" in n or "could not" in n for n in notes), notes
+    assert store.empty()
+
+
+def test_where_a_logger_takes_the_jobs_numbers_at_each_epoch_end_every_epoch_is_posted(
+    two_ranks: Callable[[int], None], tmp_path: Path
+) -> None:
+    """Lightning's and transformers' loggers get the job's numbers at each epoch's end
+    (``Session.end_epoch(may_wait=False)``): rank 0 then takes each epoch of the other ranks at
+    once, so a rank posts every epoch, however short (its run summary still goes out rarely)."""
+    two_ranks(1)
+    with StallScope(tmp_path, console=False) as scope:
+        job = scope._session.job
+        assert job is not None
+        for _batch in scope.iter(range(4)):
+            pass
+        assert not job.each_epoch
+        assert job.post_every == min(job.run_every, distributed.MAX_BATCH)
+        for _batch in scope.iter(range(4)):
+            pass
+        scope._session.end_epoch(may_wait=False)  # as a logger's epoch end
+        assert job.each_epoch
+        assert job.post_every == 1
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    other.each_epoch, other.run_every = True, 64
+    for i in range(5):
+        other.close_epoch(_epoch(i, steps=7), None)
+        leader.close_epoch(_epoch(i, steps=5), None)
+        made = leader.job_epoch(i)  # the logger's, at rank 0's epoch end
+        assert made is not None
+        assert made[0].summary.steps == 7  # rank 1's in it
+    assert clock.now == 0.0
+
+
+def test_rank_0_waits_at_its_epoch_end_for_a_post_a_rank_said_it_makes_there() -> None:
+    """What something needs now (a job report, a long epoch's panel: ``settle``) waits for the
+    posts the ranks said they make at this epoch end, and only those."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock, timeout_s=5.0))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    notes: list[str] = []
+    leader._note = notes.append
+    other.run_every = 4
+    for i in range(3):
+        other.close_epoch(_epoch(i, steps=7), None)
+        leader.close_epoch(_epoch(i, steps=5), None)
+    leader.settle()  # rank 1 posts next at epoch 4's end: nothing to wait for
+    assert clock.now == 0.0
+    assert not leader.made(1)
+    leader.close_epoch(_epoch(3, steps=5), None)
+    leader.close_epoch(_epoch(4, steps=5), None)  # before rank 1 closed its epochs 3 and 4
+    leader.settle()  # rank 1 said it posts at epoch 4's end: waited for, 5 s, then noted late
+    waited = clock.now
+    assert 5.0 <= waited < 5.1
+    assert any("rank 1 sent no summary within 5 s at the end of epoch 4" in n for n in notes), notes
+    assert leader.made(4)  # with what is in: rank 0's own
+    assert [e.summary.steps for e in leader.epochs] == [7, 5, 5, 5, 5]  # its epochs 1 to 4 were to come at 4
+    for i in range(5, 9):  # rank 1 still behind (noted late): looked for, not waited for
+        leader.close_epoch(_epoch(i, steps=5), None)
+    assert clock.now == waited
+    for i in range(3, 6):  # rank 1 posts its epochs 3 and 4, still behind: late all the same
+        other.close_epoch(_epoch(i, steps=7), None)
+    leader.close_epoch(_epoch(9, steps=5), None)
+    assert leader.exchange is not None
+    assert leader.exchange.late == {1}  # its post at 4 found, its post at 8 owed
+    for i in range(6, 13):  # rank 1 catches up (posts at 8 and 12): in step once it owes nothing
+        other.close_epoch(_epoch(i, steps=7), None)
+    for i in range(10, 13):
+        leader.close_epoch(_epoch(i, steps=5), None)
+    leader.settle()
+    assert not leader.exchange.late
+    assert clock.now == waited
+    made = leader.job_epoch(10)
+    assert made is not None
+    assert made[0].summary.steps == 7
+    assert [r.rank for r in made[1]] == [0, 1]
+
+
+def test_at_the_end_rank_0_takes_what_a_late_rank_sent_while_it_waited_for_another() -> None:
+    """Three ranks: rank 2 noted late; at the end rank 0 waits for rank 1's final payload, and rank
+    2 catches up meanwhile: its posts and final payload are taken, in order (none left behind)."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 3), "host0", exchange(store, 0, clock, world=3))
+    ranks = {r: Job(RankInfo(r, 3), f"host{r}", exchange(store, r, clock, world=3)) for r in (1, 2)}
+    report = session.Session(ScopeConfig.create(None, console=False)).build_report(complete=True)
+    leader.close_epoch(_epoch(0, steps=5), None)
+    ranks[1].close_epoch(_epoch(0, steps=7), None)
+    leader.close_epoch(_epoch(1, steps=5), None)  # rank 2 sent nothing by the deadline: late
+    assert leader.exchange is not None
+    assert leader.exchange.late == {2}
+    ranks[1].close_epoch(_epoch(1, steps=7), None)
+    real_sleep, slept = clock.sleep, []
+
+    def sleep(seconds: float) -> None:  # while rank 0 waits for rank 1's final payload
+        real_sleep(seconds)
+        slept.append(seconds)
+        if len(slept) == 2:
+            for i in range(2):
+                ranks[2].close_epoch(_epoch(i, steps=9), None)
+            ranks[2].finish(report)
+        if len(slept) == 5:
+            ranks[1].finish(report)
+
+    leader.exchange._sleep = sleep
+    leader.finish(report)
+    assert leader.exchange.done == {1, 2}
+    assert store.empty()
+    assert sorted(leader._latest) == [1, 2]
+
+
+def test_a_rank_whose_posts_rank_0_cannot_read_is_never_waited_for() -> None:
+    """A rank of another StallScope version: its word (when it posts next) is unknown, so rank 0
+    neither waits for its posts nor holds the job's epochs for them."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    other.run_every = 16
+    real_post = other.exchange.post if other.exchange is not None else None
+    assert real_post is not None
+
+    def post_other_version(name: str, payload: dict[str, Any]) -> None:
+        real_post(name, {**payload, "v": 999})
+
+    other.exchange.post = post_other_version  # type: ignore[assignment,union-attr]
+    for i in range(40):
+        leader.close_epoch(_epoch(i, steps=5), None)
+        other.close_epoch(_epoch(i, steps=7), None)
+        assert clock.now == 0.0, i
+        assert len(leader.epochs) >= i - 1, i  # made at once, with rank 0's numbers
+    assert {e.summary.steps for e in leader.epochs} == {5}
 
 
 def test_many_short_epochs_of_a_job_keep_to_the_budget(

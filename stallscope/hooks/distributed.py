@@ -3,11 +3,26 @@
 Every rank records its own timeline, exactly as a single process does: nothing here runs per
 step. At each epoch end (and once at the end of the run) a rank hands its summary to a ``Job``:
 
-* a rank other than 0 posts its epoch's summary for rank 0 (and its run's, every ``run_every``-th
-  epoch) and goes on; it prints nothing;
-* rank 0 collects the others' summaries and turns them into the job's epochs and report
+* a rank other than 0 keeps its epoch's summary and posts its epochs for rank 0 in batches (with
+  its run's summary, every ``run_every``-th epoch) and goes on; it prints nothing;
+* rank 0 takes the others' summaries and turns them into the job's epochs and report
   (``report/job.py``, ``analysis/job.py``), which the session prints and writes as
   ``<report_dir>/report.json``.
+
+Batches, and when rank 0 may wait for one
+    An exchange costs each side a round trip to the store (about 0.15 ms of CPU between training
+    steps, whose work has left the caches cold), and reading a summary costs rank 0 more than
+    it does warm: with epochs of a few tens of milliseconds, a rank's epoch end was mostly the
+    exchange. So a rank posts at the epochs of its run summaries (multiples of ``run_every``),
+    at most ``MAX_BATCH`` epochs apart: one post of all its epochs since the last. Rank 0 must
+    never wait for a post a rank has not made yet, since that rank may itself be waiting for rank
+    0 in the next step's collective. So each post says at which epoch end the rank posts next
+    (``next``: it posts then whatever happens, sooner when its ``run_every`` came down), and is
+    numbered (``post0``, ``post1``, ...: rank 0 takes them in order). Rank 0 waits only for a
+    post a rank said it makes at an epoch end it has already passed (rank 0's previous one; its
+    current one where something needs the job's numbers now: ``Job.settle``), and otherwise
+    looks without waiting. The job's epochs are made as the ranks' summaries of them come in,
+    and its panels wait for them (``Session._close_job_epoch``).
 
 Each rank's session writes its own ``<report_dir>/ranks/rank-<R>.json``, and rank 0 the job's
 report, on the report writer's budget (``Session._close_job_epoch``), in full at the end.
@@ -90,7 +105,7 @@ RANKS_DIR = "ranks"
 KEY_PREFIX = "stallscope"
 
 #: payloads are versioned so ranks of different StallScope versions ignore each other's
-PAYLOAD_VERSION = 1
+PAYLOAD_VERSION = 2
 
 #: most epochs of the job kept in its report (as ``Session.MAX_EPOCHS_IN_REPORT``)
 MAX_JOB_EPOCHS = 500
@@ -98,12 +113,18 @@ MAX_JOB_EPOCHS = 500
 #: (``Job._close_group``); past it, they are added up into one
 MAX_GROUP_SPANS = 256
 
-#: most epochs another rank closed beyond rank 0's own that rank 0 takes when its run ends early
-MAX_TAKEN_AHEAD = 8
-
-#: rank 0 takes the ranks' summaries of an epoch at most this many epoch ends later, unless
-#: something needs the job's numbers for it sooner (``Job.close_epoch``)
+#: rank 0 takes the posts the ranks said they make at an epoch end at its own next one, unless
+#: something needs the job's numbers sooner (``Job.close_epoch``)
 MAX_DEFERRED = 1
+
+#: most epochs a rank other than 0 sends in one post (its posts are at most this many epochs
+#: apart: ``Job.post_every``)
+MAX_BATCH = 16
+#: most posts rank 0 takes from the store in one go (a bound, never reached by ranks in step)
+MAX_POSTS_TAKEN = 64
+#: most of its own epochs rank 0 keeps waiting for the ranks' summaries; past it the oldest is made
+#: with what is in (ranks keep their word within ``MAX_BATCH`` epochs)
+MAX_PENDING = 2 * MAX_BATCH + 2
 
 #: a rank's run-level report (its summary and findings over the run so far, which rank 0 needs
 #: for the job's report) is made and sent every ``run_every``-th epoch, a power of two chosen so
@@ -285,6 +306,8 @@ class Exchange:
         #: ranks that missed a deadline (not waited for again) or posted their final summary
         self.late: set[int] = set()
         self.done: set[int] = set()
+        #: the ranks whose payload the latest ``collect`` found (read or not)
+        self.found: set[int] = set()
         #: whether payloads go through the store's queues (until a queue call says it has none)
         self.queues = callable(getattr(store, "queue_push", None)) and callable(getattr(store, "queue_pop", None))
 
@@ -322,36 +345,49 @@ class Exchange:
         self.store.delete_key(key)
         return True, _decode(raw)
 
-    def collect(self, name: str) -> dict[int, dict[str, Any]]:
-        """Each other rank's ``name`` payload, or its ``final`` one when it has ended; waits until
-        all are in or ``timeout_s`` passed. A rank's missing payload is simply absent."""
+    def collect(
+        self, name: str | Mapping[int, str], *, wait: bool = True, keep_late: bool = False
+    ) -> dict[int, dict[str, Any]]:
+        """Each other rank's payload at ``name`` (one name for every rank, or a name for each of
+        some ranks: those only), or its ``final`` one when it has ended; waits until all are in
+        or ``timeout_s`` passed, and notes the ranks still missing then as ``late``
+        (``wait=False``: one look, no rank noted). A late rank whose payload is found is back in
+        step, unless ``keep_late`` (the caller judges). A rank's missing payload is simply absent;
+        ``found``: the ranks whose payload was there (read or not)."""
+        names = dict(name) if isinstance(name, Mapping) else dict.fromkeys(range(self.world_size), name)
         got: dict[int, dict[str, Any]] = {}
-        pending = [r for r in range(self.world_size) if r != self.rank and r not in self.done]
+        self.found = set()
+        pending = [r for r in sorted(names) if r != self.rank and r not in self.done]
         start = self._clock()
         poll = FIRST_POLL_S
         while pending:
-            wanted_keys = [self.key(r, name) for r in pending]
+            wanted_keys = [self.key(r, names[r]) for r in pending]
             if len(pending) > 1 and self.store.check(wanted_keys):  # the usual case: all in step
                 for r, key in zip(list(pending), wanted_keys, strict=True):
                     _, payload = self.take(key)
                     if payload is not None:
                         got[r] = payload
-                    self.late.discard(r)
+                    self.found.add(r)
+                    if not keep_late:
+                        self.late.discard(r)
                 break
             for r in list(pending):
-                for wanted in (name, "final"):
+                for wanted in (names[r], "final"):
                     found, payload = self.take(self.key(r, wanted))
                     if found:
                         if payload is not None:
                             got[r] = payload
                         if wanted == "final":
                             self.done.add(r)
+                        self.found.add(r)
                         pending.remove(r)
-                        self.late.discard(r)
+                        if not keep_late:
+                            self.late.discard(r)
                         break
             waiting = [r for r in pending if r not in self.late]
-            if not waiting or self._clock() - start >= self.timeout_s:
-                self.late.update(waiting)
+            if not wait or not waiting or self._clock() - start >= self.timeout_s:
+                if wait:
+                    self.late.update(waiting)
                 break
             self._sleep(poll)
             poll = min(poll * 2, self.max_poll_s)
@@ -368,27 +404,35 @@ def _queue_empty(exc: Exception) -> bool:
     return type(exc).__name__ == "QueueEmptyError" or "queue is empty" in str(exc)
 
 
+#: one of a rank's epochs not sent yet: its report, its forward passes in it (``ForwardStats.to_dict``;
+#: empty when not timed) and the group of epochs its findings are of (None: it closes none)
+Unsent = tuple[EpochReport, Mapping[str, Any], tuple[int, int] | None]
+
+
 def _payload(
     info: RankInfo,
     host: str,
     *,
     name: str,
-    epoch: EpochReport | None,
+    batch: Sequence[Unsent],
     report: Report | None,
     run_every: int,
+    next_post: int | None = None,
     ending: str | None = None,
     forward: Mapping[str, Any] | None = None,
     host_id: str | None = None,
     cores: int | None = None,
     load: Mapping[str, float] | None = None,
-    group: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """What a rank sends rank 0: its epoch's summary and findings, and its run's when ``report`` is
-    given (every ``run_every``-th epoch, and at the end of the run); ``ending``: how its run ended
-    early (an exception), in its final payload; ``forward``: its forward passes in the epoch and
-    the run (``{"epoch": ..., "run": ...}``, each as ``ForwardStats.to_dict``), where timed;
-    ``group``: the epochs the epoch's findings are of, when it closes a group (``Job.close_epoch``)."""
+    """What a rank sends rank 0: its epochs' summaries and findings since its last post
+    (``batch``), and its run's when ``report`` is given (every ``run_every``-th epoch, and at the
+    end of the run); ``next_post``: the epoch at whose end it posts next (None in its final
+    payload); ``ending``: how its run ended early (an exception), in its final payload;
+    ``forward``: its forward passes in the run (``{"run": ...}``, as ``ForwardStats.to_dict``),
+    where timed."""
     out: dict[str, Any] = {"v": PAYLOAD_VERSION, "rank": info.rank, "host": host, "name": name, "every": run_every}
+    if next_post is not None:
+        out["next"] = next_post
     if info.node_rank is not None:
         out["node"] = info.node_rank
     if host_id:
@@ -402,7 +446,7 @@ def _payload(
     if forward:
         out["forward"] = dict(forward)
     if report is not None:
-        out["run_at"] = epoch.index if epoch is not None else None  # None: the end of the run
+        out["run_at"] = batch[-1][0].index if name != "final" and batch else None  # None: the end of the run
         out["epochs"] = len(report.epochs)
         out["run"] = {
             "summary": summary_to_dict(report.summary),
@@ -411,14 +455,20 @@ def _payload(
         out["notes"] = list(report.notes)
         if name == "final" and report.recent:  # its last steps, once: for the job's timeline
             out["recent"] = recent_to_dict(report.recent[0])
-    if epoch is not None:
-        out["epoch"] = {
+    items = []
+    for epoch, epoch_forward, group in batch:
+        item: dict[str, Any] = {
             "index": epoch.index,
             "summary": summary_to_dict(epoch.summary),
             "findings": [finding_to_dict(f) for f in epoch.findings],
         }
+        if epoch_forward:
+            item["forward"] = dict(epoch_forward)
         if group is not None:
-            out["epoch"]["group"] = list(group)
+            item["group"] = list(group)
+        items.append(item)
+    if items:
+        out["batch"] = items
     return out
 
 
@@ -506,11 +556,16 @@ def _per_step_s(forward: Mapping[str, Any], steps: int) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _span(payload: Mapping[str, Any], part: str) -> _Span:
-    data = payload[part]
+def _span(payload: Mapping[str, Any], part: str, data: Mapping[str, Any] | None = None) -> _Span:
+    """A rank's span from its payload: its run (``part`` "run"), or one epoch of its batch (``part``
+    "epoch", ``data`` the epoch's item)."""
     where = f"rank {payload.get('rank')} {part}"
-    forward = payload.get("forward")
-    forward = forward.get(part) if isinstance(forward, Mapping) else None
+    if data is None:
+        data = payload[part]
+        forward = payload.get("forward")
+        forward = forward.get(part) if isinstance(forward, Mapping) else None
+    else:
+        forward = data.get("forward")
     node = payload.get("node")
     cores = payload.get("cores")
     return _Span(
@@ -518,7 +573,7 @@ def _span(payload: Mapping[str, Any], part: str) -> _Span:
         host=str(payload.get("host", "")),
         summary=summary_from_dict(data["summary"], where),
         findings=tuple(finding_from_dict(f, where) for f in data.get("findings", [])),
-        epochs=int(payload.get("epochs", 0)),
+        epochs=int(payload.get("epochs", 0)) if part == "run" else 0,
         forward=dict(forward) if isinstance(forward, Mapping) else {},
         node_rank=node if isinstance(node, int) and not isinstance(node, bool) else None,
         host_id=str(payload.get("host_id") or ""),
@@ -530,11 +585,12 @@ class Job:
     """One rank's part in a distributed job, for one run. Never raises: a failure of the
     exchange is a note, and the run goes on with what this rank knows.
 
-    Each epoch end every rank sends its epoch's summary (small, cheap to make); its run's summary
-    and findings, which cost a few milliseconds to make (the run's statistics and diagnosis),
-    only every ``run_every``-th epoch: a power of two, so that the epochs where every rank sends
-    it are the multiples of the largest (``run_due``), where rank 0 can make a job report from
-    summaries all taken at the same epoch end."""
+    Each epoch end every rank makes its epoch's summary (small, cheap to make) and sends its
+    epochs in batches (the module's docstring, "Batches"); its run's summary and findings, which
+    cost a few milliseconds to make (the run's statistics and diagnosis), only every
+    ``run_every``-th epoch: a power of two, so that the epochs where every rank sends it are the
+    multiples of the largest (``run_due``), where rank 0 can make a job report from summaries
+    all taken at the same epoch end."""
 
     def __init__(
         self,
@@ -572,16 +628,37 @@ class Job:
         self._latest_at: dict[int, int | None] = {}
         #: the job's epochs so far (rank 0)
         self.epochs: list[EpochReport] = []
-        #: rank 0: its own epochs whose ranks' summaries are not taken yet (``close_epoch``), each
-        #: with its forward passes
-        self._pending: list[tuple[EpochReport, dict[str, Any], tuple[int, int] | None]] = []
+        #: rank 0: its own epochs whose ranks' summaries are not all in yet (``close_epoch``), each
+        #: with its forward passes and group
+        self._pending: list[Unsent] = []
+        #: a rank other than 0: its epochs not sent yet, the number of its next post and the epoch
+        #: at whose end it said it posts next (its first post is at epoch 0's end)
+        self._unsent: list[Unsent] = []
+        self._posts = 0
+        self._next_post = 0
+        #: the job's numbers are wanted at each epoch end (a logger's: ``Session.end_epoch``): a
+        #: rank other than 0 then posts every epoch, so that rank 0 may wait for it there
+        self.each_epoch = False
+        #: rank 0: of each other rank, the number of the next post to take, the epoch at whose end
+        #: it said it posts next, the latest epoch it sent, and its epochs taken and not yet in a
+        #: job epoch (by index: its span and its group)
+        self._seq: dict[int, int] = {}
+        self._due: dict[int, int] = {}
+        self._upto: dict[int, int] = {}
+        self._got: dict[int, dict[int, tuple[_Span, tuple[int, int] | None]]] = {}
+        #: rank 0: the ranks noted as having ended before one of its epochs, and those whose latest
+        #: post it could not read (another version: their word is unknown, so they are not waited
+        #: for, nor their epochs, until a post is read)
+        self._ended_early: set[int] = set()
+        self._unheard: set[int] = set()
         #: this rank's forward passes (``signals/forward.py``) in its latest epoch, as
         #: ``{"epoch": ...}``; the session sets it before each exchange
         self.forward: dict[str, Any] = {}
         #: its forward passes in its run so far, made when a run summary goes out (sorting the
         #: run's samples at every epoch end cost each rank a tenth of a millisecond)
         self.forward_run: Callable[[], Mapping[str, Any] | None] = lambda: None
-        #: rank 0: the job's latest epoch and its rank rows, by index
+        #: rank 0: the job's latest epochs (those made at its latest epoch end, at least the
+        #: latest) and their rank rows, by index
         self._recent: dict[int, tuple[EpochReport, tuple[RankEntry, ...]]] = {}
         #: this rank's run-level summary goes out every ``run_every``-th epoch (``note_run_cost``)
         self.run_every = 1
@@ -625,8 +702,9 @@ class Job:
         exchange = self.exchange
         if exchange is None:
             return True
-        # a rank noted late is not waited for; one that ended sent its final summary
-        others = [r for r in range(1, self.info.world_size) if r not in exchange.late]
+        # a rank noted late, or whose posts cannot be read, is not waited for; one that ended sent
+        # its final summary
+        others = [r for r in range(1, self.info.world_size) if r not in exchange.late | self._unheard]
         return all(r in self._latest_at and self._latest_at[r] in (index, None) for r in others)
 
     def note_run_cost(self, cost_s: float, epoch_s: float) -> None:
@@ -647,37 +725,62 @@ class Job:
         while self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
             self.run_every //= 2
 
-    def _exchange(
-        self, name: str, epoch: EpochReport | None, report: Report | None, group: tuple[int, int] | None = None
-    ) -> dict[int, dict[str, Any]]:
-        """Post this rank's payload (ranks other than 0) or collect the others' (rank 0)."""
+    @property
+    def post_every(self) -> int:
+        """A rank other than 0 posts at the multiples of this (a power of two): those of its
+        ``run_every``, where its run summary goes, at most ``MAX_BATCH`` epochs apart; 1 where
+        the job's numbers are wanted at each epoch end (``each_epoch``)."""
+        return 1 if self.each_epoch else max(1, min(self.run_every, MAX_BATCH))
+
+    def _post(self, name: str, report: Report | None) -> None:
+        """A rank other than 0: post its epochs not sent yet (with its run's report when given) as
+        ``name``, saying when it posts next (not in its final payload)."""
+        exchange = self.exchange
+        batch, self._unsent = self._unsent, []
+        if exchange is None:
+            return
+        start = time.perf_counter()
+        final = name == "final"
+        try:
+            self._gathered += 1
+            next_post = None
+            if not final:
+                index = batch[-1][0].index if batch else self._next_post
+                every = self.post_every
+                next_post = self._next_post = (index // every + 1) * every
+                self._posts += 1
+            payload = _payload(
+                self.info,
+                self.host,
+                name=name,
+                batch=batch,
+                report=report,
+                run_every=self.run_every,
+                next_post=next_post,
+                ending=self.ending if final else None,
+                forward=self._forward_payload(report is not None),
+                host_id=self.host_id(),
+                cores=self.cores,
+                load=self.load if report is not None else None,
+            )
+            exchange.post(name, payload)
+        except Exception as exc:
+            self.exchange = None
+            self._note(f"this rank's summaries could not be sent ({type(exc).__name__}: {exc})")
+        finally:
+            self.gather_s += time.perf_counter() - start
+
+    def _collect(self, names: Mapping[int, str], *, wait: bool, where: str) -> dict[int, dict[str, Any]]:
+        """Rank 0: the ranks' payloads at ``names`` (``Exchange.collect``), the ranks that missed
+        the deadline noted (``where``: at which point of the run)."""
         exchange = self.exchange
         if exchange is None:
             return {}
         start = time.perf_counter()
         try:
-            if not self.leader:
-                self._gathered += 1
-                payload = _payload(
-                    self.info,
-                    self.host,
-                    name=name,
-                    epoch=epoch,
-                    report=report,
-                    run_every=self.run_every,
-                    ending=self.ending if name == "final" else None,
-                    forward=self._forward_payload(epoch is not None, report is not None),
-                    host_id=self.host_id(),
-                    cores=self.cores,
-                    load=self.load if report is not None else None,
-                    group=group,
-                )
-                exchange.post(name, payload)
-                return {}
             self._gathered += 1
             before = set(exchange.late)
-            got = exchange.collect(name)
-            where = "the end of the run" if name == "final" else f"the end of epoch {name.removeprefix('epoch')}"
+            got = exchange.collect(names, wait=wait, keep_late=True)
             for r in sorted(exchange.late - before if self.ending is None else ()):
                 self._note(
                     f"rank {r} sent no summary within {exchange.timeout_s:g} s at {where} (it may have died "
@@ -691,21 +794,137 @@ class Job:
         finally:
             self.gather_s += time.perf_counter() - start
 
+    def _take_posts(self, until: int | None, *, wait: bool = True, ahead: bool = False) -> None:
+        """Rank 0: the ranks' posts, in order. With ``wait``, waits (within the exchange's deadline)
+        for each post a rank said it makes at an epoch end up to ``until`` (None: all it sends
+        until its final payload, at the end of the run); without, takes what is there. A rank's
+        posts beyond rank 0's latest epoch are left for later, unless ``ahead`` (the run's end)."""
+        exchange = self.exchange
+        if exchange is None:
+            return
+        where = "the end of the run" if until is None else f"the end of epoch {until}"
+        latest = self._pending[-1][0].index if self._pending else None
+        horizon = None if ahead else latest
+        skip: set[int] = set()
+        names: dict[int, str] = {}
+        for _ in range(MAX_POSTS_TAKEN):
+            names = {
+                r: f"post{self._seq.get(r, 0)}"
+                for r in range(1, self.info.world_size)
+                if r not in exchange.done
+                and r not in skip
+                and not (wait and (r in self._unheard or (until is not None and self._due.get(r, 0) > until)))
+                and not (horizon is not None and self._upto.get(r, -1) >= horizon)
+            }
+            if not names:
+                return
+            got = self._collect(names, wait=wait, where=where)
+            exchange = self.exchange
+            if exchange is None:
+                return
+            for r in sorted(names):
+                if r not in exchange.found:
+                    skip.add(r)
+                    continue
+                if r not in exchange.done:
+                    self._seq[r] = self._seq.get(r, 0) + 1
+                if r in got:
+                    self._receive(r, got[r])
+                elif r not in exchange.done:  # a post this version cannot read: its word is unknown
+                    self._unheard.add(r)
+                    skip.add(r)
+                # a rank noted late is back in step once it owes no post (by ``until``, else by
+                # rank 0's latest epoch): found, a post of it may still be behind
+                limit = until if until is not None else latest
+                if r in exchange.late and (limit is None or self._due.get(r, 0) > limit):
+                    exchange.late.discard(r)
+        if ahead and exchange is not None:  # ranks more than ``MAX_POSTS_TAKEN`` posts ahead: their final
+            rest = {r: "final" for r in names if r not in exchange.done}  # payloads all the same
+            got = self._collect(rest, wait=False, where=where) if rest else {}
+            for r, payload in sorted(got.items()):
+                self._receive(r, payload)
+
+    def _receive(self, rank: int, payload: Mapping[str, Any]) -> None:
+        """Rank 0: a rank's post or final payload: when it posts next, its run summary and what it
+        says of itself (``_take``), and its epochs, kept until they go into the job's epochs."""
+        self._unheard.discard(rank)
+        next_post = payload.get("next")
+        if isinstance(next_post, int) and not isinstance(next_post, bool):
+            self._due[rank] = next_post
+        failed: list[Exception] = []
+        try:
+            self._take(payload)
+        except Exception as exc:
+            failed.append(exc)
+        batch = payload.get("batch", [])
+        got = self._got.setdefault(rank, {})
+        for item in batch if isinstance(batch, list) else ():
+            try:
+                index = item["index"]
+                if not isinstance(index, int) or isinstance(index, bool):
+                    raise ValueError(f"an epoch's index is {index!r}")
+                self._upto[rank] = max(self._upto.get(rank, -1), index)  # sent, read or not
+                span = _span(payload, "epoch", item)
+                got[index] = (span, _group_of(item))
+                if "run" not in payload:  # its latest run summary does not have it yet
+                    self._since.setdefault(rank, []).append(span)
+            except Exception as exc:
+                failed.append(exc)
+        if len(got) > MAX_PENDING + MAX_BATCH:  # a rank far from rank 0 (the ranks ran different epochs)
+            made_to = self._pending[0][0].index if self._pending else self.epochs[-1].index + 1 if self.epochs else 0
+            for index in [i for i in got if i < made_to]:  # behind rank 0's: made already
+                del got[index]
+            while len(got) > MAX_PENDING + MAX_BATCH:  # beyond rank 0's: never made
+                del got[max(got)]
+        if failed:
+            error = failed[0]
+            self._note(f"rank {rank}'s summary could not be read ({type(error).__name__}: {error})")
+
     def close_epoch(self, epoch: EpochReport, report: Report | None, *, group: tuple[int, int] | None = None) -> None:
         """This rank's epoch is closed (and, when ``run_due``, its run's report built: ``report``).
         ``group``: the first and last epoch of the group of epochs this one closes (its findings
         are theirs: ``EpochReport``), None when it closes none (it has no findings).
-        The other ranks post theirs. Rank 0 takes the ranks' summaries of its previous epoch
-        (in a job in step they arrived long ago) and leaves this one's for its next epoch end,
-        unless something needs the job's numbers for it sooner (``job_epoch``, ``settle``): the
-        ranks post theirs while rank 0 closes its own, and waiting for them at every epoch end
-        would add their epoch end's work to rank 0's."""
+        A rank other than 0 keeps it, and posts its epochs when due (``post_every``, its word,
+        its run's report). Rank 0 takes the posts the ranks said they made at its previous epoch
+        end at the latest (in a job in step they arrived long ago) and makes the job's epochs whose
+        ranks' summaries are all in, unless something needs the job's numbers sooner
+        (``job_epoch``, ``settle``): waiting for the ranks at every epoch end would add their
+        epoch end's work to rank 0's."""
         if not self.leader:
-            self._exchange(f"epoch{epoch.index}", epoch, report, group)
+            self._unsent.append((epoch, dict(self.forward.get("epoch") or {}), group))
+            index = epoch.index
+            if (
+                report is not None
+                or index >= self._next_post
+                or index % self.post_every == 0
+                or len(self._unsent) >= MAX_BATCH
+            ):
+                self._post(f"post{self._posts}", report)
             return
         self._pending.append((epoch, dict(self.forward.get("epoch") or {}), group))
-        while len(self._pending) > MAX_DEFERRED:
-            self._gather(*self._pending.pop(0))
+        self._take_posts(epoch.index - MAX_DEFERRED)
+        self._join()
+        while len(self._pending) > MAX_PENDING:
+            self._make_next()
+
+    def _join(self, *, force: bool = False) -> None:
+        """Rank 0: the job's epochs whose ranks' summaries are in (or from ranks that send no
+        more: ended, or late), in order; ``force``: every epoch waiting, with what is in."""
+        exchange = self.exchange
+        gone = set(range(self.info.world_size)) if exchange is None else exchange.done | exchange.late | self._unheard
+        others = [r for r in range(1, self.info.world_size) if r not in gone]
+        while self._pending:
+            index = self._pending[0][0].index
+            if not force and any(self._upto.get(r, -1) < index for r in others):
+                break
+            self._make_next()
+
+    def _make_next(self) -> None:
+        """Rank 0: the job's next epoch, with what is in; kept among the latest ones for a panel
+        printed after (``job_epoch``)."""
+        self._recent.update(self._gather(*self._pending.pop(0)))
+        for index in sorted(self._recent)[: max(0, len(self._recent) - MAX_PENDING)]:
+            del self._recent[index]
 
     def note_load(self, host: HostSummary | None) -> None:
         """This rank's run so far, as the host sampler saw it (None: not sampled)."""
@@ -768,25 +987,6 @@ class Job:
         self._on_host = max(1, sum(host == mine for host in hosts))
         return self._on_host
 
-    def _take_ahead(self) -> None:
-        """Rank 0, whose run ends early: the epochs other ranks closed beyond its own (it was
-        behind them), taken from the store with one look each, so their rows count them."""
-        exchange = self.exchange
-        if exchange is None:
-            return
-        start = max((epoch.index for epoch in self.epochs), default=-1) + 1
-        try:
-            for r in range(1, self.info.world_size):
-                for index in range(start, start + MAX_TAKEN_AHEAD):
-                    found, payload = exchange.take(exchange.key(r, f"epoch{index}"))
-                    if not found or payload is None or "epoch" not in payload:
-                        break
-                    self._take(payload)
-                    if "run" not in payload:
-                        self._since.setdefault(r, []).append(_span(payload, "epoch"))
-        except Exception as exc:
-            self._note(f"the ranks' last summaries could not be read ({type(exc).__name__}: {exc})")
-
     def stop_waiting(self, ending: str) -> None:
         """This rank's run ends early (``ending``: an exception, a SIGTERM): from now on rank 0
         takes what the ranks sent and waits for none of them (they may be blocked in a collective
@@ -797,19 +997,29 @@ class Job:
             self.exchange.timeout_s = 0.0  # one look at what is there, no wait
 
     def settle(self) -> None:
-        """Rank 0: take the ranks' summaries of every epoch still waiting for them (waiting for
-        them, within the exchange's deadline)."""
-        while self._pending:
-            self._gather(*self._pending.pop(0))
+        """Rank 0: take the ranks' posts they said they made by its latest epoch end (waiting for
+        them, within the exchange's deadline) and any other they made already (one look), and make
+        the job's epochs they complete. Epochs a rank sends later stay waiting for it."""
+        if not self._pending:
+            return
+        self._take_posts(self._pending[-1][0].index)
+        self._take_posts(None, wait=False)
+        self._join()
+
+    def made(self, index: int) -> bool:
+        """Rank 0: whether the job's epoch ``index`` is made (its ranks' summaries in)."""
+        return not any(epoch.index <= index for epoch, _, _ in self._pending)
 
     def job_epoch(self, index: int) -> tuple[EpochReport, tuple[RankEntry, ...]] | None:
         """Rank 0: the job's epoch ``index`` and its rank rows (the ranks' summaries taken first
-        when they are still waiting); None when it is no longer at hand."""
-        if any(epoch.index <= index for epoch, _, _ in self._pending):
+        when they are still waiting, as ``settle``: an epoch a rank sends later has rank 0's
+        numbers alone); None when it is no longer at hand."""
+        if not self.made(index):
             self.settle()
         if index in self._recent:
             return self._recent[index]
-        made = next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
+        made = next((epoch for epoch, _, _ in self._pending if epoch.index == index), None)
+        made = made or next((epoch for epoch in reversed(self.epochs) if epoch.index == index), None)
         return (made, ()) if made is not None else None
 
     def group_summary(self, index: int) -> Summary | None:
@@ -817,11 +1027,13 @@ class Job:
         closed one of several epochs and is recent (its panel's)."""
         return self._group_summaries.get(index)
 
-    def _gather(self, epoch: EpochReport, forward: Mapping[str, Any], group: tuple[int, int] | None = None) -> None:
+    def _gather(
+        self, epoch: EpochReport, forward: Mapping[str, Any], group: tuple[int, int] | None = None
+    ) -> dict[int, tuple[EpochReport, tuple[RankEntry, ...]]]:
         """Rank 0: the job's epoch from its own and the ranks' summaries of epoch ``epoch.index``
-        (``forward``: rank 0's forward passes in it; ``group``: the epochs rank 0 diagnosed
-        together that it closes, None when it closes none)."""
-        got = self._exchange(f"epoch{epoch.index}", epoch, None)
+        taken so far (``forward``: rank 0's forward passes in it; ``group``: the epochs rank 0
+        diagnosed together that it closes, None when it closes none). Returns it with its rows."""
+        exchange = self.exchange
         spans = [
             _Span(
                 0,
@@ -834,20 +1046,22 @@ class Job:
                 cores=self.cores,
             )
         ]
-        for r, payload in sorted(got.items()):
-            try:
-                self._take(payload)
-                if "epoch" in payload and payload["epoch"].get("index") == epoch.index:
-                    spans.append(_span(payload, "epoch"))
-                    if "run" not in payload:  # its latest run summary does not have it yet
-                        self._since.setdefault(r, []).append(spans[-1])
-                elif payload.get("name") == "final":
-                    self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
-            except Exception as exc:
-                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
+        groups = [group]
+        for r in range(1, self.info.world_size):
+            got = self._got.get(r)
+            taken = got.pop(epoch.index, None) if got else None
+            if got:
+                for index in [i for i in got if i < epoch.index]:  # epochs rank 0 did not close
+                    del got[index]
+            if taken is not None:
+                spans.append(taken[0])
+                groups.append(taken[1])
+            elif exchange is not None and r in exchange.done and r not in self._ended_early:
+                self._ended_early.add(r)
+                self._note(f"rank {r} ended its run before epoch {epoch.index}: the ranks ran different epochs")
         job_epoch = EpochReport(index=epoch.index, summary=job_summary([s.summary for s in spans]), findings=())
         rows = tuple(s.entry() for s in spans)
-        for span, payload_group in zip(spans, [group, *(self._group_of(got, s.rank) for s in spans[1:])], strict=True):
+        for span, payload_group in zip(spans, groups, strict=True):
             self._group_spans.setdefault(span.rank, []).append(span)
             if len(self._group_spans[span.rank]) > MAX_GROUP_SPANS:  # added up, to stay bounded
                 parts = self._group_spans[span.rank]
@@ -862,16 +1076,7 @@ class Job:
         if group is not None:
             job_epoch, rows = self._close_group(job_epoch, rows)
         self._note_missing()
-        self._recent = {epoch.index: (job_epoch, rows)}
-
-    @staticmethod
-    def _group_of(got: Mapping[int, Mapping[str, Any]], rank: int) -> tuple[int, int] | None:
-        """The group of epochs a rank's epoch payload closes, as it said (None: none)."""
-        epoch = got.get(rank, {}).get("epoch")
-        group = epoch.get("group") if isinstance(epoch, Mapping) else None
-        if isinstance(group, list) and len(group) == 2 and all(isinstance(g, int) for g in group):
-            return (group[0], group[1])
-        return None
+        return {epoch.index: (job_epoch, rows)}
 
     def _close_group(
         self, job_epoch: EpochReport, rows: tuple[RankEntry, ...]
@@ -922,19 +1127,16 @@ class Job:
                 "rank 0's run ended early: the other ranks' final summaries were not waited for; their rows are "
                 "what they had sent"
             )
-        if self.leader:
-            self.settle()
-            self.close_open_group()
-            if self.ending is not None:
-                self._take_ahead()
-        got = self._exchange("final", None, report)
         if not self.leader:
+            self._post("final", report)
             return report, ()
-        for r, payload in sorted(got.items()):
-            try:
-                self._take(payload)
-            except Exception as exc:
-                self._note(f"rank {r}'s summary could not be read ({type(exc).__name__}: {exc})")
+        # every rank's posts and final payload (the epochs it had not sent), or what is there when
+        # rank 0's run ended early, then what came meanwhile from a rank not waited for (late, or
+        # unread); the job's epochs waiting, made with what came
+        self._take_posts(None, wait=self.ending is None, ahead=True)
+        self._take_posts(None, wait=False, ahead=True)
+        self._join(force=True)
+        self.close_open_group()
         self._note_missing()
         spans = _job_spans(report, self._own_span_of, self._latest, self._since)
         if len({s.epochs for s in spans}) > 1:
@@ -964,16 +1166,11 @@ class Job:
 
         return make
 
-    def _forward_payload(self, epoch: bool, run: bool) -> dict[str, Any]:
-        """This rank's forward passes for a payload: in the epoch, and in the run when its run
-        summary goes with it (rank 0 reads them only there)."""
-        out: dict[str, Any] = {}
-        if epoch and "epoch" in self.forward:
-            out["epoch"] = self.forward["epoch"]
+    def _forward_payload(self, run: bool) -> dict[str, Any]:
+        """This rank's forward passes in the run, for a payload with its run summary (rank 0 reads
+        them only there; each epoch's go with the epoch)."""
         made = self.forward_run() if run else None
-        if made:
-            out["run"] = dict(made)
-        return out
+        return {"run": dict(made)} if made else {}
 
     @property
     def _own_span_of(self) -> Callable[[Report], _Span]:
@@ -1034,6 +1231,14 @@ class Job:
         missing = [r for r in range(1, self.info.world_size) if r not in self._latest]
         if missing:
             self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
+
+
+def _group_of(item: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The group of epochs a rank's epoch closes, as it said (None: none)."""
+    group = item.get("group")
+    if isinstance(group, list) and len(group) == 2 and all(isinstance(g, int) for g in group):
+        return (group[0], group[1])
+    return None
 
 
 def _diagnose(spans: list[_Span], min_saving: float) -> tuple[Finding, ...]:

@@ -39,7 +39,7 @@ from stallscope.analysis.finding import Finding
 from stallscope.analysis.numbers import count
 from stallscope.analysis.unnamed import other_note
 from stallscope.config import ScopeConfig
-from stallscope.hooks.distributed import Job, TermGuard, data_parallel_devices, join_job
+from stallscope.hooks.distributed import MAX_BATCH, Job, TermGuard, data_parallel_devices, join_job
 from stallscope.hooks.environment import compute_threads, current_device, torch_version, utc_now_iso
 from stallscope.report.build import device_idle, nvml_fields, summarize
 from stallscope.report.html import render_report
@@ -115,11 +115,15 @@ class Later(Generic[T]):
         return self._value
 
 
-#: rank 0 of a job prints the panel of an epoch shorter than this (seconds) at the next epoch end,
-#: when the other ranks' summaries of it are in: printed at once, it waits for them (about 2 ms a
-#: short epoch on a loaded 2-core machine, 1% of a 200 ms epoch); a longer epoch's panel is
-#: printed at once (the wait is then a small share, and an hour-long epoch's panel is not late)
+#: rank 0 of a job prints an epoch's panel when the other ranks' summaries of it are in: those of
+#: an epoch shorter than this (seconds) at a later epoch end, when the ranks post them (waiting for
+#: them at once cost about 2 ms a short epoch on a loaded 2-core machine, 1% of a 200 ms epoch);
+#: a longer epoch's waits for the posts the ranks said they made at its end (the wait is then a
+#: small share, and an hour-long epoch's panel is not late)
 HOLD_PANEL_S = 2.0
+#: most panels rank 0 holds for the ranks' summaries (a rank posts at most ``MAX_BATCH`` epochs
+#: apart); past it, the oldest is printed with what is in
+MAX_HELD_PANELS = MAX_BATCH + 1
 
 #: the note (and the final panel's first words) of a rank stopped by SIGTERM
 SIGTERM_ENDING = "the run was stopped by SIGTERM"
@@ -361,8 +365,8 @@ class Session:
         self.job: Job | None = None
         #: a rank's SIGTERM handler, which writes the report of what ran (``TermGuard``)
         self._term: TermGuard | None = None
-        #: rank 0: the panel of the job's last short epoch, printed at the next epoch end
-        self._held_panel: tuple[int, Later[tuple[EpochReport, tuple[RankEntry, ...]]], SpanSnapshot] | None = None
+        #: rank 0: the job's panels waiting for the ranks' summaries (``_close_job_epoch``)
+        self._held_panels: list[tuple[int, Later[tuple[EpochReport, tuple[RankEntry, ...]]], SpanSnapshot]] = []
         #: a rank's forward passes, timed apart from the collectives (``signals/forward.py``), and
         #: the epoch count when it started looking for the job's DDP module
         self._forward: ForwardProbe | None = None
@@ -602,6 +606,8 @@ class Session:
             self._claim_folder()
         if may_wait and panel and self._wait():
             return None
+        if not may_wait and self.job is not None:  # a logger takes the job's numbers at each epoch end
+            self.job.each_epoch = True
         timeline = self.timeline
         was_paused = timeline.paused
         # the work below (and a report write or a panel, when due) is StallScope's time, not the
@@ -889,14 +895,11 @@ class Session:
             return made if made is not None else (epoch.get(), ())
 
         made: Later[tuple[EpochReport, tuple[RankEntry, ...]]] = Later(shown)
-        held, self._held_panel = self._held_panel, None
-        if held is not None:  # the previous epoch's: its ranks' summaries were taken above, no wait
-            self._print_job_epoch(*held)
-        if span.steps > 0 and group is not None:  # a panel per diagnosis
-            if span.wall_ns < HOLD_PANEL_S * 1e9 and self._console is not None:
-                self._held_panel = (index, made, span)
-            else:
-                self._print_job_epoch(index, made, span)
+        if span.steps > 0 and group is not None and self._console is not None:  # a panel per diagnosis
+            if span.wall_ns >= HOLD_PANEL_S * 1e9:
+                job.settle()  # the ranks' posts of this epoch end, when they said they made one
+            self._held_panels.append((index, Later(shown), span))  # its own: read when printed
+        self._print_held_panels(made=job.made)
         return Later(lambda: made.get()[0])
 
     def _print_job_epoch(
@@ -914,11 +917,13 @@ class Session:
             index, Later(lambda: made.get()[0]), span, ranks=Later(lambda: made.get()[1]), view=Later(view)
         )
 
-    def _print_held_panel(self) -> None:
-        """The job's last short epoch's panel, held for the next epoch end, at the run's end."""
-        held, self._held_panel = self._held_panel, None
-        if held is not None:
-            self._print_job_epoch(*held)
+    def _print_held_panels(self, made: Callable[[int], bool] | None = None) -> None:
+        """The job's panels held until their ranks' summaries came in (``_close_job_epoch``), in
+        order: those whose epoch is ``made``, and the oldest past ``MAX_HELD_PANELS``; all of them
+        (with what is in) when ``made`` is None, at the run's end."""
+        held = self._held_panels
+        while held and (made is None or made(held[0][0]) or len(held) > MAX_HELD_PANELS):
+            self._print_job_epoch(*held.pop(0))
 
     def _write_own_later(self, own: Later[Report]) -> None:
         """This rank's own file, on its writer's budget."""
@@ -1040,7 +1045,7 @@ class Session:
             report = dataclasses.replace(report, notes=self.job.load_notes(self.notes, ranks))
         self._latest = Later(None, report)
         self._final_made = True
-        self._print_held_panel()
+        self._print_held_panels()
         if print_run or no_steps:
             # the printed diagnosis says when the run was too short to judge (the findings say it
             # with their confidence)
