@@ -444,6 +444,30 @@ def test_where_a_logger_takes_the_jobs_numbers_at_each_epoch_end_every_epoch_is_
     assert clock.now == 0.0
 
 
+def test_groups_closed_in_one_batch_keep_their_numbers_for_their_panels() -> None:
+    """Rank 1's epochs 1 to 16 come in one post: the two groups of epochs they close (0-7, 8-15)
+    are made at one epoch end of rank 0, and each held panel reads its own group's numbers."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 2), "host0", exchange(store, 0, clock))
+    other = Job(RankInfo(1, 2), "host1", exchange(store, 1, clock))
+    other.run_every = 16
+    for i in range(18):
+        group = {7: (0, 7), 15: (8, 15)}.get(i)
+        leader.close_epoch(_epoch(i, steps=5), None, group=group)
+        other.close_epoch(_epoch(i, steps=7), None, group=group)
+        if i < 17:
+            assert not leader.made(7), i
+    assert leader.made(16)
+    for last in (7, 15):
+        summary = leader.group_summary(last)
+        assert summary is not None, last
+        assert summary.steps == 8 * 7  # rank 1's eight epochs
+        made = leader.job_epoch(last)
+        assert made is not None
+        assert made[0].covers_epochs == (last - 7, last)
+        assert [r.rank for r in made[1]] == [0, 1]
+
+
 def test_rank_0_waits_at_its_epoch_end_for_a_post_a_rank_said_it_makes_there() -> None:
     """What something needs now (a job report, a long epoch's panel: ``settle``) waits for the
     posts the ranks said they make at this epoch end, and only those."""

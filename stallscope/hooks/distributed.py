@@ -1104,7 +1104,10 @@ class Job:
                 if e.index < first:
                     break
                 self.epochs[i] = replace(e, diagnosed_with=last)
-            self._group_summaries = {last: job_summary([s.summary for s in spans])}
+            # kept for the panels still held (several groups can close in one batch of epochs)
+            self._group_summaries[last] = job_summary([s.summary for s in spans])
+            for index in sorted(self._group_summaries)[: max(0, len(self._group_summaries) - MAX_PENDING)]:
+                del self._group_summaries[index]
             rows = tuple(s.entry() for s in spans)
         return closing, rows
 
