@@ -387,9 +387,9 @@ def test_a_rank_posts_its_epochs_in_batches_and_rank_0_never_waits_for_one_not_m
     posted: list[int] = []
     real_post = other._post
 
-    def post(name: str, report: Any) -> None:
+    def post(report: Any, *, final: bool = False) -> None:
         posted.append(other._unsent[-1][0].index if other._unsent else -1)
-        real_post(name, report)
+        real_post(report, final=final)
 
     other._post = post  # type: ignore[method-assign]
     for i in range(70):

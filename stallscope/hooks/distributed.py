@@ -732,15 +732,15 @@ class Job:
         the job's numbers are wanted at each epoch end (``each_epoch``)."""
         return 1 if self.each_epoch else max(1, min(self.run_every, MAX_BATCH))
 
-    def _post(self, name: str, report: Report | None) -> None:
+    def _post(self, report: Report | None, *, final: bool = False) -> None:
         """A rank other than 0: post its epochs not sent yet (with its run's report when given) as
-        ``name``, saying when it posts next (not in its final payload)."""
+        its next numbered post, saying when it posts next; ``final``: as its final payload."""
         exchange = self.exchange
         batch, self._unsent = self._unsent, []
         if exchange is None:
             return
         start = time.perf_counter()
-        final = name == "final"
+        name = "final" if final else f"post{self._posts}"
         try:
             self._gathered += 1
             next_post = None
@@ -870,12 +870,14 @@ class Job:
                     self._since.setdefault(rank, []).append(span)
             except Exception as exc:
                 failed.append(exc)
-        if len(got) > MAX_PENDING + MAX_BATCH:  # a rank far from rank 0 (the ranks ran different epochs)
-            made_to = self._pending[0][0].index if self._pending else self.epochs[-1].index + 1 if self.epochs else 0
-            for index in [i for i in got if i < made_to]:  # behind rank 0's: made already
-                del got[index]
-            while len(got) > MAX_PENDING + MAX_BATCH:  # beyond rank 0's: never made
-                del got[max(got)]
+        # rank 0's epochs are made in order, each taking its own from ``got``: those before the
+        # first still waiting were made without it (a late post); past the bound, epochs beyond
+        # rank 0's (the ranks ran different epochs) are never made
+        made_to = self._pending[0][0].index if self._pending else self.epochs[-1].index + 1 if self.epochs else 0
+        for index in [i for i in got if i < made_to]:
+            del got[index]
+        while len(got) > MAX_PENDING + MAX_BATCH:
+            del got[max(got)]
         if failed:
             error = failed[0]
             self._note(f"rank {rank}'s summary could not be read ({type(error).__name__}: {error})")
@@ -899,7 +901,7 @@ class Job:
                 or index % self.post_every == 0
                 or len(self._unsent) >= MAX_BATCH
             ):
-                self._post(f"post{self._posts}", report)
+                self._post(report)
             return
         self._pending.append((epoch, dict(self.forward.get("epoch") or {}), group))
         self._take_posts(epoch.index - MAX_DEFERRED)
@@ -923,8 +925,7 @@ class Job:
         """Rank 0: the job's next epoch, with what is in; kept among the latest ones for a panel
         printed after (``job_epoch``)."""
         self._recent.update(self._gather(*self._pending.pop(0)))
-        for index in sorted(self._recent)[: max(0, len(self._recent) - MAX_PENDING)]:
-            del self._recent[index]
+        _keep_latest(self._recent, MAX_PENDING)
 
     def note_load(self, host: HostSummary | None) -> None:
         """This rank's run so far, as the host sampler saw it (None: not sampled)."""
@@ -1050,9 +1051,6 @@ class Job:
         for r in range(1, self.info.world_size):
             got = self._got.get(r)
             taken = got.pop(epoch.index, None) if got else None
-            if got:
-                for index in [i for i in got if i < epoch.index]:  # epochs rank 0 did not close
-                    del got[index]
             if taken is not None:
                 spans.append(taken[0])
                 groups.append(taken[1])
@@ -1106,8 +1104,7 @@ class Job:
                 self.epochs[i] = replace(e, diagnosed_with=last)
             # kept for the panels still held (several groups can close in one batch of epochs)
             self._group_summaries[last] = job_summary([s.summary for s in spans])
-            for index in sorted(self._group_summaries)[: max(0, len(self._group_summaries) - MAX_PENDING)]:
-                del self._group_summaries[index]
+            _keep_latest(self._group_summaries, MAX_PENDING)
             rows = tuple(s.entry() for s in spans)
         return closing, rows
 
@@ -1131,7 +1128,7 @@ class Job:
                 "what they had sent"
             )
         if not self.leader:
-            self._post("final", report)
+            self._post(report, final=True)
             return report, ()
         # every rank's posts and final payload (the epochs it had not sent), or what is there when
         # rank 0's run ended early, then what came meanwhile from a rank not waited for (late, or
@@ -1234,6 +1231,12 @@ class Job:
         missing = [r for r in range(1, self.info.world_size) if r not in self._latest]
         if missing:
             self._note(f"no summary from rank(s) {', '.join(map(str, missing))}: the job's numbers leave them out")
+
+
+def _keep_latest(by_epoch: dict[int, Any], most: int) -> None:
+    """``by_epoch`` (keyed by epoch index) down to its ``most`` latest entries."""
+    for index in sorted(by_epoch)[: max(0, len(by_epoch) - most)]:
+        del by_epoch[index]
 
 
 def _group_of(item: Mapping[str, Any]) -> tuple[int, int] | None:
