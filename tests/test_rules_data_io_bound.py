@@ -24,6 +24,19 @@ def test_in_process_reads_that_wait() -> None:
     assert "with 4 workers (now 0:" in f.fix
 
 
+def test_in_process_loading_preempted_by_other_processes_is_not_waiting_on_storage() -> None:
+    """20% of ``next()`` on a CPU, but the training thread waited 2 s for a core per second it ran:
+    most of the rest it was runnable, so loading waits for the cores, not for storage. With few
+    such waits the same share is storage's."""
+    span = record_span(steps=20, data_ms=400, data_cpu_ms=80, compute_ms=10, compute_cpu_ms=6)
+    busy = host(wall_s=8.2, main_cpu_s=1.7, cores=1, thread_cpu_s=1.7, thread_wait_s=3.4)
+    calm = host(wall_s=8.2, main_cpu_s=1.7, cores=1, thread_cpu_s=1.7, thread_wait_s=0.17)
+    assert data_io_bound.rule(context(span, cores=1, host_signals=busy)) is None
+    f = data_io_bound.rule(context(span, cores=1, host_signals=calm))
+    assert f is not None
+    assert f.evidence["loading_cpu_share"] == pytest.approx(0.2)
+
+
 def test_the_snippet_never_names_fewer_workers_than_the_run_has() -> None:
     """Eight workers on two cores that still wait on reads: the prediction keeps the eight."""
     span = record_span(steps=20, data_ms=100, compute_ms=10, in_process=False)

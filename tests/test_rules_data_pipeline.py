@@ -347,6 +347,29 @@ def test_loading_on_a_crowded_host_is_not_mistaken_for_waiting_on_storage() -> N
     assert on_quiet.suggestion["num_workers"] > 2
 
 
+def test_loading_preempted_more_than_the_compute_is_still_cpu_work() -> None:
+    """A host loaded several times over: ``next()`` gets 28% of its time on a core, the compute 60%
+    (a long stretch of loading is preempted more often than a short one of compute). By those two
+    shares alone loading looks like waiting on storage; the training thread's waits for a core (2 s
+    per second it ran) show it was runnable the rest of the time, so no more workers than cores.
+    Loading that really waits keeps its extra workers on the same host."""
+    from signal_fakes import context, host, record_span
+
+    preempted = record_span(steps=40, data_ms=60, data_cpu_ms=17, compute_ms=10, compute_cpu_ms=6)
+    waiting = record_span(steps=40, data_ms=60, data_cpu_ms=2, compute_ms=10, compute_cpu_ms=6)
+    busy = host(wall_s=2.8, main_cpu_s=0.9, cores=2, thread_cpu_s=0.9, thread_wait_s=1.8)
+    unread = data_workers.rule(context(preempted, cores=2, loader=loader(), batch_tensors=2))
+    read = data_workers.rule(context(preempted, cores=2, loader=loader(), batch_tensors=2, host_signals=busy))
+    storage = data_workers.rule(context(waiting, cores=2, loader=loader(), batch_tensors=2, host_signals=busy))
+    assert unread is not None
+    assert read is not None
+    assert storage is not None
+    assert unread.suggestion["num_workers"] > 2  # the misreading the waits correct
+    assert read.suggestion["num_workers"] <= 2
+    assert read.evidence["thread_core_wait_per_cpu"] == pytest.approx(2.0)
+    assert storage.suggestion["num_workers"] > 2
+
+
 def test_workers_that_share_the_cores_with_training_give_a_range_both_ways() -> None:
     """0 -> 2 workers on 2 cores: the training step then competes with two busy workers, so the
     speedup may land below the estimate; 2 -> 0 for an in-memory loader frees the cores, so it

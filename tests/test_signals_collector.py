@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -172,6 +173,39 @@ def test_a_real_plain_loop_leaves_no_threads_behind(tmp_path: Path) -> None:
     assert stallscope_threads() == []
     assert scope.report is not None
     assert scope.report.summary.nvml is None
+
+
+@pytest.mark.skipif(
+    not Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").exists(), reason="needs Linux's schedstat"
+)
+def test_the_host_sampler_follows_the_thread_that_started_the_run() -> None:
+    """Started from a thread of its own, the collector reads that thread's time on a CPU (what
+    it burnt here), not the main thread's (asleep in ``join``)."""
+    timeline = Session(ScopeConfig.create(Path("unused"), console=False)).timeline
+    collector = SignalCollector(timeline, nvml_device=None, interval_s=1.0, nvml_load=no_pynvml)
+    burnt: list[float] = []
+
+    def run() -> None:
+        collector.start()
+        sampler = collector.host
+        assert sampler is not None
+        deadline = time.monotonic() + 10
+        while sampler._win is None and time.monotonic() < deadline:  # primed (its set-up needs the GIL)
+            time.sleep(0.001)
+        began = time.thread_time()
+        while time.thread_time() - began < 0.1:
+            pass
+        burnt.append(time.thread_time() - began)
+        collector.stop()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    host = collector.run_window().host
+    assert host is not None, collector.notes()
+    assert host.thread_cpu_s is not None
+    assert host.thread_cpu_s >= 0.9 * burnt[0]
+    assert host.thread_wait_s is not None
 
 
 def _pass(session: Session, clock: FakeClock, index: int) -> None:

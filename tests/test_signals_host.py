@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -112,6 +113,57 @@ def test_windows_split_the_run() -> None:
     assert run is not None
     assert (first.main_cpu_s, second.main_cpu_s, run.main_cpu_s) == pytest.approx((1.0, 0.5, 1.5))
     assert second.wall_s == pytest.approx(1.0)
+
+
+def test_the_followed_threads_cpu_and_waits_for_a_core_split_into_windows() -> None:
+    host = FakeHost()
+    thread = [1.0, 0.5]  # seconds on a CPU and in the run queue so far
+
+    def read() -> tuple[float, float] | None:
+        return (thread[0], thread[1]) if thread else None
+
+    now = [0]
+    sampler = HostSampler(interval_s=0.2, probe=host, cores=4, clock=lambda: now[0])
+    sampler.follow_thread(read)
+    sampler.prime()
+    thread[:] = [1.4, 1.3]
+    now[0] += 1000 * MS
+    sampler.sample_once()
+    first = sampler.close_window()
+    thread[:] = [2.4, 1.4]
+    now[0] += 1000 * MS
+    sampler.sample_once()
+    second = sampler.close_window()
+    run = sampler.run_summary()
+    assert first is not None
+    assert second is not None
+    assert run is not None
+    assert (first.thread_cpu_s, first.thread_wait_s) == pytest.approx((0.4, 0.8))
+    assert first.thread_wait_per_cpu == pytest.approx(2.0)
+    assert second.thread_wait_per_cpu == pytest.approx(0.1)
+    assert (run.thread_cpu_s, run.thread_wait_s) == pytest.approx((1.4, 0.9))
+    # a reading that fails (the thread gone) leaves the windows it fell in without the figures
+    thread.clear()
+    now[0] += 1000 * MS
+    sampler.sample_once()
+    third = sampler.close_window()
+    assert third is not None
+    assert third.thread_cpu_s is None
+    assert third.thread_wait_per_cpu is None
+    after = sampler.run_summary()
+    assert after is not None
+    assert after.thread_wait_s is None
+
+
+def test_no_followed_thread_and_a_thread_that_barely_ran_say_nothing_of_waits() -> None:
+    rig = Rig(FakeHost())
+    rig.tick(1000)
+    summary = rig.sampler.close_window()
+    assert summary is not None
+    assert summary.thread_cpu_s is None
+    assert summary.thread_wait_per_cpu is None
+    idle = dataclasses.replace(summary, thread_cpu_s=0.001, thread_wait_s=0.5)
+    assert idle.thread_wait_per_cpu is None
 
 
 def test_an_epoch_end_does_not_refresh_the_descendants() -> None:

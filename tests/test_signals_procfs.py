@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.signals.procfs import RELIST_EVERY, DiskReads, meminfo
+from stallscope.signals.procfs import RELIST_EVERY, DiskReads, meminfo, thread_schedstat
 
 
 def _diskstats(path: Path, rows: dict[str, int]) -> None:
@@ -88,3 +88,34 @@ def test_this_machine_agrees_with_psutil() -> None:
         pytest.skip("no block devices here")
     assert ours is not None
     assert before.read_bytes <= ours <= after.read_bytes
+
+
+def test_a_threads_schedstat_reads_its_cpu_and_run_queue_seconds(tmp_path: Path) -> None:
+    task = tmp_path / "self" / "task" / "42"
+    task.mkdir(parents=True)
+    (task / "schedstat").write_text("2500000000 750000000 311\n")
+    assert thread_schedstat(42, proc=tmp_path) == pytest.approx((2.5, 0.75))
+    (task / "schedstat").write_text("2500000000\n")  # unexpected
+    assert thread_schedstat(42, proc=tmp_path) is None
+    assert thread_schedstat(43, proc=tmp_path) is None  # no such thread, or no schedstat
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux's /proc")
+def test_this_threads_schedstat_counts_its_cpu_time() -> None:
+    import threading
+    import time
+
+    tid = threading.get_native_id()
+    if not (Path("/proc/self/task") / str(tid) / "schedstat").exists():
+        pytest.skip("this kernel keeps no schedstat")
+    before = thread_schedstat(tid)
+    cpu_before = time.thread_time()
+    end = cpu_before + 0.05
+    while time.thread_time() < end:
+        pass
+    after = thread_schedstat(tid)
+    assert before is not None
+    assert after is not None
+    # the kernel's count and Python's clock of the same thread's CPU time agree (up to a tick)
+    assert after[0] - before[0] == pytest.approx(time.thread_time() - cpu_before, abs=0.02)
+    assert after[1] >= before[1]

@@ -2,9 +2,11 @@
 
 With workers, the host sampler measures their CPU time: ``busy`` is their CPU time per batch
 over the time one worker takes to make a batch (1.0: making a batch is all CPU work; near 0:
-the workers wait on storage). Without workers, the timeline measures the CPU time of each in-process ``next()``
-directly. The loop model (``loop_model.py``) assumes a worker's batch costs as much CPU as wall
-time when it cannot measure it; ``refined_model`` puts the measured share in instead.
+the workers wait on storage). Without workers, the timeline measures the CPU time of each
+in-process ``next()`` directly, and the training thread's waits for a core (``demand``) tell
+CPU work preempted by other processes from waiting on storage. The loop model
+(``loop_model.py``) assumes a worker's batch costs as much CPU as wall time when it cannot
+measure it; ``refined_model`` puts the measured share in instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class LoaderCpu:
     #: CPU cores the training process and its workers used on average; None without the sampler
     main_cores: float | None
     workers_cores: float | None
+    #: share of loading time on a CPU or runnable and waiting for one (``demand``); ``busy``
+    #: where the waits were not measured
+    demand: float = 1.0
 
 
 def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
@@ -50,10 +55,23 @@ def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
         # CPU per batch over the time a worker takes per batch (making it and handing it over);
         # per batch, not per second of the span, so start-up and quiet stretches do not dilute it
         busy = min(1.0, host.workers_cpu_s / ctx.span.steps / (model.load_s + model.transfer_worker_s))
-        return LoaderCpu(busy, "workers", cores_busy, main, workers)
+        return LoaderCpu(busy, "workers", cores_busy, main, workers, busy)
     if not model.load_cpu_measured or model.load_s <= 0:
         return None
-    return LoaderCpu(model.cpu_share_of_loading, "in_process", cores_busy, main, workers)
+    share = model.cpu_share_of_loading
+    return LoaderCpu(share, "in_process", cores_busy, main, workers, demand(ctx, model))
+
+
+def demand(ctx: Context, model: LoopModel) -> float:
+    """The share of making a batch spent on a CPU or runnable and waiting for one: CPU work, by
+    that measure, where other processes keep the cores busy. In-process loading runs on the
+    training thread, so its CPU share counts with the thread's waits for a core per second it ran
+    (the host sampler's, over the window); a worker's waits are not read, so with workers, and
+    where the thread's were not read, it is the measured CPU share alone."""
+    share = model.cpu_share_of_loading
+    host = ctx.host_signals
+    waits = host.thread_wait_per_cpu if host is not None and model.workers == 0 else None
+    return share if waits is None else min(1.0, share * (1.0 + waits))
 
 
 def refine(ctx: Context, model: LoopModel) -> tuple[LoopModel, LoaderCpu | None]:

@@ -14,7 +14,9 @@ collector never raises into the session.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from stallscope.signals.cuda_events import (
 from stallscope.signals.host_sampler import MIN_INTERVAL_S as HOST_MIN_INTERVAL_S
 from stallscope.signals.host_sampler import HostProbe, HostSampler, HostSummary
 from stallscope.signals.nvml import NvmlSampler, NvmlSummary
+from stallscope.signals.procfs import thread_schedstat
 from stallscope.signals.sampler import PeriodicSampler, Sampler
 from stallscope.timeline.phases import COMPUTE
 from stallscope.timeline.recorder import Timeline
@@ -93,6 +96,8 @@ class SignalCollector:
         if host:
             host_interval = max(interval_s, HOST_MIN_INTERVAL_S)
             self.host = HostSampler(interval_s=host_interval, probe=host_probe, cores=cores, clock=clock)
+        #: a scripted host (tests) has no training thread to read from /proc
+        self._real_host = host_probe is None
         self.nvml: NvmlSampler | None = None
         self.timer: CudaComputeTimer | None = None
         self.cuda_device: CudaDevice | None = None
@@ -138,6 +143,9 @@ class SignalCollector:
 
     def _start_host(self) -> None:
         if self.host is not None:
+            if self._real_host:
+                # started by the training thread: its waits for a core tell CPU work from I/O
+                self.host.follow_thread(functools.partial(thread_schedstat, threading.get_native_id()))
             self.host.start()
 
     def _start_nvml(self, target: int | str | None) -> None:

@@ -4,7 +4,9 @@ Per tick: CPU time of the main process and of each child process (DataLoader wor
 they spawn). About once a second: disk reads, resident memory of the process tree, memory
 available to it (the machine's, capped by the cgroup's ``memory.max`` / ``memory.limit_in_bytes``
 minus what the cgroup already uses), and the time tasks stalled on memory (PSI), when the kernel
-reports it.
+reports it. Where the session names the training thread (``follow_thread``), also that thread's
+time on a CPU and its time runnable but waiting for one (``/proc/self/task/<tid>/schedstat``):
+how much other work on the same cores stretches the thread's own.
 
 Workers come and go (non-persistent workers restart every epoch): the list of descendants is
 refreshed about once a second, less often where listing them is expensive. On Linux a listing
@@ -37,6 +39,8 @@ from stallscope.signals.sampler import Clock, PeriodicSampler
 SCAN_BUDGET_FACTOR = 500
 #: host figures change slowly: sampling them more often than this costs CPU for nothing
 MIN_INTERVAL_S = 1.0
+#: a window whose training thread ran less than this says nothing of its waits for a core
+MIN_THREAD_CPU_S = 0.01
 #: a cgroup v1 limit at least this large means "no limit"
 _UNLIMITED = 1 << 60
 
@@ -111,6 +115,10 @@ class HostSummary:
     #: less this tree's), and the machine's cores; None when the machine's CPU was not read
     others_cores: float | None = None
     machine_cores: int | None = None
+    #: the training thread's seconds on a CPU, and runnable but waiting in the run queue for one;
+    #: None where they were not read (no thread followed, no schedstat)
+    thread_cpu_s: float | None = None
+    thread_wait_s: float | None = None
 
     @property
     def main_cores(self) -> float:
@@ -119,6 +127,14 @@ class HostSummary:
     @property
     def workers_cores(self) -> float:
         return self.workers_cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def thread_wait_per_cpu(self) -> float | None:
+        """Seconds the training thread waited for a core per second it ran (0 on a quiet host, 2
+        where two other busy threads share its core); None where not measured or it barely ran."""
+        if self.thread_cpu_s is None or self.thread_wait_s is None or self.thread_cpu_s < MIN_THREAD_CPU_S:
+            return None
+        return self.thread_wait_s / self.thread_cpu_s
 
     @property
     def cpu_busy_fraction(self) -> float:
@@ -151,6 +167,8 @@ class _Tally:
         self.disk_ns = 0
         self.others_cpu = 0.0
         self.others_ns = 0
+        #: the followed thread's CPU and run-queue seconds; None once a reading failed
+        self.thread: tuple[float, float] | None = (0.0, 0.0)
 
 
 class HostSampler(PeriodicSampler[HostSummary, HostSample]):
@@ -190,6 +208,13 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         self._last_stall: tuple[float | None, float | None] = (None, None)
         self._win: _Tally | None = None
         self._all: _Tally | None = None
+        self._read_thread: Callable[[], tuple[float, float] | None] | None = None
+        self._last_thread: tuple[float, float] | None = None
+
+    def follow_thread(self, read: Callable[[], tuple[float, float] | None]) -> None:
+        """Read ``read()`` (the training thread's seconds on a CPU and in the run queue, as
+        ``procfs.thread_schedstat``) at each sample; before ``start``."""
+        self._read_thread = read
 
     def _setup(self) -> None:
         if self._probe is None:
@@ -214,6 +239,7 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         self._last_disk = probe.disk_read_bytes()
         self._last_disk_ns = now
         self._read_machine(now)
+        self._last_thread = self._read_thread() if self._read_thread is not None else None
         self._last_ns = now
         with self._lock:
             self._win = _Tally(now)
@@ -291,6 +317,7 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             if disk is not None and self._last_disk is not None and self._last_disk_ns is not None:
                 disk_delta, disk_dt = disk - self._last_disk, now_ns - self._last_disk_ns
             self._last_disk, self._last_disk_ns = disk, now_ns
+        thread = self._thread_delta()
         self._last_ns = now_ns
         memory = probe.memory(list(self._tracked)) if slow else None
         stall_delta: tuple[float | None, float | None] = (None, None)
@@ -302,7 +329,17 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             )
             self._last_stall = (memory.stall_some_s, memory.stall_full_s)
         with self._lock:
-            self._add(now_ns, main, workers, disk_delta, disk_dt, memory, stall_delta, others)
+            self._add(now_ns, main, workers, disk_delta, disk_dt, memory, stall_delta, others, thread)
+
+    def _thread_delta(self) -> tuple[float, float] | None:
+        """The followed thread's (CPU, run-queue) seconds since the last sample; None when it is
+        not followed or a reading failed (the windows then say nothing of it)."""
+        last = self._last_thread
+        now = self._read_thread() if self._read_thread is not None else None
+        self._last_thread = now
+        if now is None or last is None:
+            return None
+        return max(0.0, now[0] - last[0]), max(0.0, now[1] - last[1])
 
     def _add(
         self,
@@ -314,9 +351,11 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
         memory: MemoryReading | None,
         stall_delta: tuple[float | None, float | None],
         others: tuple[float, int] | None = None,
+        thread: tuple[float, float] | None = None,
     ) -> None:
         """Add one sample to the windows (the lock held). ``others``: (CPU seconds of other
-        processes, ns) since the last reading of the machine's CPU."""
+        processes, ns) since the last reading of the machine's CPU; ``thread``: the followed
+        thread's (CPU, run-queue) seconds since the last sample, None when not read."""
         if self._win is None or self._all is None:
             return
         for t in (self._win, self._all):
@@ -330,6 +369,8 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             if others is not None:
                 t.others_cpu += others[0]
                 t.others_ns += others[1]
+            if t.thread is not None:
+                t.thread = None if thread is None else (t.thread[0] + thread[0], t.thread[1] + thread[1])
             if memory is not None:
                 t.rss_max = max(t.rss_max or 0, memory.rss)
                 t.avail_min = memory.available if t.avail_min is None else min(t.avail_min, memory.available)
@@ -399,6 +440,8 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             disk_read_bytes_per_s=t.disk_bytes / (t.disk_ns / 1e9) if t.disk_ns > 0 else None,
             others_cores=t.others_cpu / (t.others_ns / 1e9) if t.others_ns > 0 else None,
             machine_cores=self._machine_cores if t.others_ns > 0 else None,
+            thread_cpu_s=t.thread[0] if t.thread is not None else None,
+            thread_wait_s=t.thread[1] if t.thread is not None else None,
         )
 
 

@@ -1,4 +1,5 @@
-"""Figures read straight from Linux's /proc: two the host sampler reads once a second, and the
+"""Figures read straight from Linux's /proc: two the host sampler reads once a second, the
+training thread's time on a CPU and in the run queue, which it reads at each sample, and the
 bytes this process wrote, which the checkpoint meter reads around each save.
 
 psutil reads them too, and more: ``disk_io_counters()`` checks a sysfs path per block device on
@@ -107,3 +108,16 @@ def written_bytes(path: Path = Path("/proc/self/io")) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def thread_schedstat(tid: int, proc: Path = Path("/proc")) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds runnable but waiting for one) of thread ``tid`` of this process,
+    from ``/proc/self/task/<tid>/schedstat``; the second is the wait in the run queue, which other
+    processes on the same cores lengthen. None where the file is missing (a kernel without
+    ``CONFIG_SCHED_INFO``, another system) or unexpected."""
+    try:
+        with open(proc / "self" / "task" / str(tid) / "schedstat", "rb") as fh:
+            fields = fh.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

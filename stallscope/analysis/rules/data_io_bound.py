@@ -2,7 +2,8 @@
 
 Evidence: the loop is starved for data while the processes making batches spend under
 ``WAITING`` of their time on a CPU (per worker from the host sampler, or per in-process
-``next()`` from the timeline), and the cores are not saturated.
+``next()`` from the timeline), also counting the time they were runnable and waited for a core
+where that was read (``worker_cpu.demand``), and the cores are not saturated.
 
 Model: with the waiting removed (data cached locally or in memory, read in larger sequential
 chunks), a batch costs only its CPU time. More workers hide latency too, and that cheaper fix is
@@ -34,7 +35,8 @@ def rule(ctx: Context) -> Finding | None:
     if got is None or ctx.span.wall_s <= 0:
         return None
     model, cpu = got
-    if not model.starved or cpu.busy >= WAITING or batches_may_be_ready(ctx, model):
+    # CPU work preempted by other processes waits too, but for a core, not for storage
+    if not model.starved or cpu.busy >= WAITING or cpu.demand >= WAITING or batches_may_be_ready(ctx, model):
         return None
     if cpu.cores_busy is not None and cpu.cores_busy >= SATURATED:
         return None

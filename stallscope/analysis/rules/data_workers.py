@@ -23,7 +23,7 @@ from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Confidence, Finding, speedup_for
 from stallscope.analysis.loop_model import LoopModel, batches_may_be_ready, host_share
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
-from stallscope.analysis.worker_cpu import refine
+from stallscope.analysis.worker_cpu import demand, refine
 
 ID = "data.workers"
 
@@ -52,8 +52,9 @@ def rule(ctx: Context) -> Finding | None:
         return None
     # with workers, the host sampler's measured CPU share of a batch replaces "CPU = wall"
     model, _ = refine(ctx, model)
-    share = host_share(ctx, model.main_cpu_s, model.consumer_s)
-    io_bound = model.load_cpu_measured and model.cpu_share_of_loading < 0.5 * share
+    io_bound = _io_bound(ctx, model)
+    host = ctx.host_signals
+    waits = host.thread_wait_per_cpu if host is not None else None
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
     # more workers than the cores allow: each pass spawns them all, and they compete with
     # training for the cores, even where the loader keeps up
@@ -63,7 +64,6 @@ def rule(ctx: Context) -> Finding | None:
     if not model.starved:
         # the workers keep up, so their rate says nothing of a batch's cost: their CPU time per
         # batch, as the host sampler measured it (their start-up included: more, not fewer)
-        host = ctx.host_signals
         if host is None or host.wall_s <= 0 or host.workers_cpu_s <= 0 or ctx.span.steps <= 0:
             return None
         per_batch = host.workers_cpu_s / ctx.span.steps
@@ -210,6 +210,7 @@ def rule(ctx: Context) -> Finding | None:
             "load_per_batch_ms": ms(model.load_s),
             "load_cpu_per_batch_ms": ms(model.load_cpu_s),
             "load_cpu_measured": model.load_cpu_measured,
+            **({"thread_core_wait_per_cpu": round(waits, 3)} if waits is not None else {}),
             "main_cpu_per_step_ms": ms(model.main_cpu_s),
             "usable_cores": ctx.cores,
             "compute_threads": ctx.compute_threads,
@@ -234,6 +235,19 @@ def rule(ctx: Context) -> Finding | None:
         suggestion=suggestion,
         snippet=snippet,
     )
+
+
+def _io_bound(ctx: Context, model: LoopModel) -> bool:
+    """Whether making a batch waits on I/O more than it computes: its CPU time under half its
+    wall time, and under half the share of a core the compute got (on a host shared with other
+    jobs, loading that is CPU work gets no more than that either), and its time on a CPU or
+    waiting for one under half its wall time (``worker_cpu.demand``): the compute's share alone
+    misjudges a loaded host, where a long stretch of loading is preempted more often than a few
+    milliseconds of compute."""
+    if not model.load_cpu_measured:
+        return False
+    share = host_share(ctx, model.main_cpu_s, model.consumer_s)
+    return model.cpu_share_of_loading < 0.5 * share and demand(ctx, model) < 0.5
 
 
 def _ready_batches_fix(ctx: Context, workers: int) -> tuple[str, str]:
