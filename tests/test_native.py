@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import os
 import random
 import sys
@@ -852,3 +853,81 @@ def test_c_order_statistics_leave_to_python_what_only_its_exact_division_gets_ri
             native.order_stats(bad)
     with pytest.raises(ValueError, match="no values"):
         native.order_stats(array("q"))
+
+
+def _summaries_both_ways(snapshot: object, monkeypatch: pytest.MonkeyPatch, **device: object) -> tuple[object, object]:
+    """``summarize`` of an epoch's snapshot, its numbers made in C, and by the Python code alone."""
+    from stallscope.report import build
+
+    got = build.summarize(snapshot, **device)  # type: ignore[arg-type]
+    with monkeypatch.context() as patch:
+        patch.setattr(build, "native_summary_numbers", None)
+        want = build.summarize(snapshot, **device)  # type: ignore[arg-type]
+    return got, want
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_c_epoch_summary_is_the_python_one_to_the_last_bit(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report of many short epochs summarises each in C (``_native.summary_numbers``): every
+    number of its summary is the same double as the Python code's, values on a tie of the
+    rounding (half a unit in the 6th decimal, exact in binary) and zero wall time included."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    from stallscope.timeline.phases import BUILTIN_PHASES
+    from stallscope.timeline.stats import SpanSnapshot
+
+    rng = random.Random(seed)
+    steps = rng.choice([0, 1, 2, 30, rng.randrange(0, 500)])
+    scale = rng.choice([1_000, 300_000, 10**9, 10**12])
+    step = array("q", (rng.randrange(0, scale) for _ in range(steps)))
+    wait = array("q", (rng.choice([0, rng.randrange(0, scale)]) for _ in range(steps)))
+    names = (*BUILTIN_PHASES, *(["custom", "ünïcode"] if seed % 2 else []))
+    if seed % 3 == 0:  # ties: ns / wall = k / 128, and ns / 1e9 = an odd multiple of 0.5e-6
+        wall = 128 * rng.choice([1, 1_000, 1_000_000])
+        phases = {name: rng.choice([0, 1, 3, 5, 77]) * wall // 128 for name in names}
+        phases[rng.choice(names)] = rng.choice([500, 1_500, 7_812_500, 2_500])
+    else:
+        phases = {name: rng.choice([0, rng.randrange(0, scale)]) for name in names}
+        wall = sum(phases.values()) if rng.random() < 0.9 else rng.choice([0, -5])
+    snapshot = SpanSnapshot(lambda: None, step, wait, steps=steps, wall_ns=wall, phase_ns=phases)  # type: ignore[arg-type, return-value]
+    device = {} if seed % 4 else {"idle_fraction": rng.random(), "idle_source": "nvml", "nvml": {"util_mean": 0.5}}
+    numbers = native.summary_numbers(step, wait, phases, wall, steps, "compute")
+    assert numbers is not None  # these all go to C
+    got, want = _summaries_both_ways(snapshot, monkeypatch, **device)
+    assert got == want
+    for field in ("phase_fractions", "phase_seconds", "step_time_s", "data_wait_s"):
+        a, b = getattr(got, field), getattr(want, field)
+        assert list(a) == list(b)  # the same order
+        assert [math.copysign(1, v) for v in a.values()] == [math.copysign(1, v) for v in b.values()]
+
+
+def test_the_c_epoch_summary_leaves_to_python_what_it_cannot_make_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numbers past 2**53 (Python's int arithmetic is exact there), a phase time that is not an
+    int, a name that is not a str: C says None, and the summary is Python's."""
+    native = recorder._native
+    if native is None:
+        pytest.skip("the Python twin is in use")
+    from stallscope.timeline.stats import SpanSnapshot
+
+    step, wait = array("q", [5, 7]), array("q", [0, 0])
+    fine = {"data": 3, "compute": 9}
+    assert native.summary_numbers(step, wait, fine, 12, 2, "compute") is not None
+    for phases, wall, steps in (
+        ({"data": 2**53 + 1, "compute": 9}, 2**54, 2),
+        (fine, 2**53 + 2, 2),
+        (fine, 12, 2**60),
+        ({"data": 3.0, "compute": 9}, 12, 2),
+        ({"data": True, "compute": 9}, 12, 2),
+        ({1: 3, "compute": 9}, 12, 2),
+    ):
+        assert native.summary_numbers(step, wait, phases, wall, steps, "compute") is None
+    assert native.summary_numbers(array("q", [2**62, 2**62]), wait, fine, 12, 2, "compute") is None
+    big = {"data": 2**53 + 1, "compute": 2**53 + 3}
+    snapshot = SpanSnapshot(lambda: None, step, wait, steps=2, wall_ns=2**54 + 4, phase_ns=big)  # type: ignore[arg-type, return-value]
+    got, want = _summaries_both_ways(snapshot, monkeypatch)
+    assert got == want
+    with pytest.raises(TypeError):
+        native.summary_numbers([5, 7], wait, fine, 12, 2, "compute")
+    with pytest.raises(TypeError):
+        native.summary_numbers(step, wait, list(fine.items()), 12, 2, "compute")

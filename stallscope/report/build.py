@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,7 +10,7 @@ from stallscope.report.schema import Summary
 from stallscope.signals.cuda_events import CudaSummary
 from stallscope.signals.nvml import NvmlSummary
 from stallscope.timeline.phases import COMPUTE
-from stallscope.timeline.stats import Distribution, IdleWindow, SpanSnapshot, SpanStats
+from stallscope.timeline.stats import Distribution, IdleWindow, SpanSnapshot, SpanStats, native_summary_numbers
 
 
 def _dist(d: Distribution) -> dict[str, float]:
@@ -118,6 +119,10 @@ def summarize(
     if isinstance(span, SpanSnapshot):
         made = span.made
         idle_windows = made.windows if made is not None else ()  # a span made from it has none
+        if not idle_windows:  # an epoch's: its numbers in C where they can be
+            quick = _from_numbers(span, idle_fraction, idle_source, nvml)
+            if quick is not None:
+                return quick
         step, data_wait = Distribution.of(span.step), Distribution.of(span.data_wait)
     else:
         step, data_wait, idle_windows = span.step, span.data_wait, span.windows
@@ -151,4 +156,43 @@ def summarize(
         data_wait_s=_dist(data_wait),
         nvml=nvml,
         idle_windows=windows,
+    )
+
+
+def _from_numbers(
+    span: SpanSnapshot, idle_fraction: float | None, idle_source: str, nvml: Mapping[str, Any] | None
+) -> Summary | None:
+    """``summarize`` of an epoch's snapshot, its numbers made in C (``_native.summary_numbers``,
+    each the same double as the code above makes: ``tests/test_report_build.py`` holds them so);
+    None where they are not (no C module, numbers it leaves to Python)."""
+    step, data_wait, phase_ns = span.step, span.data_wait, span.phase_ns
+    if (
+        native_summary_numbers is None
+        or type(step) is not array
+        or type(data_wait) is not array
+        or step.typecode != "q"
+        or data_wait.typecode != "q"
+        or type(phase_ns) is not dict
+    ):
+        return None
+    numbers = native_summary_numbers(step, data_wait, phase_ns, span.wall_ns, span.steps, COMPUTE)
+    if numbers is None:
+        return None
+    wall_s, steps_per_s, idle, fractions, largest, top, seconds, step_time, data_wait_s = numbers
+    if largest is not None:  # phase_fractions' residue, on the largest, so that they sum to 1
+        fractions[largest] = round(min(1.0, max(0.0, top + 1.0 - sum(fractions.values()))), 6)
+    if idle_fraction is None:
+        idle_fraction, idle_source = idle, "host_phases"
+    return Summary(
+        wall_s=wall_s,
+        steps=span.steps,
+        steps_per_s=steps_per_s,
+        gpu_idle_fraction=round(min(1.0, max(0.0, idle_fraction)), 6),
+        idle_source=idle_source,
+        phase_fractions=fractions,
+        phase_seconds=seconds,
+        step_time_s=step_time,
+        data_wait_s=data_wait_s,
+        nvml=nvml,
+        idle_windows=(),
     )

@@ -18,6 +18,8 @@
  *           and idle windows (it calls back ``timeline._close_window`` once per window).
  *   order_stats  stats.Distribution.of's numbers of an array('q') of step times: what a report
  *           of many short epochs makes twice for each (tests/test_native.py holds it to Python's).
+ *   summary_numbers  report.build.summarize's numbers of an epoch's snapshot, rounded as Python
+ *           rounds them (tests/test_native.py holds each to Python's, ties of the rounding too).
  *
  * Never hurt the run: StallScope's own errors (an Exception from a clock or a callback) go to
  * ``timeline._failed`` (which turns recording off), and the stream then passes the
@@ -29,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -1301,65 +1304,289 @@ cmp_ll(const void *a, const void *b)
  * compiler that fuses a multiply-add, as on aarch64, would round once). None where that cannot
  * hold (a sum past 2**53, whose division Python does exactly; a sum or a difference of two values
  * past 64 bits): the Python code then does it. */
-static PyObject *
-native_order_stats(PyObject *module, PyObject *values)
+/* An array('q') held as a buffer: 0 with ``view`` filled (release it), -1 with TypeError. */
+static int
+get_q_array(PyObject *values, Py_buffer *view, const char *who)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(values, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        return NULL;
+    if (PyObject_GetBuffer(values, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
     }
-    PyObject *result = NULL;
-    long long *ordered = NULL;
-    if (view.itemsize != (Py_ssize_t)sizeof(long long) || view.format == NULL ||
-        !(strcmp(view.format, "q") == 0 || strcmp(view.format, "=q") == 0 || strcmp(view.format, "@q") == 0)) {
-        PyErr_SetString(PyExc_TypeError, "order_stats: an array('q') was expected");
-        goto done;
+    if (view->itemsize != (Py_ssize_t)sizeof(long long) || view->format == NULL ||
+        !(strcmp(view->format, "q") == 0 || strcmp(view->format, "=q") == 0 || strcmp(view->format, "@q") == 0)) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s: an array('q') was expected", who);
+        return -1;
     }
-    Py_ssize_t n = view.len / view.itemsize;
-    if (n == 0) {
-        PyErr_SetString(PyExc_ValueError, "order_stats: no values");
-        goto done;
-    }
-    ordered = PyMem_Malloc((size_t)n * sizeof(long long));
+    return 0;
+}
+
+/* order_stats' numbers of ``n`` > 0 values into ``out`` (mean, p10, p50, p90, max): 1 when made,
+ * 0 where they cannot be made as Python makes them, -1 with an exception set. */
+static int
+order_numbers(const long long *values, Py_ssize_t n, double out[5])
+{
+    long long *ordered = PyMem_Malloc((size_t)n * sizeof(long long));
     if (ordered == NULL) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
-    memcpy(ordered, view.buf, (size_t)n * sizeof(long long));
+    int made = 0;
+    memcpy(ordered, values, (size_t)n * sizeof(long long));
     qsort(ordered, (size_t)n, sizeof(long long), cmp_ll);
     long long range;
     if (__builtin_sub_overflow(ordered[n - 1], ordered[0], &range)) {
         /* values far apart on both sides of 0: a difference of two would not fit in 64 bits */
-        result = Py_NewRef(Py_None);
         goto done;
     }
     const long long exact = 1LL << 53;
     long long sum = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (__builtin_add_overflow(sum, ordered[i], &sum)) {
-            result = Py_NewRef(Py_None);
             goto done;
         }
     }
     if (sum > exact || sum < -exact) {
-        result = Py_NewRef(Py_None);
         goto done;
     }
     static const double qs[3] = {0.10, 0.50, 0.90};
-    double out[3];
     long long last = (long long)n - 1;
     for (int k = 0; k < 3; k++) {
         volatile double pos = (double)last * qs[k]; /* rounded here, as Python rounds it */
         long long lo = (long long)pos; /* floor: pos >= 0 */
         long long hi = lo < last ? lo + 1 : last;
         volatile double part = (double)(ordered[hi] - ordered[lo]) * (pos - (double)lo);
-        out[k] = ((double)ordered[lo] + part) / 1e9;
+        out[1 + k] = ((double)ordered[lo] + part) / 1e9;
     }
-    double mean = (double)sum / (double)n / 1e9;
-    result = Py_BuildValue("(nddddd)", n, mean, out[0], out[1], out[2], (double)ordered[n - 1] / 1e9);
+    out[0] = (double)sum / (double)n / 1e9;
+    out[4] = (double)ordered[n - 1] / 1e9;
+    made = 1;
 done:
     PyMem_Free(ordered);
+    return made;
+}
+
+/* stats.Distribution.of's numbers, for an array('q') of nanoseconds: (n, mean, p10, p50, p90,
+ * max) in seconds, each the same double as the Python one's. Its arithmetic is Python's, step by
+ * step: ints exact (the sum in 64 bits, checked), each int made a double as Python makes it
+ * (round to nearest), and the interpolation's product rounded before its sum (``volatile``: a
+ * compiler that fuses a multiply-add, as on aarch64, would round once). None where that cannot
+ * hold (a sum past 2**53, whose division Python does exactly; a sum or a difference of two values
+ * past 64 bits): the Python code then does it. */
+static PyObject *
+native_order_stats(PyObject *module, PyObject *values)
+{
+    Py_buffer view;
+    if (get_q_array(values, &view, "order_stats") < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = view.len / view.itemsize;
+    double out[5];
+    int made;
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "order_stats: no values");
+    }
+    else if ((made = order_numbers(view.buf, n, out)) == 1) {
+        result = Py_BuildValue("(nddddd)", n, out[0], out[1], out[2], out[3], out[4]);
+    }
+    else if (made == 0) {
+        result = Py_NewRef(Py_None);
+    }
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- summary_numbers -------------------------------------------------------------------- */
+
+/* Python's ``round``, for the rare values the shortcut below cannot round as it does */
+static PyObject *builtin_round;
+static PyObject *digits_obj[7];
+static PyObject *dist_keys[5];
+
+/* round(x, digits) as Python rounds a float, into ``*out``: 0, or -1 with an exception set.
+ * Python rounds the exact binary value to ``digits`` decimals (ties to even), then reads the
+ * decimal back. Here y = x * 10**digits is rounded to the nearest integer k, and k / 10**digits
+ * is the double nearest that decimal (both exact, one division). The product may be off by half
+ * a unit in its last place, which moves k only where y lies that close to a tie: those few,
+ * and values too large for the shortcut, go to Python's round. */
+static int
+round_like_python(double x, int digits, double *out)
+{
+    static const double scale[7] = {1.0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6};
+    if (!isfinite(x) || x == 0.0) {
+        *out = x;
+        return 0;
+    }
+    double y = x * scale[digits];
+    double a = fabs(y);
+    if (a < 4503599627370496.0) { /* 2**52: y has a fractional part to look at */
+        double f = a - floor(a);
+        double ulp = nextafter(a, INFINITY) - a;
+        if (fabs(f - 0.5) > 4 * ulp) {
+            *out = nearbyint(y) / scale[digits];
+            return 0;
+        }
+    }
+    PyObject *value = PyFloat_FromDouble(x);
+    if (value == NULL) {
+        return -1;
+    }
+    PyObject *args[2] = {value, digits_obj[digits]};
+    PyObject *rounded = PyObject_Vectorcall(builtin_round, args, 2, NULL);
+    Py_DECREF(value);
+    if (rounded == NULL) {
+        return -1;
+    }
+    *out = PyFloat_AsDouble(rounded);
+    Py_DECREF(rounded);
+    return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* d[key] = value: 0, or -1 with an exception set */
+static int
+set_double(PyObject *d, PyObject *key, double value)
+{
+    PyObject *v = PyFloat_FromDouble(value);
+    if (v == NULL) {
+        return -1;
+    }
+    int rc = PyDict_SetItem(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* report.build._dist of an array('q') of nanoseconds: its five numbers rounded to 6 decimals,
+ * all 0.0 where there are none, or no wait at all; NULL with an exception set, or with none
+ * (``*cannot``) where the numbers cannot be made as Python makes them. */
+static PyObject *
+dist_dict(PyObject *values, int *cannot)
+{
+    Py_buffer view;
+    if (get_q_array(values, &view, "summary_numbers") < 0) {
+        return NULL;
+    }
+    double numbers[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    Py_ssize_t n = view.len / view.itemsize;
+    int made = n > 0 ? order_numbers(view.buf, n, numbers) : 1;
+    PyBuffer_Release(&view);
+    if (made <= 0) {
+        *cannot = made == 0;
+        return NULL;
+    }
+    int zero = !(numbers[4] != 0.0 || numbers[0] != 0.0); /* ``not (d.max or d.mean)`` */
+    PyObject *d = PyDict_New();
+    if (d == NULL) {
+        return NULL;
+    }
+    for (int k = 0; k < 5; k++) {
+        double r = 0.0;
+        if ((!zero && round_like_python(numbers[k], 6, &r) < 0) || set_double(d, dist_keys[k], r) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* A Python int of at most 2**53 in size into ``*out``: 1, 0 when it is not one, -1 on error. */
+static int
+exact_int(PyObject *value, long long *out)
+{
+    if (!PyLong_CheckExact(value)) {
+        return 0;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (overflow || v > (1LL << 53) || v < -(1LL << 53)) {
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* report.build.summarize's numbers of an epoch's snapshot, each the same double as the Python
+ * code makes: (wall_s, steps_per_s, idle, fractions, largest, top, seconds, step_time_s,
+ * data_wait_s). ``fractions`` is phase_fractions' dict before its residue is put on ``largest``
+ * (None where there is none to put: no wall time, no phase), whose rounded fraction is ``top``;
+ * ``idle`` is 1 - the compute share, unrounded. None where a number is not a plain int of at
+ * most 2**53 in size or a phase's name not a str (Python's exact arithmetic then differs): the
+ * Python code then makes them. */
+static PyObject *
+native_summary_numbers(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "summary_numbers(step, data_wait, phase_ns: dict, wall_ns, steps, compute_name)");
+        return NULL;
+    }
+    PyObject *phase_ns = args[2], *compute_name = args[5];
+    long long wall, steps;
+    int ok;
+    if ((ok = exact_int(args[3], &wall)) <= 0 || (ok = exact_int(args[4], &steps)) <= 0) {
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *fractions = PyDict_New(), *seconds = PyDict_New();
+    PyObject *step_d = NULL, *wait_d = NULL, *largest = Py_None, *result = NULL;
+    if (fractions == NULL || seconds == NULL) {
+        goto done;
+    }
+    double top = -1.0, compute = 0.0;
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    while (PyDict_Next(phase_ns, &pos, &name, &value)) {
+        long long ns;
+        if (!PyUnicode_CheckExact(name) || (ok = exact_int(value, &ns)) == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (ok < 0) {
+            goto done;
+        }
+        double fraction = 0.0, secs = 0.0;
+        if (wall > 0 && ns > 0 && round_like_python((double)ns / (double)wall, 6, &fraction) < 0) {
+            goto done;
+        }
+        if (ns != 0 && round_like_python((double)ns / 1e9, 6, &secs) < 0) {
+            goto done;
+        }
+        if (set_double(fractions, name, fraction) < 0 || set_double(seconds, name, secs) < 0) {
+            goto done;
+        }
+        if (wall > 0 && fraction > top) {
+            largest = name;
+            top = fraction;
+        }
+        int same = PyUnicode_Compare(name, compute_name);
+        if (same == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (same == 0) {
+            compute = (double)ns;
+        }
+    }
+    int cannot = 0;
+    if ((step_d = dist_dict(args[0], &cannot)) == NULL || (wait_d = dist_dict(args[1], &cannot)) == NULL) {
+        if (cannot) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+        }
+        goto done;
+    }
+    double wall_s = (double)wall / 1e9, wall_r = 0.0, rate = 0.0;
+    if (round_like_python(wall_s, 6, &wall_r) < 0 ||
+        (wall > 0 && round_like_python((double)steps / wall_s, 4, &rate) < 0)) {
+        goto done;
+    }
+    double idle = wall > 0 ? 1.0 - compute / (double)wall : 0.0;
+    result = Py_BuildValue("(dddOOdOOO)", wall_r, rate, idle, fractions, largest, top, seconds, step_d, wait_d);
+done:
+    Py_XDECREF(fractions);
+    Py_XDECREF(seconds);
+    Py_XDECREF(step_d);
+    Py_XDECREF(wait_d);
     return result;
 }
 
@@ -1369,6 +1596,10 @@ static PyMethodDef native_methods[] = {
      "folded state (Timeline._fold_events); they are taken out of an EventLog first."},
     {"order_stats", (PyCFunction)native_order_stats, METH_O,
      "order_stats(values): stats.Distribution.of's (n, mean, p10, p50, p90, max) of an array('q'), or None."},
+    {"summary_numbers", (PyCFunction)(void (*)(void))native_summary_numbers, METH_FASTCALL,
+     "summary_numbers(step, data_wait, phase_ns, wall_ns, steps, compute_name): report.build.summarize's numbers "
+     "of an epoch's snapshot (wall_s, steps_per_s, idle, fractions, largest, top, seconds, step_time_s, "
+     "data_wait_s), or None."},
     {NULL},
 };
 
@@ -2073,6 +2304,26 @@ PyInit__native(void)
         Py_CLEAR(perf_counter_ns);
     }
     code_leave = PyLong_FromLong(LEAVE);
+    PyObject *builtins = PyImport_ImportModule("builtins");
+    if (builtins == NULL) {
+        return NULL;
+    }
+    builtin_round = PyObject_GetAttrString(builtins, "round");
+    Py_DECREF(builtins);
+    if (builtin_round == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < 7; i++) {
+        if ((digits_obj[i] = PyLong_FromLong(i)) == NULL) {
+            return NULL;
+        }
+    }
+    static const char *dist_names[5] = {"mean", "p10", "p50", "p90", "max"};
+    for (int i = 0; i < 5; i++) {
+        if ((dist_keys[i] = PyUnicode_InternFromString(dist_names[i])) == NULL) {
+            return NULL;
+        }
+    }
     name_fold = PyUnicode_InternFromString("_fold");
     name_failed = PyUnicode_InternFromString("_failed");
     for (int i = 0; i < S_COUNT; i++) {

@@ -17,6 +17,8 @@ except ImportError:  # not built: the Python code alone
 #: ``_native.order_stats``, None where the C module is not built, is from an older checkout, or
 #: is turned off (``STALLSCOPE_NO_NATIVE``, as recorder.py's hot path)
 _order_stats = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "order_stats", None)
+#: ``report.build.summarize``'s numbers of an epoch's snapshot in C (``_native.summary_numbers``)
+native_summary_numbers = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "summary_numbers", None)
 
 
 @dataclass(frozen=True)
