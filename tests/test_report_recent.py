@@ -113,3 +113,66 @@ def test_a_run_keeps_its_last_steps_and_the_report_reads_them_back(tmp_path: Pat
     for s in report.series:
         assert len(s.t_ms) == len(s.values)
         assert all(0 <= t <= report.summary.wall_s * 1000 + 1000 for t in s.t_ms)
+
+
+def _report_dict(ranks: int, *, series: bool, host: str = "node-1", phase: str = "data") -> dict[str, Any]:
+    records = [recent_to_dict(_record(50, rank if ranks > 1 else None, seed=rank)) for rank in range(ranks)]
+    for record in records:
+        record["host"] = host
+        record["phases_us"] = {(phase if name == "data" else name): v for name, v in record["phases_us"].items()}
+    data: dict[str, Any] = {"schema_version": 1, "complete": True, "notes": ["a \u2028 note\x1b[31m"]}
+    data["recent_steps"] = records
+    if series:
+        data["series"] = [{"name": "host_cpu", "unit": "cores", "t_ms": [1.5, 2.5], "values": [0.5, 1.25]}]
+    return data
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+@pytest.mark.parametrize("series", [False, True])
+@pytest.mark.parametrize(("host", "phase"), [("node-1", "data"), ('"h\\o\x00st\u2028', 'd"a\nt\x1ba ü')])
+def test_the_report_text_is_json_dumps_to_the_byte(ranks: int, series: bool, host: str, phase: str) -> None:
+    """``report.json`` writes the record's lists of ints in C (``_native.json_ints``): the text is
+    the one ``json.dumps`` writes, with names that need escaping, with and without the series."""
+    from stallscope.report.io import _dumps, report_json
+
+    data = _report_dict(ranks, series=series, host=host, phase=phase)
+    assert report_json(data) == _dumps(data)
+    assert json.loads(report_json(data)) == data
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["recent_steps"][0]["start_delta_us"].__setitem__(3, True),  # a bool is not an int here
+        lambda d: d["recent_steps"][0]["phases_us"]["compute"].__setitem__(0, 2**70),  # past 64 bits
+        lambda d: d["recent_steps"][0]["phases_us"]["compute"].__setitem__(0, 1.5),
+        lambda d: d["recent_steps"][0].__setitem__("start_delta_us", tuple(d["recent_steps"][0]["start_delta_us"])),
+        lambda d: d.__setitem__("later", 1),  # a key after the record: written by json.dumps alone
+        lambda d: d.pop("recent_steps"),
+        lambda d: d.__setitem__("recent_steps", []),
+        lambda d: d.__setitem__("recent_steps", tuple(d["recent_steps"])),
+        lambda d: [d.pop(k) for k in ("schema_version", "complete", "notes")],  # the record alone
+    ],
+)
+def test_what_the_c_writer_cannot_write_json_dumps_does(change: Any) -> None:
+    from stallscope.report.io import _dumps, report_json
+
+    data = _report_dict(2, series=True)
+    change(data)
+    assert report_json(data) == _dumps(data)
+
+
+def test_json_ints_writes_any_64_bit_int_and_refuses_the_rest() -> None:
+    from stallscope.timeline.stats import native_json_ints
+
+    if native_json_ints is None:
+        pytest.skip("the Python twin is in use")
+    rng = random.Random(7)
+    values = [0, -1, 1, 9, 10, -10, 2**63 - 1, -(2**63), *(rng.randrange(-(2**63), 2**63) for _ in range(500))]
+    assert native_json_ints(values) == json.dumps(values, separators=(",", ":"))
+    assert native_json_ints(tuple(values)) == json.dumps(values, separators=(",", ":"))
+    assert native_json_ints([]) == "[]"
+    for bad in ([True], [2**63], [-(2**63) - 1], [1.0], ["1"], [None]):
+        assert native_json_ints(bad) is None
+    with pytest.raises(TypeError):
+        native_json_ints(iter([1]))

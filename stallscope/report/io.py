@@ -8,9 +8,11 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
 from stallscope._exceptions import ReportError
 from stallscope.report.schema import Report, report_from_dict, report_to_dict
+from stallscope.timeline.stats import native_json_ints as _json_ints
 
 REPORT_NAME = "report.json"
 
@@ -23,8 +25,7 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
     hundreds of milliseconds on a busy or network disk)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    # compact: the C encoder is ~10x faster than an indented dump; `stallscope show` is for reading
-    text = json.dumps(report_to_dict(report), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = report_json(report_to_dict(report))
     fd, tmp = _new_temp(target)
     try:
         # a lone surrogate (``os.fsdecode`` of a file name that is not UTF-8, in a phase name or an
@@ -41,6 +42,50 @@ def write_report(report: Report, path: str | os.PathLike[str], *, durable: bool 
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def _dumps(value: Any) -> str:
+    # compact: the C encoder is ~10x faster than an indented dump; `stallscope show` is for reading
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def report_json(data: dict[str, Any]) -> str:
+    """``report_to_dict``'s ``data`` as ``report.json``'s text: ``json.dumps``'s, with the lists of
+    ints of the record of the last steps (``recent_steps``: thousands a rank, one str object each
+    in ``json``) written by ``_native.json_ints``. The same text, the record in a tenth of the time."""
+    keys = list(data)
+    last = keys[keys.index("recent_steps") :] if "recent_steps" in keys else []
+    if _json_ints is None or last not in (["recent_steps"], ["recent_steps", "series"]):
+        return _dumps(data)
+    if type(data["recent_steps"]) is not list:
+        return _dumps(data)
+    rest = {key: value for key, value in data.items() if key not in last}
+    head = _dumps(rest)[:-1] + ("," if rest else "")
+    entries = [_recent_json(entry) for entry in data["recent_steps"]]
+    series = f',"series":{_dumps(data["series"])}' if "series" in data else ""
+    return f'{head}"recent_steps":[{",".join(entries)}]{series}}}'
+
+
+def _recent_json(entry: Any) -> str:
+    """One rank's record (``recent_to_dict``) as JSON, its lists of ints by ``_native.json_ints``."""
+    if type(entry) is not dict:
+        return _dumps(entry)
+    fields = []
+    for key, value in entry.items():
+        text = None
+        if key == "start_delta_us":
+            text = _ints(value)
+        elif key == "phases_us" and type(value) is dict:
+            columns = [(_dumps(name), _ints(column)) for name, column in value.items()]
+            if all(column is not None for _, column in columns):
+                text = "{" + ",".join(f"{name}:{column}" for name, column in columns) + "}"
+        fields.append(f"{_dumps(key)}:{text if text is not None else _dumps(value)}")
+    return "{" + ",".join(fields) + "}"
+
+
+def _ints(values: Any) -> str | None:
+    """A list of ints as JSON text; None for anything else (``json.dumps`` then writes it)."""
+    return _json_ints(values) if _json_ints is not None and type(values) is list else None
 
 
 def _new_temp(target: Path) -> tuple[int, str]:

@@ -20,6 +20,7 @@
  *           of many short epochs makes twice for each (tests/test_native.py holds it to Python's).
  *   summary_numbers  report.build.summarize's numbers of an epoch's snapshot, rounded as Python
  *           rounds them (tests/test_native.py holds each to Python's, ties of the rounding too).
+ *   json_ints  a list of ints as JSON text: the record of a run's last steps in report.json.
  *
  * Never hurt the run: StallScope's own errors (an Exception from a clock or a callback) go to
  * ``timeline._failed`` (which turns recording off), and the stream then passes the
@@ -1590,12 +1591,79 @@ done:
     return result;
 }
 
+/* ---- json_ints ------------------------------------------------------------------------ */
+
+/* A list or tuple of ints as JSON, "[1,2,3]", as json.dumps writes it with no spaces; None where
+ * an item is not a plain int of 64 bits (a bool, a float, a larger int): json.dumps then writes it.
+ * The record of a run's last steps is thousands of small ints, one str object each in json. */
+static PyObject *
+native_json_ints(PyObject *module, PyObject *seq)
+{
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) {
+        PyErr_SetString(PyExc_TypeError, "json_ints: a list or tuple was expected");
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    /* at most 20 characters (a sign and 19 digits) and a comma an item, and the brackets */
+    if (n > (PY_SSIZE_T_MAX - 3) / 21) {
+        return PyErr_NoMemory();
+    }
+    char *buf = PyMem_Malloc((size_t)n * 21 + 3);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    Py_ssize_t at = 0;
+    buf[at++] = '[';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* read each item anew: a list is not changed here, nothing runs Python code */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyLong_CheckExact(item)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (v == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (i > 0) {
+            buf[at++] = ',';
+        }
+        /* the digits backwards, then in place: snprintf took most of the time */
+        char digits[20];
+        int k = 0;
+        unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+        do {
+            digits[k++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u);
+        if (v < 0) {
+            buf[at++] = '-';
+        }
+        while (k) {
+            buf[at++] = digits[--k];
+        }
+    }
+    buf[at++] = ']';
+    result = PyUnicode_FromStringAndSize(buf, at);
+done:
+    PyMem_Free(buf);
+    return result;
+}
+
 static PyMethodDef native_methods[] = {
     {"fold", (PyCFunction)(void (*)(void))native_fold, METH_FASTCALL,
      "fold(timeline, events[, upto]): apply the logged events (the first ``upto`` entries) to the timeline's "
      "folded state (Timeline._fold_events); they are taken out of an EventLog first."},
     {"order_stats", (PyCFunction)native_order_stats, METH_O,
      "order_stats(values): stats.Distribution.of's (n, mean, p10, p50, p90, max) of an array('q'), or None."},
+    {"json_ints", (PyCFunction)native_json_ints, METH_O,
+     "json_ints(items): a list or tuple of ints as JSON text (json.dumps's, no spaces), or None."},
     {"summary_numbers", (PyCFunction)(void (*)(void))native_summary_numbers, METH_FASTCALL,
      "summary_numbers(step, data_wait, phase_ns, wall_ns, steps, compute_name): report.build.summarize's numbers "
      "of an epoch's snapshot (wall_s, steps_per_s, idle, fractions, largest, top, seconds, step_time_s, "

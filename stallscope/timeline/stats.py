@@ -19,6 +19,8 @@ except ImportError:  # not built: the Python code alone
 _order_stats = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "order_stats", None)
 #: ``report.build.summarize``'s numbers of an epoch's snapshot in C (``_native.summary_numbers``)
 native_summary_numbers = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "summary_numbers", None)
+#: a list of ints as JSON text in C (``_native.json_ints``), for ``report.io.report_json``
+native_json_ints = None if os.environ.get("STALLSCOPE_NO_NATIVE") else getattr(_native, "json_ints", None)
 
 
 @dataclass(frozen=True)
