@@ -38,7 +38,7 @@ class LoaderCpu:
     workers_cores: float | None
     #: share of loading time on a CPU or runnable and waiting for one (``demand``); ``busy``
     #: where the waits were not measured
-    demand: float = 1.0
+    demand: float
 
 
 def loader_cpu(ctx: Context, model: LoopModel) -> LoaderCpu | None:
