@@ -859,7 +859,18 @@ def _summaries_both_ways(snapshot: object, monkeypatch: pytest.MonkeyPatch, **de
     """``summarize`` of an epoch's snapshot, its numbers made in C, and by the Python code alone."""
     from stallscope.report import build
 
-    got = build.summarize(snapshot, **device)  # type: ignore[arg-type]
+    calls: list[object] = []
+    native = build.native_summary_numbers
+    assert native is not None
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return native(*args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(build, "native_summary_numbers", counted)
+        got = build.summarize(snapshot, **device)  # type: ignore[arg-type]
+    assert len(calls) == 1  # made in C (or declined by it)
     with monkeypatch.context() as patch:
         patch.setattr(build, "native_summary_numbers", None)
         want = build.summarize(snapshot, **device)  # type: ignore[arg-type]
@@ -896,6 +907,8 @@ def test_the_c_epoch_summary_is_the_python_one_to_the_last_bit(seed: int, monkey
     assert numbers is not None  # these all go to C
     got, want = _summaries_both_ways(snapshot, monkeypatch, **device)
     assert got == want
+    for scalar in ("wall_s", "steps_per_s", "gpu_idle_fraction"):
+        assert math.copysign(1, getattr(got, scalar)) == math.copysign(1, getattr(want, scalar))
     for field in ("phase_fractions", "phase_seconds", "step_time_s", "data_wait_s"):
         a, b = getattr(got, field), getattr(want, field)
         assert list(a) == list(b)  # the same order

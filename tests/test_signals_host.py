@@ -142,7 +142,8 @@ def test_the_followed_threads_cpu_and_waits_for_a_core_split_into_windows() -> N
     assert first.thread_wait_per_cpu == pytest.approx(2.0)
     assert second.thread_wait_per_cpu == pytest.approx(0.1)
     assert (run.thread_cpu_s, run.thread_wait_s) == pytest.approx((1.4, 0.9))
-    # a reading that fails (the thread gone) leaves the windows it fell in without the figures
+    # a reading that fails leaves its stretch out: a window of nothing else has no figures, the
+    # run keeps what was read, and the readings after it count again from the next one
     thread.clear()
     now[0] += 1000 * MS
     sampler.sample_once()
@@ -150,9 +151,18 @@ def test_the_followed_threads_cpu_and_waits_for_a_core_split_into_windows() -> N
     assert third is not None
     assert third.thread_cpu_s is None
     assert third.thread_wait_per_cpu is None
+    thread[:] = [3.0, 2.0]
+    now[0] += 1000 * MS
+    sampler.sample_once()  # the first reading after the failure: nothing to subtract it from
+    thread[:] = [3.5, 3.0]
+    now[0] += 1000 * MS
+    sampler.sample_once()
+    fourth = sampler.close_window()
     after = sampler.run_summary()
+    assert fourth is not None
     assert after is not None
-    assert after.thread_wait_s is None
+    assert (fourth.thread_cpu_s, fourth.thread_wait_s) == pytest.approx((0.5, 1.0))
+    assert (after.thread_cpu_s, after.thread_wait_s) == pytest.approx((1.9, 1.9))
 
 
 def test_no_followed_thread_and_a_thread_that_barely_ran_say_nothing_of_waits() -> None:

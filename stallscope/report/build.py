@@ -163,7 +163,7 @@ def _from_numbers(
     span: SpanSnapshot, idle_fraction: float | None, idle_source: str, nvml: Mapping[str, Any] | None
 ) -> Summary | None:
     """``summarize`` of an epoch's snapshot, its numbers made in C (``_native.summary_numbers``,
-    each the same double as the code above makes: ``tests/test_report_build.py`` holds them so);
+    each the same double as the code above makes: ``tests/test_native.py`` holds them so);
     None where they are not (no C module, numbers it leaves to Python)."""
     step, data_wait, phase_ns = span.step, span.data_wait, span.phase_ns
     if (

@@ -62,20 +62,20 @@ def report_json(data: dict[str, Any]) -> str:
     rest = {key: value for key, value in data.items() if key not in last}
     head = _dumps(rest)[:-1] + ("," if rest else "")
     entries = [_recent_json(entry) for entry in data["recent_steps"]]
-    series = f',"series":{_dumps(data["series"])}' if "series" in data else ""
+    series = f',"series":{_dumps(data["series"])}' if "series" in last else ""
     return f'{head}"recent_steps":[{",".join(entries)}]{series}}}'
 
 
 def _recent_json(entry: Any) -> str:
     """One rank's record (``recent_to_dict``) as JSON, its lists of ints by ``_native.json_ints``."""
-    if type(entry) is not dict:
+    if type(entry) is not dict or not all(type(key) is str for key in entry):
         return _dumps(entry)
     fields = []
     for key, value in entry.items():
         text = None
         if key == "start_delta_us":
             text = _ints(value)
-        elif key == "phases_us" and type(value) is dict:
+        elif key == "phases_us" and type(value) is dict and all(type(name) is str for name in value):
             columns = [(_dumps(name), _ints(column)) for name, column in value.items()]
             if all(column is not None for _, column in columns):
                 text = "{" + ",".join(f"{name}:{column}" for name, column in columns) + "}"

@@ -167,8 +167,9 @@ class _Tally:
         self.disk_ns = 0
         self.others_cpu = 0.0
         self.others_ns = 0
-        #: the followed thread's CPU and run-queue seconds; None once a reading failed
-        self.thread: tuple[float, float] | None = (0.0, 0.0)
+        #: the followed thread's CPU and run-queue seconds over the samples read; None while none
+        #: was (a stretch whose reading failed is left out: the figures are a ratio)
+        self.thread: tuple[float, float] | None = None
 
 
 class HostSampler(PeriodicSampler[HostSummary, HostSample]):
@@ -333,7 +334,7 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
 
     def _thread_delta(self) -> tuple[float, float] | None:
         """The followed thread's (CPU, run-queue) seconds since the last sample; None when it is
-        not followed or a reading failed (the windows then say nothing of it)."""
+        not followed, or this reading or the last one failed (that stretch is left out)."""
         last = self._last_thread
         now = self._read_thread() if self._read_thread is not None else None
         self._last_thread = now
@@ -369,8 +370,9 @@ class HostSampler(PeriodicSampler[HostSummary, HostSample]):
             if others is not None:
                 t.others_cpu += others[0]
                 t.others_ns += others[1]
-            if t.thread is not None:
-                t.thread = None if thread is None else (t.thread[0] + thread[0], t.thread[1] + thread[1])
+            if thread is not None:
+                cpu, wait = t.thread or (0.0, 0.0)
+                t.thread = (cpu + thread[0], wait + thread[1])
             if memory is not None:
                 t.rss_max = max(t.rss_max or 0, memory.rss)
                 t.avail_min = memory.available if t.avail_min is None else min(t.avail_min, memory.available)

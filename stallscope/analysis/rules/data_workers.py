@@ -54,7 +54,8 @@ def rule(ctx: Context) -> Finding | None:
     model, _ = refine(ctx, model)
     io_bound = _io_bound(ctx, model)
     host = ctx.host_signals
-    waits = host.thread_wait_per_cpu if host is not None else None
+    # the training thread's waits for a core, evidence where the loading is its own
+    waits = host.thread_wait_per_cpu if host is not None and model.workers == 0 else None
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
     # more workers than the cores allow: each pass spawns them all, and they compete with
     # training for the cores, even where the loader keeps up
