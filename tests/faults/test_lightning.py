@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from faults.harness import same_error, valid_report
+from faults.harness import dead_worker_teardown, same_error, valid_report
 from stallscope import StallScope
 
 #: Lightning 2.6 builds torch's ``LeafSpec``, which torch 2.13 deprecates; harmless here
@@ -133,8 +133,10 @@ def test_a_killed_train_loader_worker(pl: ModuleType, tmp_path: Path) -> None:
     def loader() -> DataLoader[Any]:
         return DataLoader(_Samples("kill", at=5), batch_size=2, num_workers=1, timeout=60)
 
-    bare = _fit(pl, tmp_path / "bare", [], loader=loader())
-    scoped = _fit(pl, tmp_path, [StallScope(tmp_path / "r", console=False)], loader=loader())
+    with dead_worker_teardown():
+        bare = _fit(pl, tmp_path / "bare", [], loader=loader())
+    with dead_worker_teardown():
+        scoped = _fit(pl, tmp_path, [StallScope(tmp_path / "r", console=False)], loader=loader())
     assert bare[1] is not None
     assert scoped[1] is not None
     assert {bare[1][0], scoped[1][0]} <= {"RuntimeError", "ConnectionResetError", "EOFError"}  # torch's timing picks

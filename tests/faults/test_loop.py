@@ -5,6 +5,7 @@ is written and readable."""
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import os
 import signal
 import subprocess
@@ -19,9 +20,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from faults.harness import EXIT_S, assert_unchanged, numbers, plain_run, script_run, valid_report
+from faults.harness import (
+    EXIT_S,
+    assert_unchanged,
+    dead_worker_teardown,
+    numbers,
+    plain_run,
+    script_run,
+    valid_report,
+)
 from stallscope import StallScope
+from stallscope._exceptions import ReportError
 from stallscope.hooks import session as session_module
+from stallscope.report.io import load_report
 from stallscope.signals.host import host_info
 from stallscope.timeline.recorder import Timeline
 
@@ -116,8 +127,10 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
     def body(epoch: int, batch: Any) -> None:
         return None
 
-    bare = plain_run(body, data=_worker_data("kill"))
-    scoped = plain_run(body, data=_worker_data("kill"), scope=StallScope(tmp_path, console=False))
+    with dead_worker_teardown():
+        bare = plain_run(body, data=_worker_data("kill"))
+    with dead_worker_teardown():
+        scoped = plain_run(body, data=_worker_data("kill"), scope=StallScope(tmp_path, console=False))
     # how many batches torch delivers before it notices depends on timing too: each run's own
     assert bare.error is not None
     assert bare.error[0] in LOST_WORKER
@@ -150,6 +163,61 @@ def test_a_dataloader_worker_that_is_killed(tmp_path: Path) -> None:
     report = valid_report(tmp_path)
     assert report.summary.steps == len(scoped.items)  # no step for the batch that never came
     assert report.complete
+
+
+class _Held:
+    """Something a finalizer is attached to."""
+
+
+def _raising(message: str) -> None:
+    raise ConnectionResetError(message)
+
+
+@pytest.mark.parametrize(
+    ("callback", "args", "collected"),
+    [(_raising, ("the worker is gone",), True), (load_report, ("/nonexistent/report",), False)],
+    ids=["multiprocessing's finalizer", "a finalizer that runs StallScope's code"],
+)
+def test_only_torch_and_multiprocessing_teardown_is_let_through(
+    monkeypatch: pytest.MonkeyPatch, callback: Any, args: tuple[str], collected: bool
+) -> None:
+    """``dead_worker_teardown`` keeps a killed worker's loader teardown from failing its tests, and
+    nothing else: an exception raised in StallScope's code, or in an object of another module, still
+    reaches the hook that was in place."""
+    passed_on: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: passed_on.append((u.object, u.exc_type)))
+    with dead_worker_teardown() as seen:
+        held = _Held()
+        multiprocessing.util.Finalize(held, callback, args=args)
+        del held
+        owned = _Owned()
+        del owned
+    assert [p[1] for p in passed_on] == ([] if collected else [ReportError]) + [ValueError]
+    assert len(seen) == int(collected)
+    assert all("Finalize" in line and "ConnectionResetError" in line for line in seen)
+
+
+def test_teardown_while_the_runs_own_error_is_handled_is_let_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The finalizers may run while the run's error is handled, and that error came through
+    StallScope's code (its wrapper of the loader's ``next()``): the teardown is still torch's."""
+    passed_on: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: passed_on.append(u.exc_type))
+    with dead_worker_teardown() as seen:
+        held = _Held()
+        multiprocessing.util.Finalize(held, _raising, args=("the worker is gone",))
+        try:
+            load_report(Path("/nonexistent/report"))
+        except ReportError:
+            del held
+    assert passed_on == []
+    assert len(seen) == 1
+
+
+class _Owned:
+    """An object of this module whose finalizer raises."""
+
+    def __del__(self) -> None:
+        raise ValueError("not torch's teardown")
 
 
 def test_sigterm_without_a_handler(tmp_path: Path) -> None:
