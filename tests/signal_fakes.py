@@ -3,6 +3,7 @@ NVML / host / CUDA summaries with sensible defaults (override any field by keywo
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from conftest import FakeClock
@@ -28,10 +29,14 @@ def record_span(
     h2d_ms: float = 0.0,
     logging_ms: float = 0.0,
     in_process: bool = True,
+    blocked: bool = True,
 ) -> SpanStats:
-    """A span of ``steps`` identical steps: data wait, h2d copy, compute, logging."""
+    """A span of ``steps`` identical steps: data wait, h2d copy, compute, logging. ``blocked``:
+    each wait for data blocks (the thread's voluntary switches move at each reading), so its time
+    off the CPU waited on storage; else none does, and that time is still (``data_still_ns``)."""
     clock, cpu = FakeClock(), FakeClock()
-    tl = Timeline(clock=clock, cpu_clock=cpu)
+    reads = itertools.count()
+    tl = Timeline(clock=clock, cpu_clock=cpu, switch_clock=reads.__next__ if blocked else lambda: 0)
     tl.start()
     tl.begin_epoch(in_process_data=in_process)
     ids = {name: tl.phase_id(name) for name in ("h2d", "compute", "logging")}

@@ -136,11 +136,34 @@ def test_native_objects_keep_what_they_use_while_python_runs() -> None:
     with pytest.raises(TypeError, match="already initialised"):
         native.Timer.__init__(timer, 3, log, log, clock, object(), 8)
     stream = native.Stream(
-        iter([1]), native.EventLog(), lambda: 0, lambda: 0, object(), lambda i, w: None, [], [object()], 0, 1, 8
+        iter([1]),
+        native.EventLog(),
+        lambda: 0,
+        lambda: 0,
+        lambda: 0,
+        object(),
+        lambda i, w: None,
+        [],
+        [object()],
+        0,
+        1,
+        8,
     )
     with pytest.raises(TypeError, match="already initialised"):
         native.Stream.__init__(
-            stream, iter([]), native.EventLog(), lambda: 0, lambda: 0, object(), print, [], [object()], 0, 1, 8
+            stream,
+            iter([]),
+            native.EventLog(),
+            lambda: 0,
+            lambda: 0,
+            lambda: 0,
+            object(),
+            print,
+            [],
+            [object()],
+            0,
+            1,
+            8,
         )
 
 
@@ -426,7 +449,9 @@ def _fit_run(tmp_path: Path, seed: int, state: dict[str, object]) -> tuple[Any, 
     from stallscope.hooks.session import Session
 
     scope = StallScope(str(tmp_path), console=False)
-    session = Session(scope._config, clock=_TickingClock(10_000, 7), cpu_clock=_TickingClock(500, 3))
+    session = Session(
+        scope._config, clock=_TickingClock(10_000, 7), cpu_clock=_TickingClock(500, 3), switch_clock=_TickingClock(7, 0)
+    )
     failures: list[str] = []
     scope._fail = lambda exc: failures.append(repr(exc))  # type: ignore[method-assign]
     run = _FitRun(scope, object(), session, None)
@@ -445,6 +470,7 @@ def _fit_run(tmp_path: Path, seed: int, state: dict[str, object]) -> tuple[Any, 
     rng = random.Random(seed)
     tl._cpu_due = rng.choice([0, 1 << 62])
     tl._data_cpu_mark = rng.choice([-1, 400])
+    tl._data_switch_mark = rng.choice([-1, 7])  # the switch clock reads 7: a wait that did not block
     tl._data_t0 = 9_000
     for name, value in state.items():
         if name == "_active":
@@ -459,6 +485,7 @@ def _observed(run: Any, failures: list[str], inner_calls: list[object], result: 
     keys = ("closed", "_top", "_lazy", "_lazy_depth", "_resume_setup", "_nested_fetch", "_first_wait_ns")
     keys += ("_fetched", "_count_tensors", "_setup_ns")
     timeline = ("_log", "_data_t0", "_data_cpu_mark", "_cpu_due", "_data_cpu_total", "_data_cpu_wall", "_steps")
+    timeline += ("_data_switch_mark", "_data_still_total")
     timeline += ("_tracked",)
     return {
         **{key: getattr(run, key) for key in keys},

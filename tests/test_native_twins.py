@@ -43,6 +43,8 @@ _FIELDS = (
     "_epochs",
     "_data_cpu_total",
     "_data_cpu_wall",
+    "_data_switch_mark",
+    "_data_still_total",
     "_cpu_due",
     "_data_t0",
     "_tracked",
@@ -65,6 +67,19 @@ class _Clock:
             raise RuntimeError("the clock broke")
         self.now += self.tick
         return self.now
+
+
+class _Switches:
+    """A voluntary-switch count that moves at every second reading: some sampled waits blocked,
+    others did not (their time off the CPU is still), and a reading more or less on one side
+    shows in the still time."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> int:
+        self.readings += 1
+        return self.readings // 2
 
 
 class _Loader:
@@ -96,9 +111,15 @@ class _Twin:
         self.native = native
         self.clock = _Clock(1_000, 3)
         self.cpu_clock = _Clock(50, 2)
+        self.switches = _Switches()
         with self.path():
             self.timeline = recorder.Timeline(
-                clock=self.clock, cpu_clock=self.cpu_clock, recent_steps=3, window_steps=2, max_windows=4
+                clock=self.clock,
+                cpu_clock=self.cpu_clock,
+                switch_clock=self.switches,
+                recent_steps=3,
+                window_steps=2,
+                max_windows=4,
             )
         self.timeline.phase_id("custom")
         self.errors: list[str] = []
@@ -117,6 +138,7 @@ class _Twin:
         state["calls"] = list(self.calls)
         state["result"] = list(self.result)
         state["first"] = list(self.first)
+        state["switch readings"] = self.switches.readings
         return state
 
     @contextlib.contextmanager

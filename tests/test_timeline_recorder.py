@@ -306,6 +306,75 @@ def test_in_process_data_cpu_is_sampled_by_time_and_scaled_by_wall_time(compute_
     assert reads["n"] == 2 * sampled + 1
 
 
+@pytest.mark.parametrize("how", ["stream", "data_begin/data_end"])
+def test_the_sampled_waits_time_neither_on_a_cpu_nor_blocked_is_still(how: str) -> None:
+    """A sampled wait in which the thread made no voluntary context switch keeps its time off the
+    CPU as ``data_still_ns``; a wait that blocked (a read from storage) does not. Every wait is
+    read here (steps of ``DATA_CPU_INTERVAL_NS``), and each is scaled as the CPU time is."""
+    clocks = _BusyWaitClock(share=0.25)
+    switches = {"n": 100}
+    tl = Timeline(clock=lambda: clocks.wall, cpu_clock=lambda: clocks.cpu, switch_clock=lambda: switches["n"])
+    tl.start()
+    compute = tl.phase_id("compute")
+    tl.begin_epoch(in_process_data=True)
+    # (wall ns, whether the wait blocked): the blocked ones' time off the CPU is not still
+    plan = [(400, False), (800, True), (400, False), (1200, True)] * 5
+
+    def make(wall: int, blocked: bool) -> None:
+        clocks.advance(wall, busy=True)
+        if blocked:
+            switches["n"] += 3
+
+    def step() -> None:
+        tl.enter(compute)
+        clocks.advance(DATA_CPU_INTERVAL_NS, busy=False)
+        tl.leave()
+
+    if how == "stream":
+        batches = iter(plan)
+
+        class Loader:
+            def __iter__(self) -> Loader:
+                return self
+
+            def __next__(self) -> int:
+                make(*next(batches))
+                return 0
+
+        stream = tl.stream(Loader(), lambda item, wait: None, [])
+        for _ in plan:
+            next(stream)
+            step()
+    else:
+        for wall, blocked in plan:
+            tl.data_begin()
+            make(wall, blocked)
+            tl.data_end(got_item=True)
+            step()
+    epoch = tl.end_epoch()
+    still = sum(wall * 3 // 4 for wall, blocked in plan if not blocked)
+    assert epoch.phase_ns["data"] == sum(wall for wall, _ in plan)
+    assert epoch.data_still_ns == still
+    assert epoch.data_cpu_ns == epoch.phase_ns["data"] // 4
+    assert tl.run_stats().data_still_ns == still
+
+
+def test_no_still_time_where_switches_are_not_counted_or_loading_had_workers(clock: FakeClock) -> None:
+    """A switch clock that reads -1 (no per-thread count) leaves every wait as blocked, and a pass
+    with workers has no still time to tell, as it has no CPU time."""
+    cpu = {"ns": 0}
+    tl = Timeline(clock=clock, cpu_clock=lambda: cpu["ns"], switch_clock=lambda: -1)
+    tl.start()
+    tl.begin_epoch(in_process_data=True)
+    for _ in range(3):
+        _step(tl, clock, wait=DATA_CPU_INTERVAL_NS, compute=10)
+    assert tl.end_epoch().data_still_ns == 0
+    tl.begin_epoch(in_process_data=False)
+    _step(tl, clock, wait=5, compute=5)
+    assert tl.end_epoch().data_still_ns is None
+    assert tl.run_stats().data_still_ns is None
+
+
 # -- epochs ----------------------------------------------------------------------------------
 
 

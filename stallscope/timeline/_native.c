@@ -637,7 +637,8 @@ typedef struct {
     PyObject *log;      /* the timeline's log */
     PyObject *clock;
     PyObject *cpu_clock;
-    PyObject *timeline; /* its _fold(), _failed(exc) and _add_data_cpu(cpu_ns, wall_ns) */
+    PyObject *switch_clock; /* the thread's voluntary context switches, read with the CPU time */
+    PyObject *timeline; /* its _fold(), _failed(exc) and _add_data_cpu(cpu_ns, wall_ns, switches0, switches1) */
     PyObject *on_first; /* on_first(item, wait_ns) for the first item */
     PyObject *result;   /* a list: the final wait is appended to it */
     PyObject *token;    /* a list whose item 0 is ``mine`` while this stream records */
@@ -652,14 +653,14 @@ typedef struct {
 static int
 Stream_init(Stream *self, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"it",    "log",     "clock",    "cpu_clock", "timeline", "on_first", "result",
-                            "token", "cpu_due", "interval", "fold_at",   NULL};
-    PyObject *it, *log, *clock, *cpu_clock, *timeline, *on_first, *result, *token;
+    static char *names[] = {"it",     "log",   "clock",   "cpu_clock", "switch_clock", "timeline", "on_first",
+                            "result", "token", "cpu_due", "interval",  "fold_at",      NULL};
+    PyObject *it, *log, *clock, *cpu_clock, *switch_clock, *timeline, *on_first, *result, *token;
     long long cpu_due, interval;
     Py_ssize_t fold_at;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOOO!O!LLn:Stream", names, &it, &EventLogType, &log, &clock,
-                                     &cpu_clock, &timeline, &on_first, &PyList_Type, &result, &PyList_Type, &token,
-                                     &cpu_due, &interval, &fold_at)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OOOOOO!O!LLn:Stream", names, &it, &EventLogType, &log, &clock,
+                                     &cpu_clock, &switch_clock, &timeline, &on_first, &PyList_Type, &result,
+                                     &PyList_Type, &token, &cpu_due, &interval, &fold_at)) {
         return -1;
     }
     if (self->it != NULL) { /* its fields are read across calls into Python: never swapped */
@@ -674,6 +675,7 @@ Stream_init(Stream *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->log, Py_NewRef(log));
     Py_XSETREF(self->clock, Py_NewRef(clock));
     Py_XSETREF(self->cpu_clock, Py_NewRef(cpu_clock));
+    Py_XSETREF(self->switch_clock, Py_NewRef(switch_clock));
     Py_XSETREF(self->timeline, Py_NewRef(timeline));
     Py_XSETREF(self->on_first, Py_NewRef(on_first));
     Py_XSETREF(self->result, Py_NewRef(result));
@@ -707,8 +709,8 @@ Stream_pass(Stream *self)
 static PyObject *
 Stream_next(Stream *self)
 {
-    if (unready(!self->it || !self->log || !self->clock || !self->cpu_clock || !self->timeline || !self->on_first ||
-                !self->result || !self->token || !self->mine)) {
+    if (unready(!self->it || !self->log || !self->clock || !self->cpu_clock || !self->switch_clock || !self->timeline ||
+                !self->on_first || !self->result || !self->token || !self->mine)) {
         return NULL;
     }
     if (self->state == DONE) {
@@ -718,14 +720,15 @@ Stream_next(Stream *self)
         self->state = PASSING; /* stopped (Timeline.end_streams): unrecorded */
         return Py_TYPE(self->it)->tp_iternext(self->it);
     }
-    long long began, end, cpu0 = -1, cpu1;
+    long long began, end, cpu0 = -1, cpu1, switches0 = -1, switches1;
     /* logged before next(): phases the loader itself times nest inside the wait */
     if (read_clock(self->clock, &began) < 0 || log_event(self->log, STEP, began) < 0) {
         return Stream_pass(self);
     }
     if (began >= self->cpu_due) {
         self->cpu_due = began + self->interval;
-        if (read_clock(self->cpu_clock, &cpu0) < 0) {
+        if (read_clock(self->cpu_clock, &cpu0) < 0 || read_clock(self->switch_clock, &switches0) < 0) {
+            cpu0 = -1;
             return Stream_pass(self);
         }
     }
@@ -763,10 +766,11 @@ Stream_next(Stream *self)
         goto failed;
     }
     if (cpu0 >= 0) {
-        if (read_clock(self->cpu_clock, &cpu1) < 0) {
+        if (read_clock(self->cpu_clock, &cpu1) < 0 || read_clock(self->switch_clock, &switches1) < 0) {
             goto failed;
         }
-        rc = PyObject_CallMethod(self->timeline, "_add_data_cpu", "LL", cpu1 - cpu0, end - began);
+        rc = PyObject_CallMethod(self->timeline, "_add_data_cpu", "LLLL", cpu1 - cpu0, end - began, switches0,
+                                 switches1);
         if (rc == NULL) {
             goto failed;
         }
@@ -804,6 +808,7 @@ Stream_traverse(Stream *self, visitproc visit, void *arg)
     Py_VISIT(self->log);
     Py_VISIT(self->clock);
     Py_VISIT(self->cpu_clock);
+    Py_VISIT(self->switch_clock);
     Py_VISIT(self->timeline);
     Py_VISIT(self->on_first);
     Py_VISIT(self->result);
@@ -819,6 +824,7 @@ Stream_clear(Stream *self)
     Py_CLEAR(self->log);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->cpu_clock);
+    Py_CLEAR(self->switch_clock);
     Py_CLEAR(self->timeline);
     Py_CLEAR(self->on_first);
     Py_CLEAR(self->result);
@@ -837,7 +843,7 @@ Stream_dealloc(Stream *self)
 
 static PyTypeObject StreamType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.Stream",
-    .tp_doc = PyDoc_STR("Stream(it, log, clock, cpu_clock, timeline, on_first, result, token, cpu_due, interval, "
+    .tp_doc = PyDoc_STR("Stream(it, log, clock, cpu_clock, switch_clock, timeline, on_first, result, token, cpu_due, interval, "
                         "fold_at): recorder.Timeline._stream in C"),
     .tp_basicsize = sizeof(Stream),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
@@ -1697,7 +1703,7 @@ static PyMethodDef native_methods[] = {
 enum { FETCH_BEGIN, FETCH_END, COMPUTE_BEGIN, COMPUTE_END, HOOK_KINDS };
 
 /* attribute names: the run's slots (up to K_ACTIVE), the scope's, then the timeline's slots
- * (K_DIRECT to K_DATA_CPU_WALL) and other attributes */
+ * (K_DIRECT to K_DATA_STILL) and other attributes */
 enum {
     K_CLOSED,
     K_TOP,
@@ -1714,9 +1720,12 @@ enum {
     K_CPU_DUE,
     K_DATA_CPU_TOTAL,
     K_DATA_CPU_WALL,
+    K_DATA_SWITCH_MARK,
+    K_DATA_STILL,
     K_LOG,
     K_CLOCK,
     K_CPU_CLOCK,
+    K_SWITCH_CLOCK,
     K_TRACK_ENTER,
     K_TRACK_LEAVE,
     K_COUNT
@@ -1725,8 +1734,8 @@ static const char *key_names[K_COUNT] = {
     /* the run's (K_ACTIVE: the scope's) */
     "closed", "_top", "_lazy", "_nested_fetch", "_first_wait_ns", "_fetched", "_count_tensors", "_active", "_fail",
     /* the timeline's */
-    "_direct", "_data_t0", "_data_cpu_mark", "_cpu_due", "_data_cpu_total", "_data_cpu_wall", "_log", "_clock",
-    "_cpu_clock", "_track_enter", "_track_leave",
+    "_direct", "_data_t0", "_data_cpu_mark", "_cpu_due", "_data_cpu_total", "_data_cpu_wall", "_data_switch_mark",
+    "_data_still_total", "_log", "_clock", "_cpu_clock", "_switch_clock", "_track_enter", "_track_leave",
 };
 static PyObject *keys[K_COUNT];
 static PyObject *data_id; /* DATA_ID as an int */
@@ -1744,12 +1753,13 @@ typedef struct {
     PyObject *log;      /* timeline._log */
     PyObject *clock;    /* timeline._clock */
     PyObject *cpu_clock;
+    PyObject *switch_clock;
     PyObject *h2d;     /* the phase ids, as the run holds them */
     PyObject *compute;
     long long h2d_id, compute_id; /* the same, as logged */
     Py_ssize_t fold_at;
     long long interval; /* between two waits whose CPU time is read */
-    /* where the run's (K_CLOSED..K_COUNT_TENSORS) and the timeline's (K_DIRECT..K_DATA_CPU_WALL)
+    /* where the run's (K_CLOSED..K_COUNT_TENSORS) and the timeline's (K_DIRECT..K_DATA_STILL)
      * attributes are in those objects: their __slots__, read and written as Python's own member
      * descriptors do, without a lookup by name */
     Py_ssize_t offsets[K_COUNT];
@@ -1993,7 +2003,7 @@ usual(StepHook *self)
     int rc = -1;
     switch (self->kind) {
     case FETCH_BEGIN: { /* Timeline.data_begin(new_step=True) */
-        long long cpu_due, mark = -1;
+        long long cpu_due, mark = -1, switches = -1;
         if (log_now(self, STEP, NO_PHASE, &now) < 0 || set_timeline_ll(self, K_DATA_T0, now) < 0) {
             break;
         }
@@ -2003,23 +2013,31 @@ usual(StepHook *self)
         }
         if (now >= cpu_due && (set_timeline_ll(self, K_CPU_DUE, now + self->interval) < 0 ||
                                read_clock(self->cpu_clock, &mark) < 0 ||
-                               set_timeline_ll(self, K_DATA_CPU_MARK, mark) < 0)) {
+                               set_timeline_ll(self, K_DATA_CPU_MARK, mark) < 0 ||
+                               read_clock(self->switch_clock, &switches) < 0 ||
+                               set_timeline_ll(self, K_DATA_SWITCH_MARK, switches) < 0)) {
             break;
         }
         rc = 1;
         break;
     }
     case FETCH_END: { /* Timeline.data_end(got_item=True, then=h2d) */
-        long long mark, cpu1 = -1, t0;
-        if (timeline_ll(self, K_DATA_CPU_MARK, &mark) < 0 || (mark >= 0 && read_clock(self->cpu_clock, &cpu1) < 0) ||
+        long long mark, cpu1 = -1, switches1 = -1, t0;
+        if (timeline_ll(self, K_DATA_CPU_MARK, &mark) < 0 ||
+            (mark >= 0 && (read_clock(self->cpu_clock, &cpu1) < 0 || read_clock(self->switch_clock, &switches1) < 0)) ||
             log_now(self, GOT, self->h2d_id, &now) < 0 || timeline_ll(self, K_DATA_T0, &t0) < 0) {
             break;
         }
-        long long cpu_total, cpu_wall;
+        long long cpu_total, cpu_wall, switches0, still;
         if (mark >= 0 && (timeline_ll(self, K_DATA_CPU_TOTAL, &cpu_total) < 0 ||
                           timeline_ll(self, K_DATA_CPU_WALL, &cpu_wall) < 0 ||
+                          timeline_ll(self, K_DATA_SWITCH_MARK, &switches0) < 0 ||
+                          timeline_ll(self, K_DATA_STILL, &still) < 0 ||
                           set_timeline_ll(self, K_DATA_CPU_TOTAL, cpu_total + cpu1 - mark) < 0 ||
                           set_timeline_ll(self, K_DATA_CPU_WALL, cpu_wall + now - t0) < 0 ||
+                          /* a wait that did not block keeps its time off a CPU (Timeline._add_data_cpu) */
+                          (switches0 >= 0 && switches1 == switches0 && now - t0 > cpu1 - mark &&
+                           set_timeline_ll(self, K_DATA_STILL, still + (now - t0) - (cpu1 - mark)) < 0) ||
                           set_timeline_ll(self, K_DATA_CPU_MARK, -1) < 0)) {
             break;
         }
@@ -2092,7 +2110,7 @@ static PyObject *
 StepHook_vectorcall(StepHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (unready(!self->inner || !self->slow || !self->run || !self->scope || !self->scope_state || !self->timeline ||
-                !self->log || !self->clock || !self->cpu_clock || !self->h2d || !self->compute)) {
+                !self->log || !self->clock || !self->cpu_clock || !self->switch_clock || !self->h2d || !self->compute)) {
         return NULL;
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -2187,7 +2205,7 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     for (int key = 0; key < K_COUNT; key++) {
         offsets[key] = -1;
         PyTypeObject *owner = key < K_ACTIVE                            ? Py_TYPE(run)
-                              : key >= K_DIRECT && key <= K_DATA_CPU_WALL ? Py_TYPE(timeline)
+                              : key >= K_DIRECT && key <= K_DATA_STILL ? Py_TYPE(timeline)
                                                                           : NULL;
         if (owner != NULL && slot_offset(owner, keys[key], &offsets[key]) < 0) {
             return -1;
@@ -2200,6 +2218,10 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     PyObject *log = PyObject_GetAttr(timeline, keys[K_LOG]);
     PyObject *clock = log != NULL ? PyObject_GetAttr(timeline, keys[K_CLOCK]) : NULL;
     PyObject *cpu_clock = clock != NULL ? PyObject_GetAttr(timeline, keys[K_CPU_CLOCK]) : NULL;
+    PyObject *switch_clock = cpu_clock != NULL ? PyObject_GetAttr(timeline, keys[K_SWITCH_CLOCK]) : NULL;
+    if (switch_clock == NULL) {
+        Py_CLEAR(cpu_clock);
+    }
     long long h2d_id = 0, compute_id = 0;
     if (cpu_clock != NULL && (as_ll(h2d, &h2d_id) < 0 || as_ll(compute, &compute_id) < 0)) {
         Py_CLEAR(cpu_clock);
@@ -2216,6 +2238,7 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
         Py_XDECREF(log);
         Py_XDECREF(clock);
         Py_XDECREF(cpu_clock);
+        Py_XDECREF(switch_clock);
         return -1;
     }
     self->kind = kind;
@@ -2229,6 +2252,7 @@ StepHook_init(StepHook *self, PyObject *args, PyObject *kwds)
     Py_XSETREF(self->log, log);
     Py_XSETREF(self->clock, clock);
     Py_XSETREF(self->cpu_clock, cpu_clock);
+    Py_XSETREF(self->switch_clock, switch_clock);
     Py_XSETREF(self->h2d, Py_NewRef(h2d));
     Py_XSETREF(self->compute, Py_NewRef(compute));
     self->h2d_id = h2d_id;
@@ -2250,6 +2274,7 @@ StepHook_traverse(StepHook *self, visitproc visit, void *arg)
     Py_VISIT(self->log);
     Py_VISIT(self->clock);
     Py_VISIT(self->cpu_clock);
+    Py_VISIT(self->switch_clock);
     Py_VISIT(self->h2d);
     Py_VISIT(self->compute);
     return 0;
@@ -2267,6 +2292,7 @@ StepHook_clear(StepHook *self)
     Py_CLEAR(self->log);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->cpu_clock);
+    Py_CLEAR(self->switch_clock);
     Py_CLEAR(self->h2d);
     Py_CLEAR(self->compute);
     return 0;

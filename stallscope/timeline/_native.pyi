@@ -73,6 +73,7 @@ class Stream(Iterator[T]):
         log: EventLog,
         clock: Callable[[], int],
         cpu_clock: Callable[[], int],
+        switch_clock: Callable[[], int],
         timeline: object,
         on_first: Callable[[T, int], None],
         result: list[int],

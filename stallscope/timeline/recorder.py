@@ -58,6 +58,37 @@ DATA_CPU_INTERVAL_NS = 20_000_000
 #: a time no clock reaches: no data-CPU reading is due
 _NEVER = 1 << 62
 
+
+def _no_switch_count() -> int:
+    return -1
+
+
+def _make_switch_clock() -> Clock:
+    """``voluntary_switches``: the calling thread's voluntary context switches so far, from
+    ``getrusage(RUSAGE_THREAD)`` (one syscall); -1 always where the system does not count them per
+    thread."""
+    try:
+        import resource
+
+        who = resource.RUSAGE_THREAD  # Linux
+        resource.getrusage(who)
+    except (ImportError, AttributeError, OSError, ValueError):
+        return _no_switch_count
+    getrusage = resource.getrusage
+
+    def voluntary_switches() -> int:
+        return getrusage(who).ru_nvcsw
+
+    return voluntary_switches
+
+
+#: A thread that blocks (on storage, a socket, a lock, a sleep) gives up its core: a voluntary
+#: context switch. A sampled wait for a batch in which the training thread made none did not wait
+#: on I/O, whatever share of its wall time was not on a CPU: that time was the host's (a busy VM
+#: took it, an interrupt, a preemption), and the wait's share of it is ``data_still``. Read at the
+#: same sampled waits as the CPU time.
+voluntary_switches: Clock = _make_switch_clock()
+
 #: a step's phases are kept as bits of an int64 (``Timeline._ring_kinds``): phase id ``i`` sets
 #: bit ``i``; ids from this one on share its bit
 KIND_BITS = 62
@@ -146,10 +177,11 @@ class _Mark(NamedTuple):
     #: when the epoch ended, and the process's CPU time then (ns)
     now: int
     cpu: int
-    #: the sampled in-process waits' CPU and wall time so far, and whether the epoch's and the
-    #: run's loading were all in this process
+    #: the sampled in-process waits' CPU, wall and still time so far, and whether the epoch's and
+    #: the run's loading were all in this process
     data_cpu: int
     data_cpu_wall: int
+    data_still: int
     data_cpu_valid: bool
     data_cpu_valid_run: bool
     #: the passes noted in the epoch; phases named by then; passes begun and noted in the run by then
@@ -283,7 +315,12 @@ class Timeline:
         "_cpu_due",
         "_data_cpu_total",
         "_data_cpu_wall",
+        "_switch_clock",
+        "_data_switch_mark",
+        "_data_still_total",
         "_ep_data_cpu_wall",
+        "_ep_data_still",
+        "_gr_data_still",
         "_data_cpu_valid_run",
         "_data_cpu_valid_epoch",
         "_window_steps",
@@ -330,6 +367,7 @@ class Timeline:
         *,
         clock: Clock = time.perf_counter_ns,
         cpu_clock: Clock = time.process_time_ns,
+        switch_clock: Clock = voluntary_switches,
         recent_steps: int = 4096,
         window_steps: int = 16,
         max_windows: int = 256,
@@ -344,6 +382,7 @@ class Timeline:
             raise ValueError(f"max_windows must be an even number >= 2, got {max_windows!r}")
         self._clock = clock
         self._cpu_clock = cpu_clock
+        self._switch_clock = switch_clock
         #: called with StallScope's own error when the hot path fails (the timeline then stops);
         #: by default it is raised
         self.on_error: Callable[[Exception], None] = _raise
@@ -415,7 +454,12 @@ class Timeline:
         #: CPU time and wall time of the sampled in-process waits (one per DATA_CPU_INTERVAL_NS)
         self._data_cpu_total = 0
         self._data_cpu_wall = 0
+        #: the voluntary switches when the sampled wait in progress began (-1: not counted), and
+        #: the sampled waits' time neither on a CPU nor blocked (``voluntary_switches``)
+        self._data_switch_mark = -1
+        self._data_still_total = 0
         self._ep_data_cpu_wall = 0
+        self._ep_data_still = 0
         self._data_cpu_valid_run = True
         self._data_cpu_valid_epoch = True
         # idle windows
@@ -454,6 +498,7 @@ class Timeline:
         self._gr_cpu = 0
         #: None once an epoch of the group had loading outside this process
         self._gr_data_cpu: int | None = 0
+        self._gr_data_still = 0
         self._gr_epochs = 0
         self._gr_n = 0
         self._gr_boundaries: list[EpochBoundary] = []
@@ -615,6 +660,7 @@ class Timeline:
             self._c_log(),
             self._clock,
             self._cpu_clock,
+            self._switch_clock,
             self,
             on_first,
             result,
@@ -634,6 +680,7 @@ class Timeline:
         token = self._stream_token
         clock = self._clock
         cpu_clock = self._cpu_clock
+        switch_clock = self._switch_clock
         log = self._log
         first = True
         while True:  # the hot loop: two log entries per item
@@ -648,6 +695,7 @@ class Timeline:
                 if now >= cpu_due:
                     cpu_due = now + DATA_CPU_INTERVAL_NS
                     cpu0 = cpu_clock()
+                    switches0 = switch_clock()
             except Exception as exc:
                 self._failed(exc)
                 yield from it
@@ -679,8 +727,7 @@ class Timeline:
                 end = clock()
                 self._push((GOT, end))
                 if cpu0 >= 0:
-                    self._data_cpu_total += cpu_clock() - cpu0
-                    self._data_cpu_wall += end - now
+                    self._add_data_cpu(cpu_clock() - cpu0, end - now, switches0, switch_clock())
                 if first:
                     first = False
                     on_first(item, end - now)
@@ -693,10 +740,14 @@ class Timeline:
                 return
             yield item
 
-    def _add_data_cpu(self, cpu_ns: int, wall_ns: int) -> None:
-        """One in-process wait whose CPU time was read (the C stream reports it here)."""
+    def _add_data_cpu(self, cpu_ns: int, wall_ns: int, switches0: int, switches1: int) -> None:
+        """One in-process wait whose CPU time was read, with the thread's voluntary switches at its
+        two ends (the C stream reports it here): a wait that did not block keeps its time off a CPU
+        as ``data_still``."""
         self._data_cpu_total += cpu_ns
         self._data_cpu_wall += wall_ns
+        if switches0 >= 0 and switches1 == switches0 and wall_ns > cpu_ns:
+            self._data_still_total += wall_ns - cpu_ns
 
     def data_begin(self, *, new_step: bool = True) -> None:
         """About to wait for the next batch. With ``new_step`` the step in progress ends here."""
@@ -709,6 +760,7 @@ class Timeline:
         if now >= self._cpu_due:
             self._cpu_due = now + DATA_CPU_INTERVAL_NS
             self._data_cpu_mark = self._cpu_clock()
+            self._data_switch_mark = self._switch_clock()
 
     def drop_step(self) -> None:
         """The step in progress never ran: a batch was logged as arrived, but the loader raised
@@ -721,11 +773,11 @@ class Timeline:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns.
         ``then``: enter this phase at the same instant (Lightning's h2d, every step)."""
         cpu1 = self._cpu_clock() if self._data_cpu_mark >= 0 else -1
+        switches1 = self._switch_clock() if cpu1 >= 0 else -1
         now = self._clock()
         wait = now - self._data_t0
         if cpu1 >= 0:
-            self._data_cpu_total += cpu1 - self._data_cpu_mark
-            self._data_cpu_wall += wait
+            self._add_data_cpu(cpu1 - self._data_cpu_mark, wait, self._data_switch_mark, switches1)
             self._data_cpu_mark = -1
         code = GOT if got_item else NONE
         self._push((code, now) if then is None else (code, now, then, now))
@@ -1032,6 +1084,7 @@ class Timeline:
             cpu,
             self._data_cpu_total,
             self._data_cpu_wall,
+            self._data_still_total,
             self._data_cpu_valid_epoch,
             boundaries,
             len(self._names),
@@ -1080,6 +1133,7 @@ class Timeline:
                 cpu,
                 self._data_cpu_total,
                 self._data_cpu_wall,
+                self._data_still_total,
                 self._data_cpu_valid_epoch,
                 self._data_cpu_valid_run,
                 self._ep_boundaries,
@@ -1112,7 +1166,14 @@ class Timeline:
         """The fold has just applied the mark's ``END`` (the folded state is as of ``mark.now``):
         close its epoch there, then cut StallScope's time after it out of the run."""
         snapshot = self._epoch_snapshot(
-            mark.now, mark.cpu, mark.data_cpu, mark.data_cpu_wall, mark.data_cpu_valid, mark.boundaries, mark.known
+            mark.now,
+            mark.cpu,
+            mark.data_cpu,
+            mark.data_cpu_wall,
+            mark.data_still,
+            mark.data_cpu_valid,
+            mark.boundaries,
+            mark.known,
         )
         run = None
         if mark.run_if is not None and mark.run_if(snapshot):
@@ -1121,6 +1182,7 @@ class Timeline:
                 mark.cpu,
                 mark.data_cpu,
                 mark.data_cpu_wall,
+                mark.data_still,
                 mark.data_cpu_valid_run,
                 mark.run_epochs,
                 mark.run_boundaries,
@@ -1136,6 +1198,7 @@ class Timeline:
         cpu: int,
         data_cpu: int,
         data_cpu_wall: int,
+        data_still: int,
         data_cpu_valid: bool,
         boundaries: list[EpochBoundary],
         known: int,
@@ -1155,14 +1218,13 @@ class Timeline:
         wall_ns = now - self._ep_start_ns
         step_total_ns = self._step_total - self._ep_step_total
         process_cpu_ns = cpu - self._ep_cpu
+        sampled_wall = data_cpu_wall - self._ep_data_cpu_wall
+        data_wall = totals[_DATA] - then_totals[_DATA]
         data_cpu_ns = (
-            self._scaled_data_cpu(
-                data_cpu - self._ep_data_cpu,
-                data_cpu_wall - self._ep_data_cpu_wall,
-                totals[_DATA] - then_totals[_DATA],
-            )
-            if data_cpu_valid
-            else None
+            self._scaled_data_cpu(data_cpu - self._ep_data_cpu, sampled_wall, data_wall) if data_cpu_valid else None
+        )
+        data_still_ns = (
+            self._scaled_data_cpu(data_still - self._ep_data_still, sampled_wall, data_wall) if data_cpu_valid else None
         )
 
         def make() -> SpanStats:
@@ -1178,6 +1240,7 @@ class Timeline:
                 data_cpu_ns=data_cpu_ns,
                 process_cpu_ns=process_cpu_ns,
                 boundaries=tuple(boundaries),
+                data_still_ns=data_still_ns,
             )
 
         snapshot = SpanSnapshot(
@@ -1193,6 +1256,7 @@ class Timeline:
         self._gr_cpu += process_cpu_ns
         gr_data_cpu = self._gr_data_cpu
         self._gr_data_cpu = None if data_cpu_ns is None or gr_data_cpu is None else gr_data_cpu + data_cpu_ns
+        self._gr_data_still += data_still_ns or 0
         if epochs:
             self._gr_epochs += 1
             self._gr_n += 1
@@ -1215,6 +1279,7 @@ class Timeline:
         self._ep_cpu = cpu
         self._ep_data_cpu = data_cpu
         self._ep_data_cpu_wall = data_cpu_wall
+        self._ep_data_still = data_still
         return snapshot
 
     def _group_snapshot(
@@ -1227,6 +1292,7 @@ class Timeline:
         steps = steps_at - self._gr_steps
         step_total_ns = step_total_at - self._gr_step_total
         wall_ns, cpu_ns, data_cpu_ns, epochs = self._gr_wall, self._gr_cpu, self._gr_data_cpu, self._gr_epochs
+        data_still_ns = self._gr_data_still if data_cpu_ns is not None else None
         then_totals, then_counts, boundaries = self._gr_totals, self._gr_counts, tuple(self._gr_boundaries)
         phase_ns = _diff(names, known, totals, then_totals, counts)
 
@@ -1243,6 +1309,7 @@ class Timeline:
                 data_cpu_ns=data_cpu_ns,
                 process_cpu_ns=cpu_ns,
                 boundaries=boundaries,
+                data_still_ns=data_still_ns,
             )
 
         recent = []
@@ -1257,6 +1324,7 @@ class Timeline:
         self._gr_steps, self._gr_step_total = steps, step_total
         self._gr_wall = self._gr_cpu = self._gr_epochs = self._gr_n = 0
         self._gr_data_cpu = 0
+        self._gr_data_still = 0
         self._gr_boundaries = []
 
     @property
@@ -1295,13 +1363,22 @@ class Timeline:
             self._cpu_clock(),
             self._data_cpu_total,
             self._data_cpu_wall,
+            self._data_still_total,
             self._data_cpu_valid_run,
             self._epochs,
             len(self._boundaries),
         )
 
     def _run_snapshot_at(
-        self, now: int, cpu: int, data_cpu: int, data_cpu_wall: int, data_cpu_valid: bool, epochs: int, boundaries: int
+        self,
+        now: int,
+        cpu: int,
+        data_cpu: int,
+        data_cpu_wall: int,
+        data_still: int,
+        data_cpu_valid: bool,
+        epochs: int,
+        boundaries: int,
     ) -> SpanSnapshot:
         """The run's snapshot at ``now`` (the folded state is as of then), given what was read then."""
         flat = self._windows
@@ -1328,6 +1405,9 @@ class Timeline:
             process_cpu_ns=cpu - self._cpu_start,
             boundaries=tuple(kept if boundaries >= len(kept) else kept[:boundaries]),
             windows=windows,
+            data_still_ns=(
+                self._scaled_data_cpu(data_still, data_cpu_wall, self._totals[_DATA]) if data_cpu_valid else None
+            ),
         )
         return SpanSnapshot(span, *(self._recent_values(which, self._steps) for which in range(4)))
 

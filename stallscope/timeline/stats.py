@@ -164,6 +164,10 @@ class SpanStats:
     windows: tuple[IdleWindow, ...] = field(default=())
     #: the recent steps one by one, oldest first; None when not recorded
     recent: RecentSteps | None = field(default=None, compare=False, repr=False)
+    #: of the in-process ``next()`` calls' time, what was neither on a CPU nor blocked (the
+    #: training thread made no voluntary context switch: it waited on no storage), ns; scaled
+    #: from the sampled calls as ``data_cpu_ns`` is; None where ``data_cpu_ns`` is
+    data_still_ns: int | None = None
 
     @property
     def wall_s(self) -> float:
