@@ -311,6 +311,53 @@ def test_loading_that_waits_on_storage_on_a_loaded_host_still_stretches_the_hand
     assert data_workers.rule(ctx(span)) is not None
 
 
+def still_span(span: SpanStats, still_share: float) -> SpanStats:
+    """``span`` with ``still_share`` of its loading's time off the CPU neither on a CPU nor blocked."""
+    assert span.data_cpu_ns is not None
+    off_cpu_ns = span.phase_ns["data"] - span.data_cpu_ns
+    return replace(span, data_still_ns=round(off_cpu_ns * still_share))
+
+
+def test_loading_that_neither_ran_nor_blocked_on_a_loaded_host_is_the_hosts_time() -> None:
+    """The span of the storage test above (12 ms of loading, 0.6 ms of it on the CPU, the compute
+    at a quarter of a core), but no wait blocked: none waited on storage. At the compute's pace the
+    loading's 0.6 ms of CPU explain 1.8 ms off the CPU; the other 9.6 ms are the host's and stay
+    with the training thread whatever makes the batch. The loop then waits 2.4 ms a batch, under a
+    tenth of its 29.6 ms consumer time: not starved, and no worker is suggested."""
+    span = still_span(loaded_span(load_cpu_share=0.05, wait_ms=12), still_share=1.0)
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.still_s == pytest.approx(0.0114 - 0.0006 * (1 / 0.25 - 1))
+    assert model.load_s == pytest.approx(0.012 - model.still_s)
+    assert model.wait_s == pytest.approx(model.load_s)
+    assert model.consumer_s == pytest.approx(0.020 + model.still_s)
+    assert model.step_s == pytest.approx(0.032)  # the step itself is as measured
+    assert model.load_cpu_s == pytest.approx(0.0006)
+    assert not model.starved
+    assert data_workers.rule(ctx(span)) is None
+
+
+def test_cpu_bound_loading_preempted_at_the_computes_pace_keeps_its_time() -> None:
+    """Loading at a quarter of a core, as the compute is: its time off the CPU is what its CPU
+    work explains at that pace, so a worker takes all of it off the training thread."""
+    span = still_span(loaded_span(load_cpu_share=0.25), still_share=1.0)
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.still_s == pytest.approx(0.0)
+    assert model.load_s == pytest.approx(0.004)
+
+
+def test_still_time_on_a_quiet_host_is_all_the_hosts() -> None:
+    """A quiet host (the compute all on the CPU): loading's time neither on a CPU nor blocked is
+    none of its own work, and moves to the consumer whole, as far as it goes."""
+    span = still_span(starved_span(cpu_share=0.5), still_share=0.5)
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.still_s == pytest.approx(0.002)  # half of the 4 ms off the CPU
+    assert model.load_s == pytest.approx(0.006)
+    assert model.consumer_s == pytest.approx(0.004)
+
+
 def test_a_quiet_host_whose_steps_also_wait_keeps_the_measured_hand_over() -> None:
     """CPU-bound loading (its wall time all CPU) beside a consumer that also waits (a quarter of
     its wall time on the CPU, a logger's round trips, say): nothing took the cores."""

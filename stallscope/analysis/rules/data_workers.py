@@ -211,6 +211,8 @@ def rule(ctx: Context) -> Finding | None:
             "load_per_batch_ms": ms(model.load_s),
             "load_cpu_per_batch_ms": ms(model.load_cpu_s),
             "load_cpu_measured": model.load_cpu_measured,
+            # the loading's time neither on a CPU nor blocked, counted as the host's (the consumer's)
+            **({"host_still_per_batch_ms": ms(model.still_s)} if model.still_s > 0 else {}),
             **({"thread_core_wait_per_cpu": round(waits, 3)} if waits is not None else {}),
             "main_cpu_per_step_ms": ms(model.main_cpu_s),
             "usable_cores": ctx.cores,
