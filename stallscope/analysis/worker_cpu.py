@@ -69,9 +69,15 @@ def demand(ctx: Context, model: LoopModel) -> float:
     (the host sampler's, over the window); a worker's waits are not read, so with workers, and
     where the thread's were not read, it is the measured CPU share alone."""
     share = model.cpu_share_of_loading
-    host = ctx.host_signals
-    waits = host.thread_wait_per_cpu if host is not None and model.workers == 0 else None
+    waits = thread_waits(ctx, model)
     return share if waits is None else min(1.0, share * (1.0 + waits))
+
+
+def thread_waits(ctx: Context, model: LoopModel) -> float | None:
+    """The training thread's waits for a core per second it ran, where the loading is its own (no
+    workers) and the host sampler read them; None otherwise."""
+    host = ctx.host_signals
+    return host.thread_wait_per_cpu if host is not None and model.workers == 0 else None
 
 
 def refine(ctx: Context, model: LoopModel) -> tuple[LoopModel, LoaderCpu | None]:

@@ -23,7 +23,7 @@ from stallscope.analysis.device_model import cap_by_device_idle
 from stallscope.analysis.finding import Confidence, Finding, speedup_for
 from stallscope.analysis.loop_model import LoopModel, batches_may_be_ready, host_share
 from stallscope.analysis.numbers import count, fmt_ms, frac, ms
-from stallscope.analysis.worker_cpu import demand, refine
+from stallscope.analysis.worker_cpu import demand, refine, thread_waits
 
 ID = "data.workers"
 
@@ -55,7 +55,7 @@ def rule(ctx: Context) -> Finding | None:
     io_bound = _io_bound(ctx, model)
     host = ctx.host_signals
     # the training thread's waits for a core, evidence where the loading is its own
-    waits = host.thread_wait_per_cpu if host is not None and model.workers == 0 else None
+    waits = thread_waits(ctx, model)
     cap = ctx.cores * ctx.config.io_workers_per_core if io_bound else ctx.cores
     # more workers than the cores allow: each pass spawns them all, and they compete with
     # training for the cores, even where the loader keeps up
