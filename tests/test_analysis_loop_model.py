@@ -330,6 +330,7 @@ def test_loading_that_neither_ran_nor_blocked_on_a_loaded_host_is_the_hosts_time
     assert model.still_s == pytest.approx(0.0114 - 0.0006 * (1 / 0.25 - 1))
     assert model.load_s == pytest.approx(0.012 - model.still_s)
     assert model.wait_s == pytest.approx(model.load_s)
+    assert model.measured_wait_s == pytest.approx(0.012)  # what the rules' words say
     assert model.consumer_s == pytest.approx(0.020 + model.still_s)
     assert model.step_s == pytest.approx(0.032)  # the step itself is as measured
     assert model.load_cpu_s == pytest.approx(0.0006)
@@ -356,6 +357,20 @@ def test_still_time_on_a_quiet_host_is_all_the_hosts() -> None:
     assert model.still_s == pytest.approx(0.002)  # half of the 4 ms off the CPU
     assert model.load_s == pytest.approx(0.006)
     assert model.consumer_s == pytest.approx(0.004)
+
+
+def test_the_step_starts_as_cold_as_the_whole_gap_before_it_left_it() -> None:
+    """1 ms of a 2 ms wait is the host's: the step still follows 2 ms of other work and pauses,
+    as cold as after a batch from a worker, and the model's step with no workers is the measured
+    one."""
+    span = still_span(starved_span(wait_ms=2, consumer_ms=2, cpu_share=0.5), still_share=1.0)
+    model = build_loop_model(ctx(span))
+    assert model is not None
+    assert model.still_s == pytest.approx(0.001)
+    assert model.load_s == pytest.approx(0.001)
+    assert model.cold_share(0) == pytest.approx(min(1.0, 0.002 / COLD_GAP_S))
+    assert model.predict_step_s(0) == pytest.approx(model.step_s)
+    assert model.step_s == pytest.approx(0.004)
 
 
 def test_a_quiet_host_whose_steps_also_wait_keeps_the_measured_hand_over() -> None:

@@ -76,8 +76,12 @@ class _Switches:
 
     def __init__(self) -> None:
         self.readings = 0
+        self.broken = False
 
     def __call__(self) -> int:
+        if self.broken:  # as the clock breaks: the next reading raises
+            self.broken = False
+            raise RuntimeError("the switch count broke")
         self.readings += 1
         return self.readings // 2
 
@@ -220,6 +224,9 @@ class _Twin:
         if kind == "break_clock":
             self.clock.broken = True
             return None
+        if kind == "break_switches":
+            self.switches.broken = True
+            return None
         if kind == "run_stats":
             return tl.run_stats()
         raise AssertionError(f"unknown operation {kind}")
@@ -250,6 +257,7 @@ _KINDS = (
     "watch",
     "unwatch",
     "break_clock",
+    "break_switches",
     "run_stats",
 )
 _OPS = st.lists(

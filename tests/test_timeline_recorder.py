@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from conftest import FakeClock
 
+from stallscope.timeline import recorder
 from stallscope.timeline.phases import BUILTIN_PHASES
 from stallscope.timeline.recorder import DATA_CPU_INTERVAL_NS, GOT, NATIVE_MODULE, NONE, STEP, Timeline
 from stallscope.timeline.stats import Distribution, EpochBoundary, IdleWindow, SpanSnapshot, SpanStats
@@ -357,6 +359,41 @@ def test_the_sampled_waits_time_neither_on_a_cpu_nor_blocked_is_still(how: str) 
     assert epoch.data_still_ns == still
     assert epoch.data_cpu_ns == epoch.phase_ns["data"] // 4
     assert tl.run_stats().data_still_ns == still
+
+
+@pytest.mark.parametrize("at", ["begin", "end"])
+def test_a_switch_count_that_fails_is_contained(clock: FakeClock, cpu_clock: FakeClock, at: str) -> None:
+    """StallScope's own failure reading the switches at either end of a sampled wait: the item is
+    not lost, the rest pass through unrecorded, and ``on_error`` gets the exception."""
+    reads = {"n": 0}
+
+    def switches() -> int:
+        reads["n"] += 1
+        if reads["n"] == (1 if at == "begin" else 2):
+            raise OSError("getrusage failed")
+        return 5
+
+    tl = Timeline(clock=clock, cpu_clock=cpu_clock, switch_clock=switches)
+    errors: list[Exception] = []
+    tl.on_error = errors.append
+    tl.start()
+    tl.begin_epoch(in_process_data=True)
+    stream = tl.stream(iter([10, 11, 12]), lambda item, wait: None, [])
+    assert list(stream) == [10, 11, 12]
+    assert [type(e) for e in errors] == [OSError]
+    assert reads["n"] == (1 if at == "begin" else 2)  # nothing read after the failure
+
+
+def test_the_threads_switches_are_read_by_default_with_the_real_clocks_only(clock: FakeClock) -> None:
+    """The thread's count says nothing of a made-up clock's waits: with fake clocks (the tests')
+    the default switch clock counts nothing, so a fake wait is never taken as still."""
+    assert Timeline()._switch_clock is recorder.voluntary_switches
+    assert Timeline(clock=clock)._switch_clock() == -1
+    assert Timeline(cpu_clock=clock)._switch_clock() == -1
+    if recorder.voluntary_switches() >= 0:  # Linux: the calling thread's count
+        before = recorder.voluntary_switches()
+        time.sleep(0.001)  # blocks: gives up the core
+        assert recorder.voluntary_switches() > before
 
 
 def test_no_still_time_where_switches_are_not_counted_or_loading_had_workers(clock: FakeClock) -> None:

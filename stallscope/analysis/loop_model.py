@@ -166,6 +166,11 @@ class LoopModel:
         return self.consumer_s + self.wait_s
 
     @property
+    def measured_wait_s(self) -> float:
+        """The wait per step as measured: ``wait_s`` with the host's share of it (``still_s``)."""
+        return self.wait_s + self.still_s
+
+    @property
     def starved(self) -> bool:
         return self.wait_s > STARVED_WAIT_RATIO * self.consumer_s
 
@@ -180,8 +185,9 @@ class LoopModel:
         return min(1.0, self.load_cpu_s / self.load_s) if self.load_s > 0 else 1.0
 
     def cold_share(self, workers: int) -> float:
-        """How cold each step starts with ``workers`` (``cold_share``)."""
-        return cold_share(workers, self.load_s)
+        """How cold each step starts with ``workers`` (``cold_share``): in-process, after the
+        whole gap before it, the host's share (``still_s``) included."""
+        return cold_share(workers, self.load_s + self.still_s)
 
     def consumer_at(self, workers: int) -> float:
         """The consumer time per step with ``workers``: the measured one with its share of d
@@ -377,7 +383,7 @@ def build_loop_model(ctx: Context) -> LoopModel | None:
     tensors = ctx.batch_tensors if ctx.batch_tensors is not None else DEFAULT_BATCH_TENSORS
     gil_wait = tensors * sys.getswitchinterval() if cpu_work and _tensors_as_descriptors() else 0.0
     # a step on the CPU starts cold after a batch from a worker or long in-process loading: d
-    cold = cold_share(workers, load_s)
+    cold = cold_share(workers, load_s + still_s)
     drag = 0.0
     if ctx.cuda_device is None and ctx.cuda is None:
         hot = max(0.5 * consumer_s, (consumer_s - COLD_STEP_BASE_S * cold) / (1 + COLD_STEP_SHARE * cold))

@@ -59,7 +59,7 @@ from stallscope.signals.host_sampler import HostSummary, memory_risk_note
 from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
 from stallscope.signals.saves import SaveMeter, SaveSummary
 from stallscope.timeline.phases import CHECKPOINT, LOGGING, VALIDATION
-from stallscope.timeline.recorder import Timeline, voluntary_switches
+from stallscope.timeline.recorder import Timeline
 from stallscope.timeline.stats import SpanSnapshot, SpanStats
 
 #: a tail at least this long (and 1% of the run) gets a note
@@ -315,7 +315,7 @@ class Session:
         framework: Framework = "plain",
         clock: Callable[[], int] = time.perf_counter_ns,
         cpu_clock: Callable[[], int] = time.process_time_ns,
-        switch_clock: Callable[[], int] = voluntary_switches,
+        switch_clock: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
         self.framework: Framework = framework

@@ -843,8 +843,8 @@ Stream_dealloc(Stream *self)
 
 static PyTypeObject StreamType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stallscope.timeline._native.Stream",
-    .tp_doc = PyDoc_STR("Stream(it, log, clock, cpu_clock, switch_clock, timeline, on_first, result, token, cpu_due, interval, "
-                        "fold_at): recorder.Timeline._stream in C"),
+    .tp_doc = PyDoc_STR("Stream(it, log, clock, cpu_clock, switch_clock, timeline, on_first, result, token, cpu_due, "
+                        "interval, fold_at): recorder.Timeline._stream in C"),
     .tp_basicsize = sizeof(Stream),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -2110,7 +2110,8 @@ static PyObject *
 StepHook_vectorcall(StepHook *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     if (unready(!self->inner || !self->slow || !self->run || !self->scope || !self->scope_state || !self->timeline ||
-                !self->log || !self->clock || !self->cpu_clock || !self->switch_clock || !self->h2d || !self->compute)) {
+                !self->log || !self->clock || !self->cpu_clock || !self->switch_clock || !self->h2d ||
+                !self->compute)) {
         return NULL;
     }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);

@@ -367,7 +367,7 @@ class Timeline:
         *,
         clock: Clock = time.perf_counter_ns,
         cpu_clock: Clock = time.process_time_ns,
-        switch_clock: Clock = voluntary_switches,
+        switch_clock: Clock | None = None,
         recent_steps: int = 4096,
         window_steps: int = 16,
         max_windows: int = 256,
@@ -382,7 +382,10 @@ class Timeline:
             raise ValueError(f"max_windows must be an even number >= 2, got {max_windows!r}")
         self._clock = clock
         self._cpu_clock = cpu_clock
-        self._switch_clock = switch_clock
+        #: the thread's count says nothing of a made-up clock's waits: by default it is read with
+        #: the real clocks only
+        real = clock is time.perf_counter_ns and cpu_clock is time.process_time_ns
+        self._switch_clock = switch_clock or (voluntary_switches if real else _no_switch_count)
         #: called with StallScope's own error when the hot path fails (the timeline then stops);
         #: by default it is raised
         self.on_error: Callable[[Exception], None] = _raise
@@ -773,7 +776,7 @@ class Timeline:
         """The wait for a batch is over; ``got_item`` starts a step. Returns the wait in ns.
         ``then``: enter this phase at the same instant (Lightning's h2d, every step)."""
         cpu1 = self._cpu_clock() if self._data_cpu_mark >= 0 else -1
-        switches1 = self._switch_clock() if cpu1 >= 0 else -1
+        switches1 = self._switch_clock() if self._data_cpu_mark >= 0 else -1
         now = self._clock()
         wait = now - self._data_t0
         if cpu1 >= 0:

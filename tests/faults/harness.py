@@ -147,7 +147,11 @@ def dead_worker_teardown() -> Iterator[list[str]]:
     previous = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
-        if loader_teardown(unraisable):
+        try:
+            teardown = loader_teardown(unraisable)
+        except Exception:  # an object too odd to classify: not known to be torch's
+            teardown = False
+        if teardown:
             seen.append(f"{unraisable.object!r}: {unraisable.exc_type.__name__}")
         else:
             previous(unraisable)

@@ -94,7 +94,7 @@ def rule(ctx: Context) -> Finding | None:
         title=(
             f"Batch preparation is CPU-bound: the {count(model.cores, 'usable core')} "
             f"{'is' if model.cores == 1 else 'are'} {busy_cores} busy and "
-            f"training still waits {fmt_ms(model.wait_s)} per step"
+            f"training still waits {fmt_ms(model.measured_wait_s)} per step"
         ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
@@ -106,7 +106,7 @@ def rule(ctx: Context) -> Finding | None:
             "loading_cpu_share": frac(cpu.busy),
             "cpu_measured_in": cpu.source,
             "load_cpu_per_batch_ms": ms(model.load_cpu_s),
-            "wait_per_step_ms": ms(model.wait_s),
+            "wait_per_step_ms": ms(model.measured_wait_s),
             "consumer_per_step_ms": ms(model.consumer_s),
             "assumed_cpu_cost_cut": COST_REDUCTION,
             "predicted_step_ms": ms(after),

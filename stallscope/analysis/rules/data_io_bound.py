@@ -58,7 +58,7 @@ def rule(ctx: Context) -> Finding | None:
         id=ID,
         title=(
             f"Loading waits on storage: {who} {spend} only {cpu.busy:.0%} of the time on a CPU while "
-            f"training waits {fmt_ms(model.wait_s)} per step"
+            f"training waits {fmt_ms(model.measured_wait_s)} per step"
         ),
         est_saving_fraction=saving,
         est_speedup=round(speedup_for(saving), 3),
@@ -70,7 +70,7 @@ def rule(ctx: Context) -> Finding | None:
             "cpu_busy_fraction": frac(cpu.cores_busy) if cpu.cores_busy is not None else None,
             "load_per_batch_ms": ms(model.load_s),
             "load_cpu_per_batch_ms": ms(model.load_cpu_s),
-            "wait_per_step_ms": ms(model.wait_s),
+            "wait_per_step_ms": ms(model.measured_wait_s),
             "disk_read_mb_per_s": round(rate / 1e6, 2) if rate is not None else None,
             "workers_assumed": workers,
             "predicted_step_ms": ms(after),

@@ -206,7 +206,7 @@ def rule(ctx: Context) -> Finding | None:
         evidence={
             "num_workers": model.workers,
             "data_wait_fraction": frac(wait_share),
-            "wait_per_step_ms": ms(model.wait_s),
+            "wait_per_step_ms": ms(model.measured_wait_s),
             "consumer_per_step_ms": ms(model.consumer_s),
             "load_per_batch_ms": ms(model.load_s),
             "load_cpu_per_batch_ms": ms(model.load_cpu_s),
