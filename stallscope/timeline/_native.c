@@ -728,7 +728,6 @@ Stream_next(Stream *self)
     if (began >= self->cpu_due) {
         self->cpu_due = began + self->interval;
         if (read_clock(self->cpu_clock, &cpu0) < 0 || read_clock(self->switch_clock, &switches0) < 0) {
-            cpu0 = -1;
             return Stream_pass(self);
         }
     }
