@@ -732,6 +732,19 @@ class Job:
         the job's numbers are wanted at each epoch end (``each_epoch``)."""
         return 1 if self.each_epoch else max(1, min(self.run_every, MAX_BATCH))
 
+    def may_wait(self, index: int, waiting: int) -> bool:
+        """Whether this rank's epoch ``index`` may be closed at a later epoch end
+        (``Session._wait``), ``waiting`` of its epochs waiting already: not where the job's numbers
+        are wanted at each epoch end, nor, on a rank other than 0, where it posts (rank 0 counts on
+        the word it gave: ``close_epoch``). Rank 0 takes the ranks' posts at whichever of its
+        epoch ends closes the epoch; in a job in step they came in long before."""
+        if self.each_epoch:
+            return False
+        if self.leader:
+            return True
+        every = self.post_every
+        return index < self._next_post and index % every != 0 and len(self._unsent) + waiting + 1 < MAX_BATCH
+
     def _post(self, report: Report | None, *, final: bool = False) -> None:
         """A rank other than 0: post its epochs not sent yet (with its run's report when given) as
         its next numbered post, saying when it posts next; ``final``: as its final payload."""

@@ -53,7 +53,7 @@ from stallscope.report.schema import DeviceInfo, EpochReport, RankEntry, Report,
 from stallscope.report.writer import FIRST_WRITE_S, WRITE_SHARE, ReportWriter
 from stallscope.signals.calls import CallMeter, CallSummary
 from stallscope.signals.collector import SignalCollector, Signals, WindowMark
-from stallscope.signals.forward import ForwardProbe, timer_for
+from stallscope.signals.forward import ForwardProbe, ForwardStats, timer_for
 from stallscope.signals.host import HostInfo, host_info
 from stallscope.signals.host_sampler import HostSummary, memory_risk_note
 from stallscope.signals.loader import LoaderConfig, StartMeter, StartSummary, probe_batch_s
@@ -286,6 +286,10 @@ def _whole_groups(epochs: tuple[EpochReport, ...]) -> tuple[EpochReport, ...]:
     return tuple(e if held(e) else dataclasses.replace(e, diagnosed_with=None) for e in epochs)
 
 
+#: a waiting epoch's forward passes (``Session._cut_forward``): its own, and the run's as of its end
+_Forward = tuple[Callable[[], ForwardStats | None], Callable[[], ForwardStats | None]]
+
+
 class _Facts(NamedTuple):
     """What the rules know of the run that may change as it goes (``Session._facts``), read when
     an epoch ends: an epoch whose close waits (``Session._wait``) is diagnosed with these."""
@@ -468,19 +472,49 @@ class Session:
             if probe.start():
                 self._forward, self._forward_since = probe, self._epoch_index
 
-    def _note_forward(self, steps: int) -> None:
+    def _write_due(self, now: int) -> bool:
+        """Whether this epoch end would hand a report in to a writer (``_close_epoch``): a job's
+        report.json only at the epoch ends where rank 0 counts on the ranks' run summaries
+        (``Job.run_due``), rank 0's own file on its own budget; another rank writes its own file
+        where it posts its run's summary (``Job.may_wait`` leaves those)."""
+        job, writer = self.job, self._writer
+        if job is None:
+            return writer is not None and writer.wants_report(now)
+        if not job.leader:
+            return False
+        if writer is not None and job.run_due(self._epoch_index) and writer.wants_report(now):
+            return True
+        return self._rank_writer is not None and self._rank_writer.wants_report(now)
+
+    def _job_may_wait(self, job: Job, waiting: int) -> bool:
+        """Whether this rank's epoch end may leave its close to a later one (``_wait``)."""
+        probe = self._forward
+        if probe is not None and probe.timer is None:  # still looking for the DDP module
+            return False
+        return job.may_wait(self._epoch_index, waiting)
+
+    def _cut_forward(self) -> _Forward | None:
+        """A waiting epoch's forward passes, cut from the next epoch's (``_note_forward``)."""
+        timer = self._forward.timer if self._forward is not None else None
+        return (timer.cut_epoch(), timer.run_later()) if timer is not None else None
+
+    def _note_forward(self, steps: int, forward: _Forward | None = None) -> None:
         """An epoch of ``steps`` ended: the job gets this rank's forward passes in it and in the
-        run so far. A first epoch without a DDP module ends the search (its global hook costs
-        every module call a little)."""
+        run so far (``forward``: as cut at the end of an epoch whose close waited). A first epoch
+        without a DDP module ends the search (its global hook costs every module call a little)."""
         probe, job = self._forward, self.job
         if probe is None or job is None:
             return
         timer = probe.timer
-        if timer is None:
+        if forward is not None:
+            epoch, later = forward[0](), forward[1]
+        elif timer is None:
             if self._epoch_index > self._forward_since:  # a whole epoch looked
                 probe.give_up()
             return
-        epoch, later, steps_ended = timer.take_epoch(), timer.run_later(), self._steps_ended
+        else:
+            epoch, later = timer.take_epoch(), timer.run_later()
+        steps_ended = self._steps_ended
         job.forward = {"epoch": epoch.to_dict(steps)} if epoch is not None else {}
 
         def run() -> dict[str, Any] | None:  # summed up only when the run's summary goes out
@@ -634,14 +668,19 @@ class Session:
         ``MAX_WAITING - 1`` others, at the next epoch end that has something to do, or when the
         report is asked for. Between training steps an epoch end costs what it touches, so a few
         dozen short epochs closed at once cost less than each at its end. Only an epoch shorter
-        than ``WAIT_UNDER_NS``; not the first one (a job is looked for there), nor a distributed
-        job's (the ranks exchange each epoch), nor one on CUDA before an epoch confirmed that
-        the run works there (``SignalCollector.windows_wait``), nor one that may close its group of
-        epochs (``_Group``: its findings are made, and its panel printed, at its end). So the
-        epoch waits only while it is too short to be diagnosed: what the rules will know is not
-        read, nor the host's window closed."""
+        than ``WAIT_UNDER_NS``; not the first one (a job is looked for there), nor one on CUDA
+        before an epoch confirmed that the run works there (``SignalCollector.windows_wait``), nor
+        one that may close its group of epochs (``_Group``: its findings are made, and its panel
+        printed, at its end). So the epoch waits only while it is too short to be diagnosed: what
+        the rules will know is not read, nor the host's window closed. A rank of a distributed job
+        sends its epochs at the epoch end that closes them (``_close_job_epoch``): its epoch
+        waits where it owes no post (``Job.may_wait``), nor, on rank 0, where its own file is to
+        be written, and once its forward passes are timed (their epoch's span is cut here)."""
         timeline = self.timeline
-        if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0 or self.job is not None:
+        if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0:
+            return False
+        job = self.job
+        if job is not None and not self._job_may_wait(job, timeline.waiting_epochs):
             return False
         signals = self.signals
         if not timeline.markable or not signals.windows_wait:
@@ -652,10 +691,11 @@ class Session:
         since = self._group_since
         if since is None or now - since >= GROUP_WALL_NS:  # the group may be long enough now
             return False
-        if self._writer is not None and self._writer.wants_report(now):
+        if self._write_due(now):
             return False
         at = (now, self._cpu_clock())
-        token = (self._epoch_index, None, signals.mark_windows(host=False) if signals.epoch_windows else None)
+        mark = signals.mark_windows(host=False) if signals.epoch_windows else None
+        token = (self._epoch_index, None, mark, self._cut_forward() if job is not None else None)
         # counted first: an exception a signal handler raises from here on loses no marked epoch
         self._epoch_index += 1
         self._ended_at = now
@@ -672,7 +712,7 @@ class Session:
         closed = timeline.closed_epochs()
         while closed:
             token, snapshot, _ = closed[0]
-            index, facts, mark = cast("tuple[int, _Facts | None, WindowMark | None]", token)
+            index, facts, mark, forward = cast("tuple[int, _Facts | None, WindowMark | None, _Forward | None]", token)
             signals = self.signals.marked_signals(mark)
             group = snapshot.group
             if group is not None:  # (not expected: ``_wait`` leaves an epoch that may close one)
@@ -681,11 +721,13 @@ class Session:
                 run_span = self._run_span(group)
                 first = self._group.first if self._group.first is not None else index
                 known = self._known(group_signals, first_epoch=first, facts=facts)
-                self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
+                epoch = self._keep_epoch(index, snapshot, signals, group_signals, known, run_span)
                 self._unprinted += 1  # no panel at its end
             else:
-                self._keep_epoch(index, snapshot, signals)
+                epoch = self._keep_epoch(index, snapshot, signals)
             del closed[0]
+            if self.job is not None:  # sent (rank 0: taken into the job's epochs) in order
+                self._close_job_epoch(index, epoch, snapshot, forward=forward)
 
     def top_saving(self, epoch: EpochReport) -> float:
         """The headline's ``top_saving_fraction`` at ``epoch``'s end: its best fix's saving, or, for
@@ -847,7 +889,9 @@ class Session:
         self._closed_group = group
         return True
 
-    def _close_job_epoch(self, index: int, epoch: Later[EpochReport], span: SpanSnapshot) -> Later[EpochReport]:
+    def _close_job_epoch(
+        self, index: int, epoch: Later[EpochReport], span: SpanSnapshot, *, forward: _Forward | None = None
+    ) -> Later[EpochReport]:
         """An epoch end of a distributed job: this rank's epoch is made now and sent to rank 0,
         with its run's report every ``Job.run_every``-th epoch (making that report costs
         milliseconds: with short epochs, not every time). Rank 0 makes the job's epoch when it is
@@ -856,7 +900,7 @@ class Session:
         sent its run's; each rank writes its own ``ranks/rank-<R>.json`` on the same budget."""
         job = self.job
         assert job is not None
-        self._note_forward(span.steps)
+        self._note_forward(span.steps, forward)
         closed = self._closed_group
         group = None  # the epochs this one's findings are of, when it closes a group
         if span.group is not None and closed is not None and closed.first is not None:

@@ -240,11 +240,17 @@ class ForwardTimer:
 
     def take_epoch(self) -> ForwardStats | None:
         """The forwards since the last epoch end (None when none was timed)."""
+        return self.cut_epoch()()
+
+    def cut_epoch(self) -> Callable[[], ForwardStats | None]:
+        """End the epoch's span of forwards now (the next ones are the next epoch's) and return
+        its statistics, made when the function returned is called: an epoch end whose close
+        waits for a later one (``Session._wait``) pays only for the cut."""
         self._resolve()
-        stats = self._epoch.stats(self.source)
+        span, source = self._epoch, self.source
         self._epoch = _Span()
         self._cycle_from = None
-        return stats
+        return lambda: span.stats(source)
 
     def run(self) -> ForwardStats | None:
         """The run's forwards so far."""
