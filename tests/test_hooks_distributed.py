@@ -870,3 +870,93 @@ class _Waits:
         for i in range(self.n):
             self.clock.advance_ms(self.wait_ms)
             yield i
+
+
+@pytest.fixture
+def ddp_model() -> Any:
+    """A real DDP module in a process group of one rank (gloo), for the forward-pass probe."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch import nn
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=30))
+    try:
+        yield nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_jobs_short_epochs_wait_for_a_later_epoch_end_and_each_rank_keeps_its_word(
+    two_ranks: Callable[[int], None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ddp_model: Any
+) -> None:
+    """60 epochs of 30 steps of 1 ms on each rank (a run report costs 2 ms to make), epoch k
+    with 1 + k % 3 forward passes of the DDP model a step. Most epoch ends on both ranks only mark
+    where the epoch ends (``Session._wait``) and close it at a later one; rank 1 still posts at
+    every epoch end it said it would, its posts carry every epoch once and in order, each with
+    its own forward passes (cut at its end), and the job's report has every epoch."""
+    import torch
+
+    from stallscope.timeline.recorder import Timeline
+
+    clock = _fake_clocked_ranks(monkeypatch)
+    real_job, real_mark, real_post = session.Session._report_job, Timeline.mark_epoch, Exchange.post
+    current = {"rank": 1, "epoch": 0}
+    marked: dict[int, int] = {}
+    posts: list[dict[str, Any]] = []
+
+    def report_job(self: session.Session, *, complete: bool) -> Any:
+        clock.advance_ms(2)
+        return real_job(self, complete=complete)
+
+    def mark_epoch(self: Timeline, *args: Any, **kwargs: Any) -> Any:
+        marked[current["rank"]] = marked.get(current["rank"], 0) + 1
+        return real_mark(self, *args, **kwargs)
+
+    def post(self: Exchange, name: str, payload: dict[str, Any]) -> None:
+        posts.append({**json.loads(json.dumps(payload)), "at": current["epoch"]})
+        real_post(self, name, payload)
+
+    monkeypatch.setattr(session.Session, "_report_job", report_job)
+    monkeypatch.setattr(Timeline, "mark_epoch", mark_epoch)
+    monkeypatch.setattr(Exchange, "post", post)
+    x = torch.zeros(2, 4)
+
+    def train_steps(report_dir: Path) -> Report | None:
+        with StallScope(report_dir, console=False) as scope:
+            for k in range(60):
+                current["epoch"] = k  # the epoch whose end runs at the end of this loop
+                for _batch in scope.iter(range(30)):
+                    with scope.phase("compute"):
+                        for _ in range(1 + k % 3):
+                            ddp_model(x).sum().backward()
+                        clock.advance_ms(1)
+        return scope.report
+
+    two_ranks(1)
+    train_steps(tmp_path / "node1")
+    sent_by_1 = list(posts)
+    current["rank"] = 0
+    two_ranks(0)
+    job = train_steps(tmp_path / "node0")
+    assert marked.get(1, 0) >= 30, marked  # most epoch ends waited, on both ranks
+    assert marked.get(0, 0) >= 30, marked
+    sent: list[int] = []
+    promised: int | None = None
+    for p in sent_by_1:
+        batch = [item["index"] for item in p.get("batch", [])]
+        if promised is not None and p["name"] != "final":  # at the end of the epoch it said, with it
+            assert batch[-1] == p["at"] <= promised, (p["name"], batch, p["at"], promised)
+        promised = p.get("next")
+        sent += batch
+        for item in p.get("batch", []):
+            assert item["forward"]["calls"] == 30 * (1 + item["index"] % 3), item
+    assert sent == list(range(60))
+    assert 3 <= len(sent_by_1) <= 8  # in batches: not one post an epoch
+    assert job is not None
+    assert len(job.epochs) == 60
+    assert {e.summary.steps for e in job.epochs} == {30}
+    assert [(r.rank, r.steps, r.epochs) for r in job.ranks] == [(0, 1800, 60), (1, 1800, 60)]
+    closing = [e for e in job.epochs if e.diagnosed_with is None]
+    assert [(e.index, e.covers_epochs) for e in closing] == [(33, (0, 33)), (59, (34, 59))]
+    assert not any("sent no summary" in n for n in job.notes)

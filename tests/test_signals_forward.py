@@ -44,6 +44,35 @@ def test_the_timer_sums_each_epochs_forwards_on_its_clock() -> None:
     assert timer.run().calls == 4  # type: ignore[union-attr]
 
 
+def test_an_epoch_cut_now_is_summed_later_and_the_next_epoch_starts_at_the_cut() -> None:
+    """``cut_epoch`` (an epoch whose close waits for a later epoch end): the forwards before the
+    cut are its own, summed up when asked for after later forwards were timed; those after it
+    are the next epoch's, and no cycle runs through the cut."""
+    clock = Clock()
+    timer = ForwardTimer(clock=clock)
+
+    def forward(ms: int, gap_ms: int = 1) -> None:
+        timer.begin()
+        clock.now += ms * 1_000_000
+        timer.end()
+        clock.now += gap_ms * 1_000_000
+
+    for ms in (2, 4):
+        forward(ms)
+    first = timer.cut_epoch()
+    clock.now += 50 * 1_000_000  # the epoch's end
+    for ms in (10, 20, 30):
+        forward(ms)
+    before, after = first(), timer.take_epoch()
+    assert before is not None
+    assert after is not None
+    assert (before.calls, before.total_s) == (2, pytest.approx(0.006))
+    assert (after.calls, after.total_s, after.p50_s) == (3, pytest.approx(0.06), pytest.approx(0.02))
+    assert before.cycle_s == pytest.approx(0.003)  # 2 ms and a 1 ms gap: the cut's 50 ms not in it
+    assert after.cycle_s == pytest.approx(0.016)  # (11 + 21) / 2 ms
+    assert timer.cut_epoch()() is None  # nothing since
+
+
 def test_the_runs_forwards_summed_later_are_as_of_when_they_were_taken() -> None:
     """``run_later`` marks the run's forwards now and sums them up when called: forwards timed
     after it are not in it (a job's run summary goes out at an epoch end, with that epoch's
@@ -211,9 +240,11 @@ def test_the_probe_finds_the_ddp_module_and_times_its_training_forwards(group: N
     assert probe.start()
     other(torch.zeros(1, 4))  # not DDP: not hooked
     assert probe.timer is None
+    assert probe.looking
     for _ in range(3):
         model(torch.zeros(2, 4)).sum().backward()
     assert probe.timer is not None
+    assert not probe.looking  # found: the global hook is gone
     model.eval()
     model(torch.zeros(2, 4))  # validation: not counted, and the cycle running through it neither
     model.train()
@@ -238,5 +269,7 @@ def test_a_probe_that_gives_up_leaves_no_global_hook() -> None:
     probe = ForwardProbe(timer_for)
     assert probe.start()
     assert len(torch_module._global_forward_pre_hooks) == before + 1
+    assert probe.looking
     probe.give_up()
     assert len(torch_module._global_forward_pre_hooks) == before
+    assert not probe.looking

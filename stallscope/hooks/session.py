@@ -489,7 +489,7 @@ class Session:
     def _job_may_wait(self, job: Job, waiting: int) -> bool:
         """Whether this rank's epoch end may leave its close to a later one (``_wait``)."""
         probe = self._forward
-        if probe is not None and probe.timer is None:  # still looking for the DDP module
+        if probe is not None and probe.looking:  # the epoch that finds the DDP module, or gives up
             return False
         return job.may_wait(self._epoch_index, waiting)
 

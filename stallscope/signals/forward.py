@@ -313,6 +313,11 @@ class ForwardProbe:
         if module.training and self.timer is not None:
             self.timer.end()
 
+    @property
+    def looking(self) -> bool:
+        """Whether it still watches every module call for the first DDP one."""
+        return self._global is not None
+
     def give_up(self) -> None:
         """Stop looking for a DDP module (the first epoch ended without one, or one was found)."""
         handle, self._global = self._global, None
