@@ -338,6 +338,27 @@ def test_run_every_is_the_smallest_power_of_two_within_the_share() -> None:
     assert job.run_every == 2
 
 
+def test_a_ranks_epoch_waits_only_where_it_owes_rank_0_nothing() -> None:
+    """``Job.may_wait`` on a rank other than 0 (``run_every`` 32: it posts every 16th epoch): not
+    at the epoch it said it posts at, nor where its batch would be full, nor where the epoch would
+    bring ``run_every`` down (a run summary made later would be of a later moment), nor where a
+    logger wants the job's numbers at each epoch end; rank 0 may wait wherever those allow."""
+    job = Job(RankInfo(1, 2), "host", None)
+    job.note_run_cost(0.003, 0.05)
+    assert (job.run_every, job.post_every) == (32, 16)
+    job._next_post = 16
+    assert job.may_wait(5, 0, 0.05)
+    assert not job.may_wait(16, 0, 0.05)  # its word: it posts here
+    assert not job.may_wait(5, 15, 0.05)  # the batch would be full (MAX_BATCH)
+    assert not job.may_wait(5, 0, 0.2)  # 32 epochs of 0.2 s: past 5 s, run_every comes down here
+    job.each_epoch = True
+    assert not job.may_wait(5, 0, 0.05)
+    leader = Job(RankInfo(0, 2), "host", None)
+    assert leader.may_wait(16, 15, 0.2)
+    leader.each_epoch = True
+    assert not leader.may_wait(5, 0, 0.05)
+
+
 def test_rank_0_counts_on_the_ranks_run_summaries_at_the_multiples_of_the_largest_run_every() -> None:
     store, clock = DictStore(), Clock()
     leader = Job(RankInfo(0, 3), "host0", exchange(store, 0, clock, world=3))

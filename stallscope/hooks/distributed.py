@@ -732,17 +732,21 @@ class Job:
         the job's numbers are wanted at each epoch end (``each_epoch``)."""
         return 1 if self.each_epoch else max(1, min(self.run_every, MAX_BATCH))
 
-    def may_wait(self, index: int, waiting: int) -> bool:
-        """Whether this rank's epoch ``index`` may be closed at a later epoch end
-        (``Session._wait``), ``waiting`` of its epochs waiting already: not where the job's numbers
-        are wanted at each epoch end, nor, on a rank other than 0, where it posts (rank 0 counts on
-        the word it gave: ``close_epoch``). Rank 0 takes the ranks' posts at whichever of its
-        epoch ends closes the epoch; in a job in step they came in long before."""
+    def may_wait(self, index: int, waiting: int, epoch_s: float) -> bool:
+        """Whether this rank's epoch ``index``, of about ``epoch_s``, may be closed at a later
+        epoch end (``Session._wait``), ``waiting`` of its epochs waiting already: not where the
+        job's numbers are wanted at each epoch end, nor, on a rank other than 0, where it posts
+        (rank 0 counts on the word it gave: ``close_epoch``), nor where the epoch would bring
+        ``run_every`` down (``note_epoch``: a run summary made at a later epoch end would be
+        of a later moment than the epoch it is sent with). Rank 0 takes the ranks' posts at
+        whichever of its epoch ends closes the epoch; in a job in step they came in long before."""
         if self.each_epoch:
             return False
         if self.leader:
             return True
         every = self.post_every
+        if self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
+            return False
         return index < self._next_post and index % every != 0 and len(self._unsent) + waiting + 1 < MAX_BATCH
 
     def _post(self, report: Report | None, *, final: bool = False) -> None:

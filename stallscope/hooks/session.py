@@ -486,12 +486,12 @@ class Session:
             return True
         return self._rank_writer is not None and self._rank_writer.wants_report(now)
 
-    def _job_may_wait(self, job: Job, waiting: int) -> bool:
-        """Whether this rank's epoch end may leave its close to a later one (``_wait``)."""
+    def _job_may_wait(self, job: Job, waiting: int, now: int) -> bool:
+        """Whether this rank's epoch end (at ``now``) may leave its close to a later one (``_wait``)."""
         probe = self._forward
         if probe is not None and probe.looking:  # the epoch that finds the DDP module, or gives up
             return False
-        return job.may_wait(self._epoch_index, waiting)
+        return job.may_wait(self._epoch_index, waiting, (now - self._ended_at) / 1e9)
 
     def _cut_forward(self) -> _Forward | None:
         """A waiting epoch's forward passes, cut from the next epoch's (``_note_forward``)."""
@@ -674,19 +674,20 @@ class Session:
         printed, at its end). So the epoch waits only while it is too short to be diagnosed: what
         the rules will know is not read, nor the host's window closed. A rank of a distributed job
         sends its epochs at the epoch end that closes them (``_close_job_epoch``): its epoch
-        waits where it owes no post (``Job.may_wait``), nor, on rank 0, where its own file is to
-        be written, and once its forward passes are timed (their epoch's span is cut here)."""
+        waits where it owes no post (``Job.may_wait``), nor, on rank 0, where a report is to be
+        handed in (``_write_due``), and only once the forward probe stopped looking for the DDP
+        module (the epoch's forward passes are cut here)."""
         timeline = self.timeline
         if timeline.waiting_epochs >= MAX_WAITING or self._epoch_index == 0:
-            return False
-        job = self.job
-        if job is not None and not self._job_may_wait(job, timeline.waiting_epochs):
             return False
         signals = self.signals
         if not timeline.markable or not signals.windows_wait:
             return False
         now = self._clock()
         if now - self._ended_at >= WAIT_UNDER_NS:
+            return False
+        job = self.job
+        if job is not None and not self._job_may_wait(job, timeline.waiting_epochs, now):
             return False
         since = self._group_since
         if since is None or now - since >= GROUP_WALL_NS:  # the group may be long enough now
