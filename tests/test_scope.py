@@ -5,6 +5,7 @@ import functools
 import io
 import json
 import signal
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from stallscope import StallScope
 from stallscope.hooks import scope as scope_module
 from stallscope.hooks import session as session_module
+from stallscope.hooks.scope import FINISH_TRIES
 from stallscope.hooks.session import MAKE_AT_ONCE_STEPS, MAX_EPOCHS_IN_REPORT, Session
 from stallscope.report import writer as writer_module
 from stallscope.report.io import REPORT_NAME
@@ -735,6 +737,52 @@ def test_a_signal_handlers_exception_loses_no_waiting_epoch(
     assert sum(steps for _, steps in epochs) + tail_steps == data["summary"]["steps"]
     # the loop stops at the exception: at epoch 1's end, or after all four (the run's end)
     assert len(epochs) == (2 if where == "after a mark" else 4)
+
+
+@pytest.mark.parametrize("cut", [2, 4])
+def test_a_run_end_cut_short_by_signal_handlers_again_and_again_still_writes_and_stops(
+    tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, cut: int
+) -> None:
+    """Each dead DataLoader worker's SIGCHLD can raise torch's error again while the run ends
+    (seen in a fresh-clone `make test`: a killed worker's run left no report.json, and its host
+    sampler and report writer threads ran on into the next tests). The run's end is cut short by
+    a signal handler's exception ``cut`` times: twice, then it ends normally, every epoch in its
+    report; at every try, then the report of what ran is written the fast way. Either way the
+    first exception reaches the loop unchanged and no thread of StallScope's is left."""
+    raised: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        raised.append(1)
+        raise RuntimeError(f"DataLoader worker (pid {len(raised)}) is killed by signal: Killed.")
+
+    real_finish = Session._finish
+
+    def finish(self: Session, *, print_run: bool) -> Any:
+        if len(raised) < cut:
+            signal.raise_signal(signal.SIGUSR1)
+        return real_finish(self, print_run=print_run)
+
+    monkeypatch.setattr(Session, "_finish", finish)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with (  # noqa: PT012
+            pytest.raises(RuntimeError, match=r"pid 1\) is killed by signal"),
+            StallScope(tmp_path, console=False) as scope,
+        ):
+            for _ in range(3):
+                for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=1)):
+                    clocked.advance_ms(2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(raised) == cut
+    data = _read(tmp_path)
+    assert data["summary"]["steps"] == 12
+    if cut < FINISH_TRIES:
+        assert [e["index"] for e in data["epochs"]] == [0, 1, 2]
+        assert not any("interrupted" in note for note in data["notes"])
+    else:
+        assert any("the final diagnosis was interrupted" in note for note in data["notes"])
+    assert [t.name for t in threading.enumerate() if t.name.startswith("stallscope")] == []
 
 
 @pytest.mark.parametrize(("epoch_ms", "epochs"), [(1500, 6), (1.2, 3000)])

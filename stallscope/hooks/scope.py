@@ -72,6 +72,9 @@ MAX_PHASE_NAMES = 256
 #: ones, then one in this many
 MEASURE_FIRST = 16
 MEASURE_EVERY = 8
+#: how many times the run's end is tried when a signal handler's exception cuts it short (each
+#: dead DataLoader worker's SIGCHLD can raise one: torch's handler raises while any has failed)
+FINISH_TRIES = 4
 
 
 class _NullPhase:
@@ -339,7 +342,7 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
         self._loaders.forget()  # the user's iterable is not held after the run
         users: Exception | None = None
         try:
-            for _ in range(2):
+            for _ in range(FINISH_TRIES):
                 try:
                     if self._active and self._in_epoch:
                         # the run's only epoch ends here: the run's panel alone (its findings
@@ -351,11 +354,16 @@ class StallScope(TransformersCallbacks, LightningCallbacks):
                     self._session.finish(print_run=print_run)
                     break
                 except Exception as exc:
-                    if users is None and from_signal_handler(exc):
-                        users = exc  # the user's (a signal handler's): the final report first
+                    if from_signal_handler(exc):  # the user's: the final report first, then the first such
+                        users = users or exc
                         continue
                     self._fail(exc)
                     break
+            else:  # each try was cut short: what ran, the fast way, and no thread of ours left
+                if self._active and users is not None:
+                    with contextlib.suppress(Exception):
+                        self._session.finish_interrupted(users)
+                self._session.stop_helpers()
         except BaseException as exc:  # Ctrl-C, a SIGTERM handler's sys.exit: the report, then it
             if self._active:
                 with contextlib.suppress(Exception):

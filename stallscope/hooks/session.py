@@ -18,6 +18,7 @@ always written in full.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -1471,6 +1472,17 @@ class Session:
         )
         self.note(text)
         print(f"stallscope: {plain(text)}", file=sys.stderr)
+
+    def stop_helpers(self) -> None:
+        """Stop StallScope's threads and hooks, each whatever the others do: a run's end that could
+        not finish (``StallScope.close``) leaves none of them running."""
+        helpers: list[Callable[[], object]] = [self.signals.stop, self.saves.close]
+        if self._forward is not None:
+            helpers.append(self._forward.stop)
+        helpers += [writer.close for writer in (self._writer, self._rank_writer) if writer is not None]
+        for stop in helpers:
+            with contextlib.suppress(Exception):  # the next one all the same
+                stop()
 
     def warn_internal(self, exc: BaseException) -> None:
         """Say once, on stderr, that StallScope turned itself off."""
