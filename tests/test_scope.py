@@ -6,7 +6,7 @@ import io
 import json
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -683,6 +683,24 @@ def test_epochs_closed_later_are_reported_as_if_closed_at_their_ends(
     assert len(waited_mid.epochs) == 41
 
 
+def _loop_raising_from_sigusr1(
+    tmp_path: Path, clocked: FakeClock, handler: Callable[[int, object], None], *, epochs: int, match: str
+) -> None:
+    """``epochs`` epochs of 4 steps under a scope, ``handler`` on SIGUSR1: the ``RuntimeError`` it
+    raises reaches the loop (matching ``match``)."""
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with (  # noqa: PT012
+            pytest.raises(RuntimeError, match=match),
+            StallScope(tmp_path, console=False) as scope,
+        ):
+            for _ in range(epochs):
+                for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=1)):
+                    clocked.advance_ms(2)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 @pytest.mark.parametrize("where", ["after a mark", "while settling"])
 def test_a_signal_handlers_exception_loses_no_waiting_epoch(
     tmp_path: Path, clocked: FakeClock, monkeypatch: pytest.MonkeyPatch, where: str
@@ -719,17 +737,7 @@ def test_a_signal_handlers_exception_loses_no_waiting_epoch(
             return real_keep(self, *args, **kwargs)
 
         monkeypatch.setattr(Session, "_keep_epoch", keep)
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
-        with (  # noqa: PT012
-            pytest.raises(RuntimeError, match="killed by signal"),
-            StallScope(tmp_path, console=False) as scope,
-        ):
-            for _ in range(4):
-                for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=1)):
-                    clocked.advance_ms(2)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    _loop_raising_from_sigusr1(tmp_path, clocked, handler, epochs=4, match="killed by signal")
     data = _read(tmp_path)
     epochs = [(e["index"], e["summary"]["steps"]) for e in data["epochs"]]
     tail_steps = data["tail"]["steps"] if data.get("tail") else 0
@@ -763,17 +771,7 @@ def test_a_run_end_cut_short_by_signal_handlers_again_and_again_still_writes_and
         return real_finish(self, print_run=print_run)
 
     monkeypatch.setattr(Session, "_finish", finish)
-    previous = signal.signal(signal.SIGUSR1, handler)
-    try:
-        with (  # noqa: PT012
-            pytest.raises(RuntimeError, match=r"pid 1\) is killed by signal"),
-            StallScope(tmp_path, console=False) as scope,
-        ):
-            for _ in range(3):
-                for _ in scope.iter(TimedLoader(range(4), clocked, wait_ms=1)):
-                    clocked.advance_ms(2)
-    finally:
-        signal.signal(signal.SIGUSR1, previous)
+    _loop_raising_from_sigusr1(tmp_path, clocked, handler, epochs=3, match=r"pid 1\) is killed by signal")
     assert len(raised) == cut
     data = _read(tmp_path)
     assert data["summary"]["steps"] == 12
