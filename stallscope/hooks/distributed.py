@@ -744,10 +744,15 @@ class Job:
             return False
         if self.leader:
             return True
-        every = self.post_every
         if self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
             return False
-        return index < self._next_post and index % every != 0 and len(self._unsent) + waiting + 1 < MAX_BATCH
+        return not self._posts_at(index, len(self._unsent) + waiting + 1)
+
+    def _posts_at(self, index: int, kept: int) -> bool:
+        """A rank other than 0: whether it posts at epoch ``index``'s end, holding ``kept`` epochs
+        not sent yet (that one's included): at the epoch it said, at the multiples of
+        ``post_every``, and when its batch is full."""
+        return index >= self._next_post or index % self.post_every == 0 or kept >= MAX_BATCH
 
     def _post(self, report: Report | None, *, final: bool = False) -> None:
         """A rank other than 0: post its epochs not sent yet (with its run's report when given) as
@@ -911,13 +916,7 @@ class Job:
         epoch end's work to rank 0's."""
         if not self.leader:
             self._unsent.append((epoch, dict(self.forward.get("epoch") or {}), group))
-            index = epoch.index
-            if (
-                report is not None
-                or index >= self._next_post
-                or index % self.post_every == 0
-                or len(self._unsent) >= MAX_BATCH
-            ):
+            if report is not None or self._posts_at(epoch.index, len(self._unsent)):
                 self._post(report)
             return
         self._pending.append((epoch, dict(self.forward.get("epoch") or {}), group))
