@@ -506,16 +506,13 @@ class Session:
         probe, job = self._forward, self.job
         if probe is None or job is None:
             return
-        timer = probe.timer
-        if forward is not None:
-            epoch, later = forward[0](), forward[1]
-        elif timer is None:
+        if forward is None:
+            forward = self._cut_forward()
+        if forward is None:  # no DDP module found yet
             if self._epoch_index > self._forward_since:  # a whole epoch looked
                 probe.give_up()
             return
-        else:
-            epoch, later = timer.take_epoch(), timer.run_later()
-        steps_ended = self._steps_ended
+        epoch, later, steps_ended = forward[0](), forward[1], self._steps_ended
         job.forward = {"epoch": epoch.to_dict(steps)} if epoch is not None else {}
 
         def run() -> dict[str, Any] | None:  # summed up only when the run's summary goes out
