@@ -6,8 +6,12 @@ is wrapped to add up the training thread's CPU time spent inside it (``time.thre
 steps of loop (a) with the console on (to memory), runs bare and watched ``--runs`` times each,
 alternating, each after a full garbage collection. The table gives each function's CPU time per
 run, per call and its calls per run (inclusive: a function's time includes the wrapped ones it
-calls). The work of other threads (the host sampler's, the report writer's) is not in it; the
-ratio on the first line, in process CPU time, includes them, and the wrappers' own cost.
+calls). The work of other threads (the host sampler's, the report writer's) is not in the table;
+the ratio on the first line, in process CPU time, includes them, and the wrappers' own cost. The
+second line splits the process's CPU time by thread: the training thread's, StallScope's own
+threads' (each ``stallscope-*`` thread's CPU time from its start to its end) and the rest, bare and
+watched; the third, the rest by thread name (``/proc/self/task/*/schedstat`` around each run: in a
+job, gloo's ``gloo_tcp_loop`` and ``pt_gloo_runloop`` threads and the store's).
 
 An epoch end costs what it touches: between real training steps, whose work has evicted
 StallScope's code and data from the caches, a function runs several times slower than in a loop
@@ -31,8 +35,10 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import os
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -136,6 +142,52 @@ def wrap(
     return timed
 
 
+def count_threads(spent: Counter[str], prefix: str = "stallscope-") -> None:
+    """Add each ``prefix`` thread's CPU time, from its start to its end, to ``spent`` by name."""
+    run = threading.Thread.run
+
+    def counted(self: threading.Thread) -> None:
+        if not self.name.startswith(prefix):
+            run(self)
+            return
+        start = time.thread_time_ns()
+        try:
+            run(self)
+        finally:
+            spent[self.name] += time.thread_time_ns() - start
+
+    threading.Thread.run = counted  # type: ignore[method-assign]
+
+
+def native_threads() -> dict[int, tuple[str, int]]:
+    """Each thread of this process by id, other than the calling one: its name (``comm``: torch's
+    and gloo's threads name themselves, Python's are ``python``) and its CPU time in ns
+    (``schedstat``'s first field); empty where ``/proc`` has no such files."""
+    own = threading.get_native_id()
+    threads: dict[int, tuple[str, int]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return threads
+    for tid in tids:
+        if int(tid) == own:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm, open(f"/proc/self/task/{tid}/schedstat") as stat:
+                threads[int(tid)] = (comm.read().strip(), int(stat.read().split()[0]))
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+    return threads
+
+
+def add_native(spent: Counter[str], before: dict[int, tuple[str, int]]) -> None:
+    """Add to ``spent``, by name, the CPU time each thread alive at ``before`` and now used since
+    (a thread that started or ended in between is not counted: StallScope's, ``count_threads``)."""
+    for tid, (name, ns) in native_threads().items():
+        if tid in before and before[tid][0] == name:
+            spent[name] += ns - before[tid][1]
+
+
 def to_cuda(loop: Any) -> None:
     """Move loop (a)'s model, optimizer and batches to the GPU."""
     import torch
@@ -213,31 +265,42 @@ def main() -> int:
         loop = tiny_loop(EPOCH_STEPS)
     if args.cuda:
         to_cuda(loop)
+    threads: Counter[str] = Counter()
+    count_threads(threads)
     report_dir = tempfile.mkdtemp(prefix="stallscope-epoch-costs-")
     loop.bare_epochs(3)  # both meet the code once before counting
     loop.watched_epochs(3, report_dir)
     spent.clear()
     calls.clear()
     walls.clear()
+    threads.clear()
     bare = watched = 0.0
+    own = {"bare": 0.0, "watched": 0.0}  # the training thread's CPU seconds
+    native = {"bare": Counter[str](), "watched": Counter[str]()}  # the other threads', by name
     for _ in range(args.runs):
         gc.collect()
-        start = time.process_time()
+        others = native_threads()
+        start, mine = time.process_time(), time.thread_time()
         loop.bare_epochs(args.epochs)
         bare += time.process_time() - start
+        own["bare"] += time.thread_time() - mine
+        add_native(native["bare"], others)
         gc.collect()
-        start = time.process_time()
+        others = native_threads()
+        start, mine = time.process_time(), time.thread_time()
         loop.watched_epochs(args.epochs, report_dir)
         watched += time.process_time() - start
+        own["watched"] += time.thread_time() - mine
+        add_native(native["watched"], others)
     if job:  # one rank's table after the other's
         rank = dist.get_rank()
         for turn in range(dist.get_world_size()):
             dist.barrier()
             if turn == rank:
-                _table(args, spent, calls, walls, bare, watched, f"loop (e), rank {rank}")
+                _table(args, spent, calls, walls, bare, watched, f"loop (e), rank {rank}", own, threads, native)
         dist.destroy_process_group()
         return 0
-    _table(args, spent, calls, walls, bare, watched, "loop (d)")
+    _table(args, spent, calls, walls, bare, watched, "loop (d)", own, threads, native)
     return 0
 
 
@@ -249,6 +312,9 @@ def _table(
     bare: float,
     watched: float,
     loop: str,
+    own: dict[str, float],
+    threads: Counter[str],
+    native: dict[str, Counter[str]],
 ) -> None:
     from overhead import EPOCH_STEPS
 
@@ -257,6 +323,18 @@ def _table(
         f"{loop}, {args.epochs} epochs of {EPOCH_STEPS} steps: bare {bare / runs * 1e3:.1f} ms of CPU a run, "
         f"watched {watched / runs * 1e3:.1f} ms ({watched / bare:.3f}, the wrappers' cost included)"
     )
+    helpers = sum(threads.values()) / 1e9
+    by_name = ", ".join(f"{name} {ns / runs / 1e6:.1f}" for name, ns in threads.most_common())
+    print(
+        f"by thread, ms a run: training thread bare {own['bare'] / runs * 1e3:.1f}, watched "
+        f"{own['watched'] / runs * 1e3:.1f}; StallScope's threads {helpers / runs * 1e3:.1f} ({by_name or 'none'}); "
+        f"the rest bare {(bare - own['bare']) / runs * 1e3:.1f}, watched "
+        f"{(watched - own['watched'] - helpers) / runs * 1e3:.1f}"
+    )
+    names = sorted(set(native["bare"]) | set(native["watched"]), key=lambda n: -native["bare"][n])
+    by_thread = (f"{n} {native['bare'][n] / runs / 1e6:.1f} / {native['watched'][n] / runs / 1e6:.1f}" for n in names)
+    if names:
+        print("of the rest, threads alive through each run, by name, ms a run bare / watched: " + ", ".join(by_thread))
     print(
         f"{'function (inclusive)':44s} {'ms a run':>9s} {'% of bare':>9s} {'us a call':>9s} {'calls a run':>11s}"
         f" {'wall ms a run':>13s}"
