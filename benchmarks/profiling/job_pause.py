@@ -66,7 +66,7 @@ def blocks(run_block: RunBlock, args: argparse.Namespace, paused: Sequence[str |
                     walls = {}
                     for with_pauses in (True, False) if k % 2 else (False, True):
                         walls[with_pauses] = run_block(args.steps, ms / 1e3 if with_pauses else 0.0, how, who)
-                    total = (args.steps // EPOCH_STEPS) * ms / 1e3
+                    total = len(range(0, args.steps, EPOCH_STEPS)) * ms / 1e3  # the pauses a block makes
                     got.append((walls[True] - walls[False]) / total)
     return factors
 
