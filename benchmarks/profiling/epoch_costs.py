@@ -159,33 +159,39 @@ def count_threads(spent: Counter[str], prefix: str = "stallscope-") -> None:
     threading.Thread.run = counted  # type: ignore[method-assign]
 
 
-def native_threads() -> dict[int, tuple[str, int]]:
+def native_threads() -> dict[int, tuple[str, float]]:
     """Each thread of this process by id, other than the calling one: its name (``comm``: torch's
-    and gloo's threads name themselves, Python's are ``python``) and its CPU time in ns
-    (``schedstat``'s first field); empty where ``/proc`` has no such files."""
+    and gloo's threads name themselves, Python's are ``python``) and its CPU seconds so far
+    (``procfs.thread_schedstat``); empty where ``/proc`` has no such files."""
+    from stallscope.signals.procfs import thread_schedstat
+
     own = threading.get_native_id()
-    threads: dict[int, tuple[str, int]] = {}
+    threads: dict[int, tuple[str, float]] = {}
     try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
         return threads
     for tid in tids:
-        if int(tid) == own:
+        if tid == own:
             continue
         try:
-            with open(f"/proc/self/task/{tid}/comm") as comm, open(f"/proc/self/task/{tid}/schedstat") as stat:
-                threads[int(tid)] = (comm.read().strip(), int(stat.read().split()[0]))
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
             continue  # ended meanwhile
+        stat = thread_schedstat(tid)
+        if stat is not None:
+            threads[tid] = (name, stat[0])
     return threads
 
 
-def add_native(spent: Counter[str], before: dict[int, tuple[str, int]]) -> None:
-    """Add to ``spent``, by name, the CPU time each thread alive at ``before`` and now used since
-    (a thread that started or ended in between is not counted: StallScope's, ``count_threads``)."""
-    for tid, (name, ns) in native_threads().items():
+def add_native(spent: Counter[str], before: dict[int, tuple[str, float]]) -> None:
+    """Add to ``spent``, by name, the CPU time (ns) each thread alive at ``before`` and now used
+    since (a thread that started or ended in between is not counted: StallScope's,
+    ``count_threads``)."""
+    for tid, (name, seconds) in native_threads().items():
         if tid in before and before[tid][0] == name:
-            spent[name] += ns - before[tid][1]
+            spent[name] += round((seconds - before[tid][1]) * 1e9)
 
 
 def to_cuda(loop: Any) -> None:
