@@ -370,6 +370,26 @@ def test_rank_0_counts_on_the_ranks_run_summaries_at_the_multiples_of_the_larges
     assert [i for i in range(33) if leader.run_due(i)] == [0, 8, 16, 24, 32]
 
 
+def test_rank_0s_epochs_wait_where_no_other_rank_posts() -> None:
+    """Rank 0 closes its waiting epochs where another rank posts (a pause of either rank holds the
+    other at the next collective): at the multiples of ``MAX_BATCH`` before it heard from them,
+    then of the smallest ``post_every`` they said, and at the epoch each said it posts next."""
+    store, clock = DictStore(), Clock()
+    leader = Job(RankInfo(0, 3), "host0", exchange(store, 0, clock, world=3))
+    batch = distributed.MAX_BATCH
+    assert [i for i in range(40) if not leader.may_wait(i, 0, 0.05)] == [0, batch, 2 * batch]
+    for r, every, said in ((1, 8, 8), (2, 64, 6)):  # rank 2: its word given before its every went up
+        exchange(store, r, clock, world=3).post("post0", {**payload(r, "post0"), "every": every, "next": said})
+    leader.close_epoch(_epoch(0), None)
+    leader.settle()
+    assert [i for i in range(40) if not leader.may_wait(i, 0, 0.05)] == [0, 6, 8, 16, 24, 32]
+    assert leader.exchange is not None
+    leader.exchange.done.add(1)  # rank 1 ended: rank 2 alone posts (at most MAX_BATCH apart)
+    assert [i for i in range(40) if not leader.may_wait(i, 0, 0.05)] == [0, 6, batch, 2 * batch]
+    leader.each_epoch = True  # a logger takes the job's numbers at each epoch end
+    assert not any(leader.may_wait(i, 0, 0.05) for i in range(40))
+
+
 def test_rank_0_takes_an_epoch_at_its_next_epoch_end_unless_it_is_needed_sooner() -> None:
     """Waiting at each epoch end for the ranks to post would add their epoch end's work to rank
     0's; in a job in step their summaries of the previous epoch are there already."""
@@ -924,6 +944,7 @@ def test_a_jobs_short_epochs_wait_for_a_later_epoch_end_and_each_rank_keeps_its_
     real_job, real_mark, real_post = session.Session._report_job, Timeline.mark_epoch, Exchange.post
     current = {"rank": 1, "epoch": 0}
     marked: dict[int, int] = {}
+    waited_on_0: set[int] = set()  # rank 0's epochs whose end only marked where it ends
     posts: list[dict[str, Any]] = []
 
     def report_job(self: session.Session, *, complete: bool) -> Any:
@@ -932,6 +953,8 @@ def test_a_jobs_short_epochs_wait_for_a_later_epoch_end_and_each_rank_keeps_its_
 
     def mark_epoch(self: Timeline, *args: Any, **kwargs: Any) -> Any:
         marked[current["rank"]] = marked.get(current["rank"], 0) + 1
+        if current["rank"] == 0:
+            waited_on_0.add(current["epoch"])
         return real_mark(self, *args, **kwargs)
 
     def post(self: Exchange, name: str, payload: dict[str, Any]) -> None:
@@ -981,3 +1004,8 @@ def test_a_jobs_short_epochs_wait_for_a_later_epoch_end_and_each_rank_keeps_its_
     closing = [e for e in job.epochs if e.diagnosed_with is None]
     assert [(e.index, e.covers_epochs) for e in closing] == [(33, (0, 33)), (59, (34, 59))]
     assert not any("sent no summary" in n for n in job.notes)
+    # rank 0's epoch ends that do work are rank 1's: where it posted, where both close a group
+    # (and the first): a pause of either rank holds the other at the next all-reduce
+    closed_on_0 = set(range(60)) - waited_on_0
+    assert closed_on_0 <= {p["at"] for p in sent_by_1} | {0, 33, 59}, sorted(closed_on_0)
+    assert len(closed_on_0) >= 4, sorted(closed_on_0)

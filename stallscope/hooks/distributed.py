@@ -664,6 +664,8 @@ class Job:
         self.run_every = 1
         #: seconds spent posting and collecting (for the gather's cost), and how many exchanges
         self.gather_s = 0.0
+        #: seconds this rank's latest post with its run summary took (``note_run_cost`` counts it)
+        self.run_post_s = 0.0
         self._gathered = 0
         #: how this rank's run ended early (``finish``), and, on rank 0, how the others' did
         self.ending: str | None = None
@@ -708,9 +710,10 @@ class Job:
         return all(r in self._latest_at and self._latest_at[r] in (index, None) for r in others)
 
     def note_run_cost(self, cost_s: float, epoch_s: float) -> None:
-        """Making and sending this rank's run-level summary took ``cost_s``, after an epoch of
-        ``epoch_s``: send it every ``run_every``-th epoch, the smallest power of two that keeps it
-        within ``RUN_SHARE`` of the epochs' time, and at most ``MAX_RUN_INTERVAL_S`` apart."""
+        """Making and sending this rank's run-level summary take ``cost_s`` (made now, sent as
+        the latest one was), after an epoch of ``epoch_s``: send it every ``run_every``-th epoch,
+        the smallest power of two that keeps it within ``RUN_SHARE`` of the epochs' time, and at
+        most ``MAX_RUN_INTERVAL_S`` apart."""
         if epoch_s <= 0 or cost_s < 0:
             return
         every = 1
@@ -738,15 +741,34 @@ class Job:
         job's numbers are wanted at each epoch end, nor, on a rank other than 0, where it posts
         (rank 0 counts on the word it gave: ``close_epoch``), nor where the epoch would bring
         ``run_every`` down (``note_epoch``: a run summary made at a later epoch end would be
-        of a later moment than the epoch it is sent with). Rank 0 takes the ranks' posts at
-        whichever of its epoch ends closes the epoch; in a job in step they came in long before."""
+        of a later moment than the epoch it is sent with). Rank 0's epoch waits where no other
+        rank posts (``ranks_post_at``): the ranks' epoch ends that do work fall on the same
+        epochs. Rank 0 takes the ranks' posts at whichever of its epoch ends closes the epoch; in
+        a job in step they came in long before."""
         if self.each_epoch:
             return False
         if self.leader:
-            return True
+            return not self.ranks_post_at(index)
         if self.run_every > 1 and self.run_every * epoch_s > MAX_RUN_INTERVAL_S:
             return False
         return not self._posts_at(index, len(self._unsent) + waiting + 1)
+
+    def ranks_post_at(self, index: int) -> bool:
+        """Rank 0: whether another rank posts at epoch ``index``'s end, as far as its latest post
+        taken says: at the epoch it said, or at a multiple of its ``post_every`` (of ``MAX_BATCH``
+        before one is taken; a power of two, so the multiples of the smallest are every rank's).
+        Rank 0 closes its waiting epochs there too: a rank's pause holds every other rank at the
+        next collective, so pauses at different epoch ends add up where pauses at the same one
+        overlap (docs/overhead.md, "The ranks pause together")."""
+        exchange = self.exchange
+        if exchange is None:
+            return False
+        gone = exchange.done | exchange.late | self._unheard
+        heard = [r for r in range(1, self.info.world_size) if r not in gone]
+        if not heard:
+            return False
+        every = min([MAX_BATCH, *(self._every[r] for r in heard if r in self._every)])
+        return index % max(1, every) == 0 or any(self._due.get(r) == index for r in heard)
 
     def _posts_at(self, index: int, kept: int) -> bool:
         """A rank other than 0: whether it posts at epoch ``index``'s end, holding ``kept`` epochs
@@ -790,7 +812,10 @@ class Job:
             self.exchange = None
             self._note(f"this rank's summaries could not be sent ({type(exc).__name__}: {exc})")
         finally:
-            self.gather_s += time.perf_counter() - start
+            took = time.perf_counter() - start
+            self.gather_s += took
+            if report is not None:
+                self.run_post_s = took
 
     def _collect(self, names: Mapping[int, str], *, wait: bool, where: str) -> dict[int, dict[str, Any]]:
         """Rank 0: the ranks' payloads at ``names`` (``Exchange.collect``), the ranks that missed

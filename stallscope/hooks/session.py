@@ -476,12 +476,14 @@ class Session:
     def _write_due(self, now: int) -> bool:
         """Whether this epoch end would hand a report in to a writer (``_close_epoch``): a job's
         report.json only at the epoch ends where rank 0 counts on the ranks' run summaries
-        (``Job.run_due``), rank 0's own file on its own budget; another rank writes its own file
-        where it posts its run's summary (``Job.may_wait`` leaves those)."""
+        (``Job.run_due``), rank 0's own file on its own budget, both only where another rank
+        posts (``Job.ranks_post_at``: a write due waits for the next such epoch end, so that
+        rank 0's pauses fall where the ranks' do); another rank writes its own file where it
+        posts its run's summary (``Job.may_wait`` leaves those)."""
         job, writer = self.job, self._writer
         if job is None:
             return writer is not None and writer.wants_report(now)
-        if not job.leader:
+        if not job.leader or not job.ranks_post_at(self._epoch_index):
             return False
         if writer is not None and job.run_due(self._epoch_index) and writer.wants_report(now):
             return True
@@ -913,8 +915,10 @@ class Session:
                 start = self._clock()
                 own = self._report_job(complete=False)
                 report = own.get()
+                # before the post: the word it gives (its next post, its ``run_every``) is the
+                # schedule it keeps, which rank 0 closes its own epochs by (``Job.ranks_post_at``)
+                job.note_run_cost((self._clock() - start) / 1e9 + job.run_post_s, span.wall_ns / 1e9)
                 job.close_epoch(epoch.get(), report, group=group)
-                job.note_run_cost((self._clock() - start) / 1e9, span.wall_ns / 1e9)
                 self._write_own_later(own)
             else:
                 job.close_epoch(epoch.get(), None, group=group)
