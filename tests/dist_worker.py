@@ -6,7 +6,8 @@ differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at``
 ([rank, epoch, step]: that rank raises there), ``die_at`` (the same, but the process exits at once,
 without cleanup), ``stall_at`` (the same, but that rank waits there until a signal ends it, two
-minutes at most), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies in an
+minutes at most), ``term_at`` (the same, but that rank sends itself SIGTERM there, as a
+launcher or a scheduler would), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies in an
 epoch dies after every rank began it; a list of epochs: at those epochs' starts only), ``hidden``
 (two hidden layers of that width: more compute a step), ``extra_passes`` (forward and backward
 passes a step beyond the first, outside DDP's all-reduce: a compute straggler), ``join`` (each epoch
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from datetime import timedelta
@@ -74,6 +76,7 @@ def main(settings: dict[str, object]) -> None:
     raise_at = settings.get("raise_at")
     die_at = settings.get("die_at")
     stall_at = settings.get("stall_at")
+    term_at = settings.get("term_at")
     raised = 0.0
     try:
         with StallScope(str(mine("report_dirs", "out")), console=bool(settings.get("console", True))) as scope:
@@ -91,6 +94,8 @@ def main(settings: dict[str, object]) -> None:
                             os._exit(3)
                         if stall_at == [rank, epoch, step]:
                             time.sleep(120)
+                        if term_at == [rank, epoch, step]:
+                            os.kill(os.getpid(), signal.SIGTERM)
                         with scope.phase("compute"):
                             opt.zero_grad()
                             for _ in range(extra):  # gradients accumulated without an all-reduce

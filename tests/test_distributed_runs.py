@@ -246,6 +246,38 @@ def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> N
     assert (tmp_path / "ranks" / "rank-0.json").exists()
 
 
+def test_a_sigterm_in_the_users_code_keeps_every_epoch_that_ended(tmp_path: Path) -> None:
+    """Rank 0 gets a SIGTERM in epoch 12 of short epochs, most of whose ends waited for a later
+    one (rank 1 posts every 16th): the signal came in the user's code, so the epochs still
+    waiting are closed before the report is written, and each of the 12 that ended has its
+    summary in both of rank 0's files. Rank 0 then dies of the signal, as bare."""
+    settings = {"report_dirs": str(tmp_path), "epochs": 30, "batches": 4, "term_at": [0, 12, 1], "console": False}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(WORKER),
+        json.dumps(settings),
+    ]
+    assert run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], tmp_path / "logs") != [0]
+    log = (tmp_path / "logs" / "0.log").read_text()
+    assert "exitcode  : -15" in log, log
+    report = read(tmp_path / "report.json")
+    assert report["complete"] is False
+    assert "the run was stopped by SIGTERM" in report["notes"]
+    assert not [n for n in report["notes"] if "are in the run's numbers, not in epochs[]" in n], report["notes"]
+    assert [e["index"] for e in report["epochs"]] == list(range(12))
+    own = read(tmp_path / "ranks" / "rank-0.json")
+    assert [e["index"] for e in own["epochs"]] == list(range(12))
+    assert [e["summary"]["steps"] for e in own["epochs"]] == [4] * 12
+
+
 def test_a_rank_that_dies_is_waited_for_once_then_noted(tmp_path: Path) -> None:
     """Rank 1 dies in epoch 1: rank 0 waits for its summary once (1 s, at the first point it
     counts on one: here the run's end, rank 1's next post being due at a later epoch's end),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -1009,3 +1010,13 @@ def test_a_jobs_short_epochs_wait_for_a_later_epoch_end_and_each_rank_keeps_its_
     closed_on_0 = set(range(60)) - waited_on_0
     assert closed_on_0 <= {p["at"] for p in sent_by_1} | {0, 33, 59}, sorted(closed_on_0)
     assert len(closed_on_0) >= 4, sorted(closed_on_0)
+
+
+def test_a_signal_in_the_users_code_is_told_from_one_in_stallscopes() -> None:
+    """A SIGTERM's handler closes the epochs still waiting only where the signal interrupted the
+    user's code (``Session._write_on_term``): a frame called from StallScope's own code, at any
+    depth, is its; no frame to tell by counts as its too."""
+    assert not session.in_own_code(sys._getframe())
+    assert session.Later(lambda: session.in_own_code(sys._getframe())).get()
+    assert session.Later(lambda: (lambda: session.in_own_code(sys._getframe()))()).get()
+    assert session.in_own_code(None)

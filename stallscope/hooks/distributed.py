@@ -1383,16 +1383,17 @@ class TermGuard:
     once and its report is lost. So a rank whose SIGTERM has the default disposition (a handler of
     the user's is left alone) gets this one, on the main thread only:
 
-    * outside the run's end (``finishing`` false) it hands ``write`` (made on the main thread, as
-      what only the training thread may read is read there) to a new thread and waits for it at
-      most ``TERM_WRITE_S``: a lock the interrupted code holds delays the write, never the death;
-      then the default disposition is back and the signal sent again, so the process ends exactly
-      as bare (killed by SIGTERM);
+    * outside the run's end (``finishing`` false) it hands ``write`` (made on the main thread
+      from the interrupted frame, as what only the training thread may read is read there, and
+      the epochs still waiting are closed there where the frame is the user's code) to a new
+      thread and waits for it at most ``TERM_WRITE_S``: a lock the interrupted code holds delays
+      the write, never the death; then the default disposition is back and the signal sent
+      again, so the process ends exactly as bare (killed by SIGTERM);
     * during the run's end (``finish`` in progress) it only says so (``pending``): the end waits
       for no other rank from then on (``stop_waiting``), writes, and calls ``reraise``.
     """
 
-    def __init__(self, write: Callable[[], Callable[[], None]], stop_waiting: Callable[[], None]) -> None:
+    def __init__(self, write: Callable[[object], Callable[[], None]], stop_waiting: Callable[[], None]) -> None:
         self._write = write
         self._stop_waiting = stop_waiting
         self.finishing = False
@@ -1435,7 +1436,7 @@ class TermGuard:
             return
         self.uninstall()  # a second SIGTERM kills at once
         try:
-            finish = self._write()
+            finish = self._write(frame)
             thread = threading.Thread(target=finish, name="stallscope-term", daemon=True)
             thread.start()
             thread.join(TERM_WRITE_S)

@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, TypeVar, cast
@@ -531,11 +532,31 @@ class Session:
         if self.job is not None:
             self.job.stop_waiting(self.ending)
 
-    def _write_on_term(self) -> Callable[[], None]:
-        """A SIGTERM came mid-run (``TermGuard``): the report of what ran, read now (on the
-        training thread), made and written (``complete: false``, both files on rank 0) by the
-        function returned, on another thread; no other rank is waited for."""
+    def _write_on_term(self, frame: object = None) -> Callable[[], None]:
+        """A SIGTERM came mid-run (``TermGuard``; ``frame``: the code it interrupted): the report
+        of what ran, read now (on the training thread), made and written (``complete: false``,
+        both files on rank 0) by the function returned, on another thread; no other rank is
+        waited for. The epochs whose close waited (``_wait``) are closed first, so that each has
+        its summary in ``epochs[]``, where the signal came in the user's code: a handler runs
+        between any two of the training thread's bytecodes, and StallScope's own state is whole
+        only between its calls (its C work is never cut). Inside them, a note says where those
+        epochs' steps are (``in_own_code``)."""
         self._stop_waiting()
+        waiting = self.timeline.waiting_epochs
+        if waiting and not in_own_code(frame):
+            # no report is handed in to a writer meanwhile: the one below, written straight to
+            # the file, is the last of each
+            writers, (self._writer, self._rank_writer) = (self._writer, self._rank_writer), (None, None)
+            try:
+                self._settle()
+            except Exception as exc:  # the report of what ran, all the same
+                self.note(f"the epochs waiting at the SIGTERM could not be closed ({type(exc).__name__}: {exc})")
+            finally:
+                self._writer, self._rank_writer = writers
+            waiting = self.timeline.waiting_epochs
+        if waiting:  # (the signal came inside StallScope's own work, or the close failed)
+            last = count(waiting, "epoch")
+            self.note(f"the last {last} before the SIGTERM are in the run's numbers, not in epochs[]")
         own = self._report_job(complete=False)
         if self.job is not None:  # the forwards read here, not on the writing thread
             forward_run = self.job.forward_run()
@@ -1492,6 +1513,23 @@ class Session:
         self.signals.stop()
         self._release_folder()
         print(f"stallscope: {plain(text)}", file=sys.stderr)
+
+
+#: the package's folder: a frame of code in it is StallScope's own (``in_own_code``)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def in_own_code(frame: object) -> bool:
+    """Whether ``frame`` (the one a signal interrupted), or a frame it was called from, runs
+    StallScope's own Python code; True when there is no frame to tell by."""
+    if frame is None:
+        return True
+    f = cast("types.FrameType | None", frame)
+    while f is not None:
+        if f.f_code.co_filename.startswith(_PACKAGE_DIR):
+            return True
+        f = f.f_back
+    return False
 
 
 def ranks_here(job: Job | None, local_ranks: int | None = None) -> int:
