@@ -55,6 +55,24 @@ def run_all(cmds: list[tuple[list[str], dict[str, str]]], logs: Path) -> list[in
     return [p.returncode for p in procs]
 
 
+def torchrun(settings: dict[str, Any], logs: Path) -> list[int]:
+    """Two ranks of ``dist_worker.py`` under ``torchrun`` on this machine; its exit code."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(WORKER),
+        json.dumps(settings),
+    ]
+    return run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], logs)
+
+
 def launch(settings: dict[str, Any], logs: Path, world: int = 2) -> list[int]:
     """Start ``world`` ranks of ``dist_worker.py`` as plain processes (the launcher's environment
     set by hand) and wait for all of them; their exit codes."""
@@ -221,20 +239,7 @@ def test_a_rank_killed_under_torchrun_leaves_rank_0s_report(tmp_path: Path) -> N
         "epoch_barrier": True,
         "console": False,
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        str(WORKER),
-        json.dumps(settings),
-    ]
-    assert run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], tmp_path / "logs") != [0]
+    assert torchrun(settings, tmp_path / "logs") != [0]
     log = (tmp_path / "logs" / "0.log").read_text()
     assert "exitcode  : -15" in log, log  # rank 0 died of the SIGTERM, as bare
     report = read(tmp_path / "report.json")
@@ -252,20 +257,7 @@ def test_a_sigterm_in_the_users_code_keeps_every_epoch_that_ended(tmp_path: Path
     waiting are closed before the report is written, and each of the 12 that ended has its
     summary in both of rank 0's files. Rank 0 then dies of the signal, as bare."""
     settings = {"report_dirs": str(tmp_path), "epochs": 30, "batches": 4, "term_at": [0, 12, 1], "console": False}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        str(WORKER),
-        json.dumps(settings),
-    ]
-    assert run_all([(cmd, dict(os.environ, OMP_NUM_THREADS="1"))], tmp_path / "logs") != [0]
+    assert torchrun(settings, tmp_path / "logs") != [0]
     log = (tmp_path / "logs" / "0.log").read_text()
     assert "exitcode  : -15" in log, log
     report = read(tmp_path / "report.json")
