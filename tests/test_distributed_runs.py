@@ -56,7 +56,7 @@ def run_all(cmds: list[tuple[list[str], dict[str, str]]], logs: Path) -> list[in
 
 
 def torchrun(settings: dict[str, Any], logs: Path) -> list[int]:
-    """Two ranks of ``dist_worker.py`` under ``torchrun`` on this machine; its exit code."""
+    """Two ranks of ``dist_worker.py`` under ``torchrun`` on this machine; torchrun's exit code (a list of one)."""
     cmd = [
         sys.executable,
         "-m",
