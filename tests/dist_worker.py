@@ -6,9 +6,9 @@ differ between ranks: ``report_dirs``, ``batches``, ``epochs``, ``latency_ms`` (
 ``gather_timeout_s``, and ``ddp`` (wrap the model in DDP: one all-reduce per step), ``raise_at``
 ([rank, epoch, step]: that rank raises there), ``die_at`` (the same, but the process exits at once,
 without cleanup), ``stall_at`` (the same, but that rank waits there until a signal ends it, two
-minutes at most), ``term_at`` (the same, but that rank sends itself SIGTERM there, as a
-launcher or a scheduler would), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies in an
-epoch dies after every rank began it; a list of epochs: at those epochs' starts only), ``hidden``
+minutes at most), ``term_at`` (the same, but that rank sends itself SIGTERM there, as a launcher
+or a scheduler would), ``epoch_barrier`` (the ranks meet at each epoch's start: a rank that dies
+in an epoch dies after every rank began it; a list of epochs: at those epochs' starts only), ``hidden``
 (two hidden layers of that width: more compute a step), ``extra_passes`` (forward and backward
 passes a step beyond the first, outside DDP's all-reduce: a compute straggler), ``join`` (each epoch
 inside DDP's ``Join``: ranks with fewer batches shadow the others' all-reduces), ``times`` (a

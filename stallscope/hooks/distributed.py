@@ -67,6 +67,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -1393,7 +1394,9 @@ class TermGuard:
       for no other rank from then on (``stop_waiting``), writes, and calls ``reraise``.
     """
 
-    def __init__(self, write: Callable[[object], Callable[[], None]], stop_waiting: Callable[[], None]) -> None:
+    def __init__(
+        self, write: Callable[[types.FrameType | None], Callable[[], None]], stop_waiting: Callable[[], None]
+    ) -> None:
         self._write = write
         self._stop_waiting = stop_waiting
         self.finishing = False
@@ -1429,7 +1432,7 @@ class TermGuard:
         self.uninstall()
         os.kill(os.getpid(), signal.SIGTERM)
 
-    def _handle(self, signum: int, frame: object) -> None:
+    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
         self.pending = True
         if self.finishing:
             self._stop_waiting()

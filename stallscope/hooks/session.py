@@ -532,7 +532,7 @@ class Session:
         if self.job is not None:
             self.job.stop_waiting(self.ending)
 
-    def _write_on_term(self, frame: object = None) -> Callable[[], None]:
+    def _write_on_term(self, frame: types.FrameType | None) -> Callable[[], None]:
         """A SIGTERM came mid-run (``TermGuard``; ``frame``: the code it interrupted): the report
         of what ran, read now (on the training thread), made and written (``complete: false``,
         both files on rank 0) by the function returned, on another thread; no other rank is
@@ -1519,12 +1519,12 @@ class Session:
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def in_own_code(frame: object) -> bool:
+def in_own_code(frame: types.FrameType | None) -> bool:
     """Whether ``frame`` (the one a signal interrupted), or a frame it was called from, runs
     StallScope's own Python code; True when there is no frame to tell by."""
     if frame is None:
         return True
-    f = cast("types.FrameType | None", frame)
+    f: types.FrameType | None = frame
     while f is not None:
         if f.f_code.co_filename.startswith(_PACKAGE_DIR):
             return True
